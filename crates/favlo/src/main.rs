@@ -1,0 +1,2 @@
+//! The `favlo` command (being written).
+fn main() {}
