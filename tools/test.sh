@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit/integration tests (with the real
+# default models pulled into $FAVLO_HOME), and end-to-end tests against a live
+# `favlo serve` driven by official client libraries.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export FAVLO_HOME="${FAVLO_HOME:-$PWD/target/favlo-home}"
+export CARGO_TERM_COLOR=never
+
+echo "== cargo fmt"
+cargo fmt --all --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== build"
+cargo build -p favlo
+FAVLO_BIN="$PWD/target/debug/favlo"
+export FAVLO_BIN
+
+echo "== pull the real default models into $FAVLO_HOME"
+"$FAVLO_BIN" pull smollm2-135m-instruct all-minilm-l6-v2
+export FAVLO_TEST_SMOLLM2_GGUF="$("$FAVLO_BIN" models --path smollm2-135m-instruct --file model.gguf)"
+export FAVLO_TEST_MINILM_DIR="$("$FAVLO_BIN" models --path all-minilm-l6-v2)"
+
+echo "== cargo test"
+cargo test --workspace
+
+echo "== end-to-end (official openai SDK against a live favlo serve)"
+python3 -m pytest -q tests/e2e
