@@ -1,0 +1,382 @@
+//! MX (MXFP4 / MXFP8) GEMV row kernels: decode 32-element blocks in registers and dot
+//! them against up to 4 prepared x rows.
+//!
+//! Key design choices:
+//! - x is prepared once per call ([`MxPrep`]): zero-padded to whole blocks; for FP4 each
+//!   block is reordered to [even elements | odd elements] so the low and high nibbles of
+//!   the 16 packed bytes line up with contiguous x without any byte interleaving.
+//! - FP4 codes decode with a 16-entry table held in one register (`vpermps`).
+//! - FP8 E4M3 codes decode by bit moves into an f16 (sign kept, exponent+mantissa
+//!   shifted) and a hardware f16→f32 convert; that value is 2^-8 of the true one, so x is
+//!   pre-scaled by 2^8 (exact). NaN codes (0x7F/0xFF) then read as ±480 instead of NaN;
+//!   `pack` never produces them from finite inputs. E5M2 is the top byte of an f16.
+//! - Per block: partial = Σ w·x (unscaled), acc += partial · 2^(s-127).
+
+use super::super::simd::Isa;
+use favlo_mx::{ElementFormat, FP4_E2M1_VALUES, MxView};
+use std::sync::OnceLock;
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+const BLOCK: usize = 32;
+
+/// E8M0 byte -> scale (0xFF -> NaN).
+pub(crate) fn scale_table() -> &'static [f32; 256] {
+    static T: OnceLock<[f32; 256]> = OnceLock::new();
+    T.get_or_init(|| {
+        let mut t = [0f32; 256];
+        for (b, v) in t.iter_mut().enumerate() {
+            *v = favlo_mx::decode_e8m0(b as u8).unwrap_or(f32::NAN);
+        }
+        t
+    })
+}
+
+/// FP8 code -> value, for the format (E4M3 from favlo-mx's table, E5M2 via f16).
+fn fp8_table(format: ElementFormat) -> &'static [f32; 256] {
+    static E5M2: OnceLock<[f32; 256]> = OnceLock::new();
+    match format {
+        ElementFormat::Fp8E5M2 => E5M2.get_or_init(|| {
+            let mut t = [0f32; 256];
+            for (c, v) in t.iter_mut().enumerate() {
+                *v = half::f16::from_bits((c as u16) << 8).to_f32();
+            }
+            t
+        }),
+        _ => favlo_mx::fp8_e4m3_table(),
+    }
+}
+
+/// x rows laid out for the MX kernels of one ISA.
+pub(crate) struct MxPrep {
+    data: Vec<f32>,
+    stride: usize,
+}
+
+impl MxPrep {
+    pub(crate) fn new(x: &[f32], m: usize, v: &MxView<'_>, isa: Isa) -> MxPrep {
+        let k = v.layout.cols;
+        let nb = k.div_ceil(BLOCK);
+        let stride = nb * BLOCK;
+        let mut data = vec![0f32; m * stride];
+        let factor = match (v.layout.format, isa) {
+            (ElementFormat::Fp8E4M3, Isa::Avx2 | Isa::Avx512) => 256.0,
+            _ => 1.0,
+        };
+        for (src, dst) in x.chunks_exact(k).zip(data.chunks_exact_mut(stride)) {
+            if v.layout.format == ElementFormat::Fp4E2M1 {
+                for (i, xv) in src.iter().enumerate() {
+                    let (b, e) = (i / BLOCK, i % BLOCK);
+                    dst[b * BLOCK + (e & 1) * 16 + e / 2] = *xv;
+                }
+            } else {
+                for (d, s) in dst.iter_mut().zip(src) {
+                    *d = *s * factor;
+                }
+            }
+        }
+        MxPrep { data, stride }
+    }
+
+    pub(crate) fn rows(&self) -> impl Iterator<Item = &[f32]> {
+        self.data.chunks_exact(self.stride)
+    }
+}
+
+/// Dot products of MX row `r` with M prepared x rows.
+pub(super) fn row_dots<const M: usize>(
+    isa: Isa,
+    v: &MxView<'_>,
+    r: usize,
+    xs: [&[f32]; M],
+) -> [f32; M] {
+    let nb = v.layout.cols.div_ceil(BLOCK);
+    let data = v.row_data(r);
+    let scales = v.row_scales(r);
+    let fmt = v.layout.format;
+    let need_data = if fmt == ElementFormat::Fp4E2M1 {
+        nb * 16
+    } else {
+        nb * 32
+    };
+    if data.len() < need_data || scales.len() < nb || xs.iter().any(|x| x.len() < nb * BLOCK) {
+        debug_assert!(false, "mx row_dots: inconsistent layout");
+        return [0.0; M];
+    }
+    let xp = xs.map(|x| x.as_ptr());
+    let st = scale_table();
+    match (isa, fmt) {
+        // SAFETY: ISA detected at run time; data holds nb blocks, scales nb bytes, every x row nb*32 floats.
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512, ElementFormat::Fp4E2M1) => unsafe {
+            fp4_avx512::<M>(data.as_ptr(), scales, st, nb, xp)
+        },
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512, ElementFormat::Fp8E4M3) => unsafe {
+            fp8_avx512::<M, false>(data.as_ptr(), scales, st, nb, xp)
+        },
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512, ElementFormat::Fp8E5M2) => unsafe {
+            fp8_avx512::<M, true>(data.as_ptr(), scales, st, nb, xp)
+        },
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, ElementFormat::Fp4E2M1) => unsafe {
+            fp4_avx2::<M>(data.as_ptr(), scales, st, nb, xp)
+        },
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, ElementFormat::Fp8E4M3) => unsafe {
+            fp8_avx2::<M, false>(data.as_ptr(), scales, st, nb, xp)
+        },
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, ElementFormat::Fp8E5M2) => unsafe {
+            fp8_avx2::<M, true>(data.as_ptr(), scales, st, nb, xp)
+        },
+        (_, ElementFormat::Fp4E2M1) => fp4_scalar(data, scales, st, nb, xs),
+        (_, f) => fp8_scalar(data, scales, st, nb, xs, fp8_table(f)),
+    }
+}
+
+fn fp4_scalar<const M: usize>(
+    data: &[u8],
+    scales: &[u8],
+    st: &[f32; 256],
+    nb: usize,
+    xs: [&[f32]; M],
+) -> [f32; M] {
+    let mut out = [0f32; M];
+    for b in 0..nb {
+        let bytes = &data[b * 16..b * 16 + 16];
+        let s = st[scales[b] as usize];
+        for j in 0..M {
+            let x = &xs[j][b * BLOCK..b * BLOCK + BLOCK];
+            let mut p = [0f32; 4];
+            for (i, byte) in bytes.iter().enumerate() {
+                let lo = FP4_E2M1_VALUES[(byte & 15) as usize];
+                let hi = FP4_E2M1_VALUES[(byte >> 4) as usize];
+                p[i & 3] = lo.mul_add(x[i], p[i & 3]);
+                p[i & 3] = hi.mul_add(x[16 + i], p[i & 3]);
+            }
+            out[j] = (p[0] + p[1] + p[2] + p[3]).mul_add(s, out[j]);
+        }
+    }
+    out
+}
+
+fn fp8_scalar<const M: usize>(
+    data: &[u8],
+    scales: &[u8],
+    st: &[f32; 256],
+    nb: usize,
+    xs: [&[f32]; M],
+    table: &[f32; 256],
+) -> [f32; M] {
+    let mut out = [0f32; M];
+    for b in 0..nb {
+        let codes = &data[b * BLOCK..b * BLOCK + BLOCK];
+        let s = st[scales[b] as usize];
+        for j in 0..M {
+            let x = &xs[j][b * BLOCK..b * BLOCK + BLOCK];
+            let mut p = [0f32; 4];
+            for (i, c) in codes.iter().enumerate() {
+                p[i & 3] = table[*c as usize].mul_add(x[i], p[i & 3]);
+            }
+            out[j] = (p[0] + p[1] + p[2] + p[3]).mul_add(s, out[j]);
+        }
+    }
+    out
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn fp4_avx512<const M: usize>(
+    d: *const u8,
+    scales: &[u8],
+    st: &[f32; 256],
+    nb: usize,
+    xs: [*const f32; M],
+) -> [f32; M] {
+    // SAFETY (all loads): the caller guarantees nb blocks of data and x.
+    unsafe {
+        let lut = _mm512_loadu_ps(FP4_E2M1_VALUES.as_ptr());
+        let low = _mm512_set1_epi32(15);
+        let mut acc = [[_mm512_setzero_ps(); 2]; M];
+        let mut b = 0;
+        while b < nb {
+            let u = b & 1;
+            let v = _mm512_cvtepu8_epi32(_mm_loadu_si128(d.add(b * 16) as *const __m128i));
+            let wl = _mm512_permutexvar_ps(_mm512_and_si512(v, low), lut);
+            let wh = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(v), lut);
+            let s = _mm512_set1_ps(*st.get_unchecked(*scales.get_unchecked(b) as usize));
+            for j in 0..M {
+                let xp = xs[j].add(b * BLOCK);
+                let t = _mm512_mul_ps(wl, _mm512_loadu_ps(xp));
+                let t = _mm512_fmadd_ps(wh, _mm512_loadu_ps(xp.add(16)), t);
+                acc[j][u] = _mm512_fmadd_ps(t, s, acc[j][u]);
+            }
+            b += 1;
+        }
+        let mut out = [0f32; M];
+        for j in 0..M {
+            out[j] = _mm512_reduce_add_ps(_mm512_add_ps(acc[j][0], acc[j][1]));
+        }
+        out
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn fp8_avx512<const M: usize, const E5M2: bool>(
+    d: *const u8,
+    scales: &[u8],
+    st: &[f32; 256],
+    nb: usize,
+    xs: [*const f32; M],
+) -> [f32; M] {
+    // SAFETY (all loads): the caller guarantees nb blocks of data and x.
+    unsafe {
+        let keep = _mm512_set1_epi16(0xBF80u16 as i16);
+        let mut acc = [[_mm512_setzero_ps(); 2]; M];
+        let mut b = 0;
+        while b < nb {
+            let u = b & 1;
+            let raw = _mm256_loadu_si256(d.add(b * BLOCK) as *const __m256i);
+            let h = if E5M2 {
+                _mm512_slli_epi16::<8>(_mm512_cvtepu8_epi16(raw))
+            } else {
+                _mm512_and_si512(_mm512_slli_epi16::<7>(_mm512_cvtepi8_epi16(raw)), keep)
+            };
+            let w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+            let w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(h));
+            let s = _mm512_set1_ps(*st.get_unchecked(*scales.get_unchecked(b) as usize));
+            for j in 0..M {
+                let xp = xs[j].add(b * BLOCK);
+                let t = _mm512_mul_ps(w0, _mm512_loadu_ps(xp));
+                let t = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), t);
+                acc[j][u] = _mm512_fmadd_ps(t, s, acc[j][u]);
+            }
+            b += 1;
+        }
+        let mut out = [0f32; M];
+        for j in 0..M {
+            out[j] = _mm512_reduce_add_ps(_mm512_add_ps(acc[j][0], acc[j][1]));
+        }
+        out
+    }
+}
+
+/// 8 FP4 codes (zero-extended to 32 bits, one per lane) -> 8 f32 via magnitude table + sign bit.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn fp4_decode8(idx: __m256i, lut8: __m256) -> __m256 {
+    let mag = _mm256_permutevar8x32_ps(lut8, idx);
+    let sign = _mm256_and_si256(_mm256_slli_epi32::<28>(idx), _mm256_set1_epi32(i32::MIN));
+    _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(mag), sign))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn fp4_avx2<const M: usize>(
+    d: *const u8,
+    scales: &[u8],
+    st: &[f32; 256],
+    nb: usize,
+    xs: [*const f32; M],
+) -> [f32; M] {
+    // SAFETY (all loads): the caller guarantees nb blocks of data and x.
+    unsafe {
+        let lut8 = _mm256_loadu_ps(FP4_E2M1_VALUES.as_ptr());
+        let low = _mm256_set1_epi32(15);
+        let mut acc = [_mm256_setzero_ps(); M];
+        for b in 0..nb {
+            let p = d.add(b * 16);
+            let v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+            let v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(8) as *const __m128i));
+            let l0 = fp4_decode8(_mm256_and_si256(v0, low), lut8);
+            let h0 = fp4_decode8(_mm256_srli_epi32::<4>(v0), lut8);
+            let l1 = fp4_decode8(_mm256_and_si256(v1, low), lut8);
+            let h1 = fp4_decode8(_mm256_srli_epi32::<4>(v1), lut8);
+            let s = _mm256_set1_ps(*st.get_unchecked(*scales.get_unchecked(b) as usize));
+            for j in 0..M {
+                let xp = xs[j].add(b * BLOCK);
+                let t = _mm256_mul_ps(l0, _mm256_loadu_ps(xp));
+                let t = _mm256_fmadd_ps(l1, _mm256_loadu_ps(xp.add(8)), t);
+                let t = _mm256_fmadd_ps(h0, _mm256_loadu_ps(xp.add(16)), t);
+                let t = _mm256_fmadd_ps(h1, _mm256_loadu_ps(xp.add(24)), t);
+                acc[j] = _mm256_fmadd_ps(t, s, acc[j]);
+            }
+        }
+        let mut out = [0f32; M];
+        for j in 0..M {
+            out[j] = crate::cpu::simd::hsum256(acc[j]);
+        }
+        out
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn fp8_avx2<const M: usize, const E5M2: bool>(
+    d: *const u8,
+    scales: &[u8],
+    st: &[f32; 256],
+    nb: usize,
+    xs: [*const f32; M],
+) -> [f32; M] {
+    // SAFETY (all loads): the caller guarantees nb blocks of data and x.
+    unsafe {
+        let keep = _mm256_set1_epi16(0xBF80u16 as i16);
+        let mut acc = [_mm256_setzero_ps(); M];
+        for b in 0..nb {
+            let p = d.add(b * BLOCK);
+            let mut w = [_mm256_setzero_ps(); 4];
+            for half in 0..2 {
+                let raw = _mm_loadu_si128(p.add(16 * half) as *const __m128i);
+                let h = if E5M2 {
+                    _mm256_slli_epi16::<8>(_mm256_cvtepu8_epi16(raw))
+                } else {
+                    _mm256_and_si256(_mm256_slli_epi16::<7>(_mm256_cvtepi8_epi16(raw)), keep)
+                };
+                w[2 * half] = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+                w[2 * half + 1] = _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(h));
+            }
+            let s = _mm256_set1_ps(*st.get_unchecked(*scales.get_unchecked(b) as usize));
+            for j in 0..M {
+                let xp = xs[j].add(b * BLOCK);
+                let t = _mm256_mul_ps(w[0], _mm256_loadu_ps(xp));
+                let t = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xp.add(8)), t);
+                let t = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xp.add(16)), t);
+                let t = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xp.add(24)), t);
+                acc[j] = _mm256_fmadd_ps(t, s, acc[j]);
+            }
+        }
+        let mut out = [0f32; M];
+        for j in 0..M {
+            out[j] = crate::cpu::simd::hsum256(acc[j]);
+        }
+        out
+    }
+}
+
+/// Dequantize MX row `r` into `out` (`out.len() == cols`), exactly like favlo-mx does.
+pub(crate) fn mx_row_to_f32(v: &MxView<'_>, r: usize, out: &mut [f32]) {
+    let cols = v.layout.cols.min(out.len());
+    let data = v.row_data(r);
+    let scales = v.row_scales(r);
+    let st = scale_table();
+    match v.layout.format {
+        ElementFormat::Fp4E2M1 => {
+            for (c, o) in out[..cols].iter_mut().enumerate() {
+                let code = (data[c / 2] >> ((c & 1) * 4)) & 15;
+                *o = FP4_E2M1_VALUES[code as usize] * st[scales[c / BLOCK] as usize];
+            }
+        }
+        f => {
+            let t = fp8_table(f);
+            for (c, o) in out[..cols].iter_mut().enumerate() {
+                *o = t[data[c] as usize] * st[scales[c / BLOCK] as usize];
+            }
+        }
+    }
+}

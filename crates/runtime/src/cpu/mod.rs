@@ -1,0 +1,33 @@
+//! CPU kernels: every operation a pipeline runs on the CPU, on plain row-major f32 slices.
+//!
+//! Key design choices:
+//! - Kernels take borrowed slices and never allocate model-sized buffers (a quantized
+//!   matrix is dequantized in registers or in small per-thread tiles, never as a whole).
+//! - Each kernel picks its instruction set once at run time ([`simd::Isa`]): AVX-512,
+//!   AVX2+FMA+F16C, or a portable scalar path; all paths are checked against the f64
+//!   scalar [`reference`] in `tests/kernels_*.rs`.
+//! - Threads come from rayon and are used only where the work is big enough to pay.
+//! - Shapes are the caller's contract: a mismatch trips a debug assertion; in release
+//!   builds the kernel writes only the part of `out` that is consistent (it never panics).
+
+mod activation;
+mod attention;
+mod embedding;
+mod linear;
+mod matmul;
+mod norm;
+pub mod reference;
+mod rope;
+mod sampling;
+pub mod simd;
+mod weight;
+
+pub use activation::{add, erf, gelu, gelu_tanh, silu, softmax, swiglu};
+pub use attention::{AttnShape, attention_causal, attention_full};
+pub use embedding::embedding;
+pub use linear::linear;
+pub use matmul::matmul;
+pub use norm::{layer_norm, rms_norm};
+pub use rope::{Rope, RopeLayout};
+pub use sampling::{argmax, top_k};
+pub use weight::WeightRef;
