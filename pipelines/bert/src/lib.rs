@@ -1,0 +1,30 @@
+//! favlo-bert: the encoder embeddings family — BERT (all-MiniLM-L6-v2, Favlo's default) and
+//! (XLM-)RoBERTa (bge-m3's architecture) — from HF `config.json` + safetensors, pooled as the
+//! sentence-transformers files say, with an int8 weight variant.
+//!
+//! Key design choices:
+//! - Batches are packed (no pad token is computed) and sorted by length; attention runs per
+//!   sequence. See [`model`].
+//! - Every weight and scratch buffer is a ledger span; kernels come from
+//!   `favlo_runtime::cpu`, except the int8 linear ([`int8`]), which only this family needs.
+//! - Tokenization ignores the padding/truncation a `tokenizer.json` configures and truncates at
+//!   the model's own limit, reporting it ([`tokenize`]).
+
+pub mod bench;
+pub mod config;
+pub mod error;
+pub mod int8;
+pub mod model;
+pub mod pipeline;
+pub mod pooling;
+pub mod quantize;
+pub mod tokenize;
+pub mod weights;
+
+pub use bench::{BenchOptions, BenchReport, BenchRow, bench_embeddings, corpus};
+pub use config::{EncoderConfig, Family, Pooling, SentenceConfig};
+pub use error::BertError;
+pub use model::{Encoder, Hidden};
+pub use pipeline::{BertEmbeddings, OpenOptions, open_embeddings};
+pub use quantize::{QuantizeReport, quantize_int8};
+pub use weights::WeightFormat;

@@ -1,0 +1,331 @@
+//! Encoder weights: read from safetensors, laid out for the forward pass, held in ledger buffers.
+//!
+//! Key choices: Q, K and V are fused into one `[3h, h]` linear at load time (one GEMM per layer
+//! instead of three, which matters at batch 1); every buffer is a `Resident` span of the ledger;
+//! a linear is either f32 or per-channel int8 ([`crate::int8`]), chosen at load (an int8
+//! checkpoint written by [`crate::quantize_int8`] is detected by its `*.weight_scale` tensors, and
+//! an f32 checkpoint can be quantized on the fly).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use favlo_formats::safetensors::SafeTensors;
+use favlo_runtime::buffer::Buffer;
+use favlo_runtime::cpu::{self, WeightRef};
+use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
+
+use crate::config::EncoderConfig;
+use crate::error::BertError;
+use crate::int8::{self, Int8View};
+
+/// How the linear layers are stored in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WeightFormat {
+    /// As in the checkpoint (f32; an int8 checkpoint stays int8).
+    #[default]
+    AsStored,
+    /// Quantize f32 linears to per-channel int8 while loading.
+    Int8,
+}
+
+/// The weights of one linear layer.
+pub(crate) enum LinearWeights {
+    F32(Buffer<f32>),
+    Int8 { q: Buffer<i8>, scales: Buffer<f32> },
+}
+
+/// `y = x W^T + b`.
+pub(crate) struct Linear {
+    pub w: LinearWeights,
+    pub bias: Buffer<f32>,
+    pub n: usize,
+    pub k: usize,
+}
+
+impl Linear {
+    /// Run on `x[m, k]` into `out[m, n]`; `panel` is int8 widening scratch (may be empty).
+    pub fn forward(&self, x: &[f32], out: &mut [f32], panel: &mut [f32]) {
+        match &self.w {
+            LinearWeights::F32(w) => cpu::linear(
+                x,
+                WeightRef::F32 {
+                    data: w,
+                    n: self.n,
+                    k: self.k,
+                },
+                Some(&self.bias),
+                out,
+            ),
+            LinearWeights::Int8 { q, scales } => int8::linear_int8(
+                x,
+                Int8View {
+                    q,
+                    scales,
+                    n: self.n,
+                    k: self.k,
+                },
+                Some(&self.bias),
+                out,
+                panel,
+            ),
+        }
+    }
+
+    pub fn is_int8(&self) -> bool {
+        matches!(self.w, LinearWeights::Int8 { .. })
+    }
+}
+
+/// LayerNorm weight and bias.
+pub(crate) struct Norm {
+    pub weight: Buffer<f32>,
+    pub bias: Buffer<f32>,
+}
+
+/// One transformer layer.
+pub(crate) struct Layer {
+    pub qkv: Linear,
+    pub attn_out: Linear,
+    pub attn_norm: Norm,
+    pub ffn_up: Linear,
+    pub ffn_down: Linear,
+    pub ffn_norm: Norm,
+}
+
+/// All weights of an encoder.
+pub(crate) struct Weights {
+    pub word: Buffer<f32>,
+    pub position: Buffer<f32>,
+    pub token_type: Buffer<f32>,
+    pub emb_norm: Norm,
+    pub layers: Vec<Layer>,
+}
+
+/// The safetensors file of a checkpoint directory (or the path itself when it is a file).
+pub fn checkpoint_file(dir: &Path) -> PathBuf {
+    if dir.is_file() {
+        dir.to_path_buf()
+    } else {
+        dir.join("model.safetensors")
+    }
+}
+
+/// Reads tensors by their names relative to the model prefix (`bert.`, `roberta.`, none).
+pub(crate) struct Reader {
+    st: SafeTensors,
+    path: PathBuf,
+    prefix: String,
+    names: Vec<String>,
+}
+
+impl Reader {
+    pub fn open(path: &Path) -> Result<Self, BertError> {
+        let st = SafeTensors::open(path).map_err(|e| BertError::Checkpoint {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        let names: Vec<String> = st.names().iter().map(|s| s.to_string()).collect();
+        let anchor = "embeddings.word_embeddings.weight";
+        let prefix = names
+            .iter()
+            .find_map(|n| n.strip_suffix(anchor))
+            .ok_or_else(|| BertError::tensor(anchor, "not found under any prefix"))?
+            .to_string();
+        Ok(Reader {
+            st,
+            path: path.to_path_buf(),
+            prefix,
+            names,
+        })
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        let full = format!("{}{name}", self.prefix);
+        self.names.contains(&full)
+    }
+
+    /// The tensor `name` as f32 with its shape checked against `shape`.
+    pub fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, BertError> {
+        let full = format!("{}{name}", self.prefix);
+        let (data, got) = self
+            .st
+            .tensor_f32(&full)
+            .map_err(|e| BertError::Checkpoint {
+                path: self.path.clone(),
+                reason: format!("{full}: {e}"),
+            })?;
+        let numel: usize = shape.iter().product();
+        // Accept a leading batch dimension of 1 and equal element counts of the same shape.
+        let squeezed: Vec<usize> = got.iter().copied().skip_while(|&d| d == 1).collect();
+        let want: Vec<usize> = shape.iter().copied().skip_while(|&d| d == 1).collect();
+        if squeezed != want || data.len() != numel {
+            return Err(BertError::tensor(
+                &full,
+                format!("shape {got:?}, expected {shape:?}"),
+            ));
+        }
+        Ok(data)
+    }
+}
+
+/// Loads tensors into ledger buffers for one owner.
+pub(crate) struct Loader<'a> {
+    pub reader: &'a Reader,
+    pub ledger: &'a Arc<Ledger>,
+    pub owner: &'a Owner,
+    pub format: WeightFormat,
+}
+
+impl Loader<'_> {
+    fn put<T: favlo_runtime::buffer::Element>(
+        &self,
+        data: &[T],
+        what: &str,
+    ) -> Result<Buffer<T>, BertError> {
+        self.ledger
+            .alloc_from(self.owner, SpanKind::Resident, data)
+            .map_err(|e| BertError::ledger(what, e))
+    }
+
+    fn vec(&self, name: &str, shape: &[usize]) -> Result<Buffer<f32>, BertError> {
+        let data = self.reader.f32(name, shape)?;
+        self.put(&data, name)
+    }
+
+    fn norm(&self, base: &str, h: usize) -> Result<Norm, BertError> {
+        // Old TF-converted checkpoints call them gamma/beta.
+        let (w, b) = if self.reader.has(&format!("{base}.weight")) {
+            ("weight", "bias")
+        } else {
+            ("gamma", "beta")
+        };
+        Ok(Norm {
+            weight: self.vec(&format!("{base}.{w}"), &[h])?,
+            bias: self.vec(&format!("{base}.{b}"), &[h])?,
+        })
+    }
+
+    /// Rows of one or more linears stacked along n (for the fused QKV).
+    fn linear(&self, bases: &[String], n_each: usize, k: usize) -> Result<Linear, BertError> {
+        let stored_int8 = bases
+            .iter()
+            .all(|b| self.reader.has(&format!("{b}.weight_scale")));
+        let mut bias = Vec::with_capacity(n_each * bases.len());
+        for b in bases {
+            bias.extend(self.reader.f32(&format!("{b}.bias"), &[n_each])?);
+        }
+        let n = n_each * bases.len();
+        let what = format!("{} (+{} fused)", bases[0], bases.len() - 1);
+        let w = if stored_int8 {
+            let mut q = Vec::with_capacity(n * k);
+            let mut scales = Vec::with_capacity(n);
+            for b in bases {
+                let name = format!("{b}.weight");
+                for v in self.reader.f32(&name, &[n_each, k])? {
+                    if v.fract() != 0.0 || !(-128.0..=127.0).contains(&v) {
+                        return Err(BertError::tensor(
+                            &name,
+                            "int8 weight holds a non-int8 value",
+                        ));
+                    }
+                    q.push(v as i8);
+                }
+                scales.extend(self.reader.f32(&format!("{b}.weight_scale"), &[n_each])?);
+            }
+            LinearWeights::Int8 {
+                q: self.put(&q, &what)?,
+                scales: self.put(&scales, &what)?,
+            }
+        } else {
+            let mut w = Vec::with_capacity(n * k);
+            for b in bases {
+                w.extend(self.reader.f32(&format!("{b}.weight"), &[n_each, k])?);
+            }
+            match self.format {
+                WeightFormat::AsStored => LinearWeights::F32(self.put(&w, &what)?),
+                WeightFormat::Int8 => {
+                    let (q, scales) = int8::quantize_rows(&w, n, k);
+                    LinearWeights::Int8 {
+                        q: self.put(&q, &what)?,
+                        scales: self.put(&scales, &what)?,
+                    }
+                }
+            }
+        };
+        Ok(Linear {
+            w,
+            bias: self.put(&bias, &what)?,
+            n,
+            k,
+        })
+    }
+
+    pub fn load(&self, cfg: &EncoderConfig) -> Result<Weights, BertError> {
+        let h = cfg.hidden_size;
+        let e = "embeddings";
+        let word = self.vec(&format!("{e}.word_embeddings.weight"), &[cfg.vocab_size, h])?;
+        let position = self.vec(
+            &format!("{e}.position_embeddings.weight"),
+            &[cfg.max_position_embeddings, h],
+        )?;
+        let token_type = if self
+            .reader
+            .has(&format!("{e}.token_type_embeddings.weight"))
+        {
+            self.vec(
+                &format!("{e}.token_type_embeddings.weight"),
+                &[cfg.type_vocab_size, h],
+            )?
+        } else {
+            self.put(&vec![0f32; h], "token_type_embeddings (absent: zeros)")?
+        };
+        let emb_norm = self.norm(&format!("{e}.LayerNorm"), h)?;
+        let mut layers = Vec::with_capacity(cfg.num_layers);
+        for l in 0..cfg.num_layers {
+            let p = format!("encoder.layer.{l}");
+            let qkv_names: Vec<String> = ["query", "key", "value"]
+                .iter()
+                .map(|s| format!("{p}.attention.self.{s}"))
+                .collect();
+            layers.push(Layer {
+                qkv: self.linear(&qkv_names, h, h)?,
+                attn_out: self.linear(&[format!("{p}.attention.output.dense")], h, h)?,
+                attn_norm: self.norm(&format!("{p}.attention.output.LayerNorm"), h)?,
+                ffn_up: self.linear(
+                    &[format!("{p}.intermediate.dense")],
+                    cfg.intermediate_size,
+                    h,
+                )?,
+                ffn_down: self.linear(&[format!("{p}.output.dense")], h, cfg.intermediate_size)?,
+                ffn_norm: self.norm(&format!("{p}.output.LayerNorm"), h)?,
+            });
+        }
+        Ok(Weights {
+            word,
+            position,
+            token_type,
+            emb_norm,
+            layers,
+        })
+    }
+}
+
+/// Resident bytes the weights will take (for the fit check before the first allocation).
+pub fn resident_bytes(cfg: &EncoderConfig, int8: bool) -> u64 {
+    let h = cfg.hidden_size as u64;
+    let i = cfg.intermediate_size as u64;
+    let linear_params = cfg.num_layers as u64 * (4 * h * h + 2 * h * i);
+    let linear_rows = cfg.num_layers as u64 * (4 * h + h + i);
+    let other =
+        (cfg.vocab_size as u64 + cfg.max_position_embeddings as u64 + cfg.type_vocab_size as u64)
+            * h
+            + cfg.num_layers as u64 * 4 * h
+            + linear_rows
+            + 2 * h;
+    let linear_bytes = if int8 {
+        linear_params + linear_rows * 4
+    } else {
+        linear_params * 4
+    };
+    linear_bytes + other * 4
+}
