@@ -6,6 +6,7 @@
 //! truncated file is an error that names the file and the field, never a panic.
 
 pub mod gguf;
+pub mod mx_checkpoint;
 pub mod onnx;
 pub mod safetensors;
 pub mod tokenizer;
