@@ -29,6 +29,8 @@ enum Command {
     Pull(cmd::pull::PullArgs),
     /// List the registry's models and what is pulled; print a model's folder.
     Models(cmd::models::ModelsArgs),
+    /// Pack a safetensors checkpoint's linear weights to MXFP8/MXFP4 and print the error table.
+    Quantize(cmd::quantize::QuantizeArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Pull(args) => cmd::pull::run(args),
         Command::Models(args) => cmd::models::run(args),
+        Command::Quantize(args) => cmd::quantize::run(args),
     };
     match result {
         Ok(code) => code,

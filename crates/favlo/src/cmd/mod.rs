@@ -2,3 +2,4 @@
 
 pub mod models;
 pub mod pull;
+pub mod quantize;
