@@ -105,59 +105,51 @@ fn attend(
     let group = nh / nkv;
     let blocks = t.div_ceil(TOKEN_BLOCK);
     let optr = SyncPtr(out.as_mut_ptr());
+    let isa = simd::isa();
+    let kv_stride = nkv * hd;
     let task = |id: usize| {
         let (g, b) = (id / blocks, id % blocks);
         let i0 = b * TOKEN_BLOCK;
         let i1 = (i0 + TOKEN_BLOCK).min(t);
-        let mut scores = vec![0f32; group * ctx];
+        // One "row" per (query token, query head of this kv group).
+        let mut qs = Vec::with_capacity((i1 - i0) * group);
+        let mut os = Vec::with_capacity((i1 - i0) * group);
+        let mut lens = Vec::with_capacity((i1 - i0) * group);
         for i in i0..i1 {
-            let len = visible(i).min(ctx);
-            // Scores: each K row once, dotted with every query head of the group.
-            for j in 0..len {
-                let visible_key = mask.is_none_or(|m| m[j]);
-                let kr = &k[(j * nkv + g) * hd..(j * nkv + g + 1) * hd];
-                for r in 0..group {
-                    let h = g * group + r;
-                    let qv = &q[(i * nh + h) * hd..(i * nh + h + 1) * hd];
-                    scores[r * ctx + j] = if visible_key {
-                        scale * simd::dot(qv, kr)
-                    } else {
-                        f32::NEG_INFINITY
-                    };
-                }
-            }
-            // Normalize each row; all-masked rows give zero weights.
             for r in 0..group {
-                let row = &mut scores[r * ctx..r * ctx + len];
-                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                if max == f32::NEG_INFINITY {
-                    row.fill(0.0);
-                    continue;
-                }
-                let mut sum = 0f32;
-                for s in row.iter_mut() {
-                    *s = (*s - max).exp();
-                    sum += *s;
-                }
-                let inv = 1.0 / sum;
-                row.iter_mut().for_each(|s| *s *= inv);
+                let at = (i * nh + g * group + r) * hd;
+                qs.push(q[at..at + hd].as_ptr());
+                // SAFETY: at + hd <= out.len() (checked above); this task alone writes it.
+                os.push(unsafe { optr.ptr().add(at) });
+                lens.push(visible(i).min(ctx));
             }
-            // Weighted sum of V rows.
-            for r in 0..group {
-                let h = g * group + r;
-                // SAFETY: (i, h) rows are written by this task only; in bounds (checked above).
-                let o = unsafe {
-                    std::slice::from_raw_parts_mut(optr.ptr().add((i * nh + h) * hd), hd)
-                };
-                o.fill(0.0);
-                for j in 0..len {
-                    let p = scores[r * ctx + j];
-                    if p != 0.0 {
-                        simd::axpy(o, p, &v[(j * nkv + g) * hd..(j * nkv + g + 1) * hd]);
+        }
+        let rows = Rows {
+            qs: &qs,
+            os: &os,
+            lens: &lens,
+            hd,
+            ctx,
+        };
+        let mut scores = vec![0f32; qs.len() * ctx];
+        let kb = k[g * hd..].as_ptr();
+        let vb = v[g * hd..].as_ptr();
+        // SAFETY: every key/value row j < ctx lies at kb + j*kv_stride .. + hd, inside k/v
+        // (checked above); q/out rows hold hd floats.
+        unsafe { kernels::scores(isa, &rows, kb, kv_stride, scale, &mut scores) };
+        for (a, &len) in lens.iter().enumerate() {
+            let row = &mut scores[a * ctx..a * ctx + len];
+            if let Some(m) = mask {
+                for (sj, keep) in row.iter_mut().zip(m) {
+                    if !keep {
+                        *sj = f32::NEG_INFINITY;
                     }
                 }
             }
+            normalize(row);
         }
+        // SAFETY: as above.
+        unsafe { kernels::weighted_sum(isa, &rows, vb, kv_stride, &scores) };
     };
     let n_tasks = nkv * blocks;
     let work = t * ctx * nh * hd;
@@ -165,5 +157,213 @@ fn attend(
         (0..n_tasks).for_each(task);
     } else {
         (0..n_tasks).into_par_iter().for_each(task);
+    }
+}
+
+/// Softmax of one score row in place; an all-masked row becomes all zeros.
+fn normalize(row: &mut [f32]) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        row.fill(0.0);
+        return;
+    }
+    let mut sum = 0f32;
+    for s in row.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    let inv = 1.0 / sum;
+    row.iter_mut().for_each(|s| *s *= inv);
+}
+
+/// The query/output rows one task handles, each seeing keys 0..lens[a].
+struct Rows<'a> {
+    qs: &'a [*const f32],
+    os: &'a [*mut f32],
+    lens: &'a [usize],
+    hd: usize,
+    ctx: usize,
+}
+
+/// The two inner loops, per ISA: scores (K rows read once, dotted with every query row)
+/// and the probability-weighted sum of V rows (each V row read once, added to every output row).
+mod kernels {
+    use super::Rows;
+    use crate::cpu::simd::Isa;
+    #[cfg(target_arch = "x86_64")]
+    use std::arch::x86_64::*;
+
+    /// scores[a*ctx + j] = scale · q_a · k_j for j < lens[a].
+    ///
+    /// # Safety
+    /// Every pointer in `rows` addresses `hd` floats; k rows j < ctx lie at `k + j*stride`.
+    pub(super) unsafe fn scores(
+        isa: Isa,
+        rows: &Rows<'_>,
+        k: *const f32,
+        stride: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        let maxlen = rows.lens.iter().copied().max().unwrap_or(0);
+        match isa {
+            // SAFETY: ISA detected at run time; the caller's guarantee.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { scores_avx512(rows, k, stride, scale, out, maxlen) },
+            _ => {
+                for j in 0..maxlen {
+                    // SAFETY: the caller's guarantee.
+                    let kr = unsafe { std::slice::from_raw_parts(k.add(j * stride), rows.hd) };
+                    for (a, (&qp, &len)) in rows.qs.iter().zip(rows.lens).enumerate() {
+                        if j < len {
+                            // SAFETY: the caller's guarantee.
+                            let qv = unsafe { std::slice::from_raw_parts(qp, rows.hd) };
+                            out[a * rows.ctx + j] = scale * crate::cpu::simd::dot(qv, kr);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+    unsafe fn scores_avx512(
+        rows: &Rows<'_>,
+        k: *const f32,
+        stride: usize,
+        scale: f32,
+        out: &mut [f32],
+        maxlen: usize,
+    ) {
+        let hd = rows.hd;
+        let full = hd / 16;
+        let tail: __mmask16 = ((1u32 << (hd % 16)) - 1) as __mmask16;
+        // SAFETY (all loads): the caller's guarantee; tails are masked.
+        unsafe {
+            for j in 0..maxlen {
+                let kr = k.add(j * stride);
+                for (a, (&qp, &len)) in rows.qs.iter().zip(rows.lens).enumerate() {
+                    if j >= len {
+                        continue;
+                    }
+                    let mut acc0 = _mm512_setzero_ps();
+                    let mut acc1 = _mm512_setzero_ps();
+                    let mut c = 0;
+                    while c + 2 <= full {
+                        acc0 = _mm512_fmadd_ps(
+                            _mm512_loadu_ps(qp.add(16 * c)),
+                            _mm512_loadu_ps(kr.add(16 * c)),
+                            acc0,
+                        );
+                        acc1 = _mm512_fmadd_ps(
+                            _mm512_loadu_ps(qp.add(16 * c + 16)),
+                            _mm512_loadu_ps(kr.add(16 * c + 16)),
+                            acc1,
+                        );
+                        c += 2;
+                    }
+                    if c < full {
+                        acc0 = _mm512_fmadd_ps(
+                            _mm512_loadu_ps(qp.add(16 * c)),
+                            _mm512_loadu_ps(kr.add(16 * c)),
+                            acc0,
+                        );
+                    }
+                    if tail != 0 {
+                        let o = 16 * full;
+                        acc1 = _mm512_fmadd_ps(
+                            _mm512_maskz_loadu_ps(tail, qp.add(o)),
+                            _mm512_maskz_loadu_ps(tail, kr.add(o)),
+                            acc1,
+                        );
+                    }
+                    *out.get_unchecked_mut(a * rows.ctx + j) =
+                        scale * _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+                }
+            }
+        }
+    }
+
+    /// o_a = Σ_{j < lens[a]} p[a*ctx + j] · v_j.
+    ///
+    /// # Safety
+    /// As for [`scores`]; output rows are disjoint and written by this caller only.
+    pub(super) unsafe fn weighted_sum(
+        isa: Isa,
+        rows: &Rows<'_>,
+        v: *const f32,
+        stride: usize,
+        p: &[f32],
+    ) {
+        let hd = rows.hd;
+        for &o in rows.os {
+            // SAFETY: the caller's guarantee.
+            unsafe { std::slice::from_raw_parts_mut(o, hd) }.fill(0.0);
+        }
+        let maxlen = rows.lens.iter().copied().max().unwrap_or(0);
+        match isa {
+            // SAFETY: ISA detected at run time; the caller's guarantee.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { weighted_sum_avx512(rows, v, stride, p, maxlen) },
+            _ => {
+                for j in 0..maxlen {
+                    // SAFETY: the caller's guarantee.
+                    let vr = unsafe { std::slice::from_raw_parts(v.add(j * stride), hd) };
+                    for (a, (&op, &len)) in rows.os.iter().zip(rows.lens).enumerate() {
+                        let w = p[a * rows.ctx + j];
+                        if j < len && w != 0.0 {
+                            // SAFETY: the caller's guarantee.
+                            let o = unsafe { std::slice::from_raw_parts_mut(op, hd) };
+                            crate::cpu::simd::axpy(o, w, vr);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+    unsafe fn weighted_sum_avx512(
+        rows: &Rows<'_>,
+        v: *const f32,
+        stride: usize,
+        p: &[f32],
+        maxlen: usize,
+    ) {
+        let hd = rows.hd;
+        // SAFETY (all accesses): the caller's guarantee; tails are masked.
+        unsafe {
+            for j in 0..maxlen {
+                let vr = v.add(j * stride);
+                for (a, (&op, &len)) in rows.os.iter().zip(rows.lens).enumerate() {
+                    let w = *p.get_unchecked(a * rows.ctx + j);
+                    if j >= len || w == 0.0 {
+                        continue;
+                    }
+                    let wv = _mm512_set1_ps(w);
+                    let mut c = 0;
+                    while c + 16 <= hd {
+                        let o = _mm512_fmadd_ps(
+                            wv,
+                            _mm512_loadu_ps(vr.add(c)),
+                            _mm512_loadu_ps(op.add(c)),
+                        );
+                        _mm512_storeu_ps(op.add(c), o);
+                        c += 16;
+                    }
+                    if c < hd {
+                        let m: __mmask16 = ((1u32 << (hd - c)) - 1) as __mmask16;
+                        let o = _mm512_fmadd_ps(
+                            wv,
+                            _mm512_maskz_loadu_ps(m, vr.add(c)),
+                            _mm512_maskz_loadu_ps(m, op.add(c)),
+                        );
+                        _mm512_mask_storeu_ps(op.add(c), m, o);
+                    }
+                }
+            }
+        }
     }
 }

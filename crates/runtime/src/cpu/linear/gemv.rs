@@ -44,12 +44,14 @@ pub(super) fn linear_gemv(x: &[f32], w: &WeightRef<'_>, out: &mut [f32], m: usiz
         while t0 < r1 {
             let t1 = (t0 + TILE_ROWS).min(r1);
             for (g, group) in xs.chunks(4).enumerate() {
-                for r in t0..t1 {
-                    let sums = row_dots(isa, w, r, group);
-                    for (j, s) in sums.iter().take(group.len()).enumerate() {
+                let mut buf = [0f32; 4 * TILE_ROWS];
+                tile_dots(isa, w, t0, t1, group, &mut buf);
+                let gl = group.len();
+                for (i, r) in (t0..t1).enumerate() {
+                    for j in 0..gl {
                         let idx = (g * 4 + j) * n + r;
                         // SAFETY: idx < m*n == out.len(); row r belongs to this task only.
-                        unsafe { *optr.ptr().add(idx) = *s };
+                        unsafe { *optr.ptr().add(idx) = buf[i * gl + j] };
                     }
                 }
             }
@@ -65,29 +67,42 @@ pub(super) fn linear_gemv(x: &[f32], w: &WeightRef<'_>, out: &mut [f32], m: usiz
     }
 }
 
-fn row_dots(isa: Isa, w: &WeightRef<'_>, r: usize, xs: &[&[f32]]) -> [f32; 4] {
+/// Dot products of weight rows t0..t1 with the x rows of `xs` (≤ 4):
+/// `buf[(r - t0) * xs.len() + j]`.
+fn tile_dots(isa: Isa, w: &WeightRef<'_>, t0: usize, t1: usize, xs: &[&[f32]], buf: &mut [f32]) {
+    if let WeightRef::Mx(v) = w {
+        match xs.len() {
+            1 => mx::rows_dots::<1>(isa, v, t0, t1, [xs[0]], buf),
+            2 => mx::rows_dots::<2>(isa, v, t0, t1, [xs[0], xs[1]], buf),
+            3 => mx::rows_dots::<3>(isa, v, t0, t1, [xs[0], xs[1], xs[2]], buf),
+            _ => mx::rows_dots::<4>(isa, v, t0, t1, [xs[0], xs[1], xs[2], xs[3]], buf),
+        }
+        return;
+    }
+    let gl = xs.len();
+    for (i, r) in (t0..t1).enumerate() {
+        let sums = dense_row(isa, w, r, xs);
+        buf[i * gl..(i + 1) * gl].copy_from_slice(&sums[..gl]);
+    }
+}
+
+fn dense_row(isa: Isa, w: &WeightRef<'_>, r: usize, xs: &[&[f32]]) -> [f32; 4] {
     macro_rules! by_m {
-        ($md:ident, $($a:expr),*) => {
+        ($row:expr) => {
             match xs.len() {
-                1 => pad($md::row_dots::<1>($($a,)* [xs[0]])),
-                2 => pad($md::row_dots::<2>($($a,)* [xs[0], xs[1]])),
-                3 => pad($md::row_dots::<3>($($a,)* [xs[0], xs[1], xs[2]])),
-                _ => $md::row_dots::<4>($($a,)* [xs[0], xs[1], xs[2], xs[3]]),
+                1 => pad(dense::row_dots::<1>(isa, $row, [xs[0]])),
+                2 => pad(dense::row_dots::<2>(isa, $row, [xs[0], xs[1]])),
+                3 => pad(dense::row_dots::<3>(isa, $row, [xs[0], xs[1], xs[2]])),
+                _ => dense::row_dots::<4>(isa, $row, [xs[0], xs[1], xs[2], xs[3]]),
             }
         };
     }
     let k = w.k();
     match w {
-        WeightRef::F32 { data, .. } => {
-            by_m!(dense, isa, dense::Row::F32(&data[r * k..(r + 1) * k]))
-        }
-        WeightRef::Bf16 { data, .. } => {
-            by_m!(dense, isa, dense::Row::Bf16(&data[r * k..(r + 1) * k]))
-        }
-        WeightRef::F16 { data, .. } => {
-            by_m!(dense, isa, dense::Row::F16(&data[r * k..(r + 1) * k]))
-        }
-        WeightRef::Mx(v) => by_m!(mx, isa, v, r),
+        WeightRef::F32 { data, .. } => by_m!(dense::Row::F32(&data[r * k..(r + 1) * k])),
+        WeightRef::Bf16 { data, .. } => by_m!(dense::Row::Bf16(&data[r * k..(r + 1) * k])),
+        WeightRef::F16 { data, .. } => by_m!(dense::Row::F16(&data[r * k..(r + 1) * k])),
+        WeightRef::Mx(_) => [0.0; 4],
     }
 }
 

@@ -84,56 +84,127 @@ impl MxPrep {
     }
 }
 
-/// Dot products of MX row `r` with M prepared x rows.
-pub(super) fn row_dots<const M: usize>(
+/// Dot products of MX rows `r0..r1` with M prepared x rows: `out[(r - r0) * M + j]`.
+pub(super) fn rows_dots<const M: usize>(
     isa: Isa,
     v: &MxView<'_>,
-    r: usize,
+    r0: usize,
+    r1: usize,
     xs: [&[f32]; M],
-) -> [f32; M] {
-    let nb = v.layout.cols.div_ceil(BLOCK);
-    let data = v.row_data(r);
-    let scales = v.row_scales(r);
-    let fmt = v.layout.format;
+    out: &mut [f32],
+) {
+    let l = v.layout;
+    let nb = l.cols.div_ceil(BLOCK);
+    let fmt = l.format;
+    let (drb, srb) = (l.data_row_bytes(), l.scale_row_bytes());
     let need_data = if fmt == ElementFormat::Fp4E2M1 {
         nb * 16
     } else {
         nb * 32
     };
-    if data.len() < need_data || scales.len() < nb || xs.iter().any(|x| x.len() < nb * BLOCK) {
-        debug_assert!(false, "mx row_dots: inconsistent layout");
-        return [0.0; M];
+    let ok = r0 <= r1
+        && r1 <= l.rows
+        && drb >= need_data
+        && srb >= nb
+        && v.bytes.len() >= l.total_bytes()
+        && out.len() >= (r1 - r0) * M
+        && xs.iter().all(|x| x.len() >= nb * BLOCK);
+    if !ok {
+        debug_assert!(false, "mx rows_dots: inconsistent layout");
+        return;
     }
-    let xp = xs.map(|x| x.as_ptr());
     let st = scale_table();
-    match (isa, fmt) {
-        // SAFETY: ISA detected at run time; data holds nb blocks, scales nb bytes, every x row nb*32 floats.
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512, ElementFormat::Fp4E2M1) => unsafe {
-            fp4_avx512::<M>(data.as_ptr(), scales, st, nb, xp)
-        },
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512, ElementFormat::Fp8E4M3) => unsafe {
-            fp8_avx512::<M, false>(data.as_ptr(), scales, st, nb, xp)
-        },
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512, ElementFormat::Fp8E5M2) => unsafe {
-            fp8_avx512::<M, true>(data.as_ptr(), scales, st, nb, xp)
-        },
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, ElementFormat::Fp4E2M1) => unsafe {
-            fp4_avx2::<M>(data.as_ptr(), scales, st, nb, xp)
-        },
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, ElementFormat::Fp8E4M3) => unsafe {
-            fp8_avx2::<M, false>(data.as_ptr(), scales, st, nb, xp)
-        },
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, ElementFormat::Fp8E5M2) => unsafe {
-            fp8_avx2::<M, true>(data.as_ptr(), scales, st, nb, xp)
-        },
-        (_, ElementFormat::Fp4E2M1) => fp4_scalar(data, scales, st, nb, xs),
-        (_, f) => fp8_scalar(data, scales, st, nb, xs, fp8_table(f)),
+    let rows = r1 - r0;
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        let xp = xs.map(|x| x.as_ptr());
+        let d = v.bytes[r0 * drb..].as_ptr();
+        let s = v.bytes[l.scale_offset() + r0 * srb..].as_ptr();
+        let o = out.as_mut_ptr();
+        let g = Geometry { drb, srb, rows, nb };
+        // SAFETY: ISA detected at run time; rows r0..r1 lie inside the checked view (each
+        // with nb blocks of codes and nb scale bytes), every x row has nb*32 floats and
+        // out has rows*M slots.
+        unsafe {
+            match (isa, fmt) {
+                (Isa::Avx512, ElementFormat::Fp4E2M1) => loop_avx512::<M, 0>(d, s, g, st, xp, o),
+                (Isa::Avx512, ElementFormat::Fp8E4M3) => loop_avx512::<M, 1>(d, s, g, st, xp, o),
+                (Isa::Avx512, ElementFormat::Fp8E5M2) => loop_avx512::<M, 2>(d, s, g, st, xp, o),
+                (_, ElementFormat::Fp4E2M1) => loop_avx2::<M, 0>(d, s, g, st, xp, o),
+                (_, ElementFormat::Fp8E4M3) => loop_avx2::<M, 1>(d, s, g, st, xp, o),
+                (_, ElementFormat::Fp8E5M2) => loop_avx2::<M, 2>(d, s, g, st, xp, o),
+            }
+        }
+        return;
+    }
+    for (i, r) in (r0..r1).enumerate() {
+        let (data, scales) = (v.row_data(r), v.row_scales(r));
+        let res = match fmt {
+            ElementFormat::Fp4E2M1 => fp4_scalar(data, scales, st, nb, xs),
+            f => fp8_scalar(data, scales, st, nb, xs, fp8_table(f)),
+        };
+        out[i * M..(i + 1) * M].copy_from_slice(&res);
+    }
+}
+
+/// Strides and sizes of a run of rows.
+#[derive(Clone, Copy)]
+struct Geometry {
+    drb: usize,
+    srb: usize,
+    rows: usize,
+    nb: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn loop_avx512<const M: usize, const F: u8>(
+    d: *const u8,
+    s: *const u8,
+    g: Geometry,
+    st: &[f32; 256],
+    xs: [*const f32; M],
+    out: *mut f32,
+) {
+    // SAFETY: the caller guarantees g.rows rows of codes/scales and rows*M output slots.
+    unsafe {
+        for i in 0..g.rows {
+            let (di, si) = (d.add(i * g.drb), s.add(i * g.srb));
+            let r = match F {
+                0 => fp4_avx512::<M>(di, si, st, g.nb, xs),
+                1 => fp8_avx512::<M, false>(di, si, st, g.nb, xs),
+                _ => fp8_avx512::<M, true>(di, si, st, g.nb, xs),
+            };
+            for (j, v) in r.iter().enumerate() {
+                *out.add(i * M + j) = *v;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn loop_avx2<const M: usize, const F: u8>(
+    d: *const u8,
+    s: *const u8,
+    g: Geometry,
+    st: &[f32; 256],
+    xs: [*const f32; M],
+    out: *mut f32,
+) {
+    // SAFETY: the caller guarantees g.rows rows of codes/scales and rows*M output slots.
+    unsafe {
+        for i in 0..g.rows {
+            let (di, si) = (d.add(i * g.drb), s.add(i * g.srb));
+            let r = match F {
+                0 => fp4_avx2::<M>(di, si, st, g.nb, xs),
+                1 => fp8_avx2::<M, false>(di, si, st, g.nb, xs),
+                _ => fp8_avx2::<M, true>(di, si, st, g.nb, xs),
+            };
+            for (j, v) in r.iter().enumerate() {
+                *out.add(i * M + j) = *v;
+            }
+        }
     }
 }
 
@@ -188,10 +259,11 @@ fn fp8_scalar<const M: usize>(
 }
 
 #[cfg(target_arch = "x86_64")]
+#[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 unsafe fn fp4_avx512<const M: usize>(
     d: *const u8,
-    scales: &[u8],
+    scales: *const u8,
     st: &[f32; 256],
     nb: usize,
     xs: [*const f32; M],
@@ -201,20 +273,30 @@ unsafe fn fp4_avx512<const M: usize>(
         let lut = _mm512_loadu_ps(FP4_E2M1_VALUES.as_ptr());
         let low = _mm512_set1_epi32(15);
         let mut acc = [[_mm512_setzero_ps(); 2]; M];
+        // One block: decode 32 codes, dot with each x row, add (dot · scale) into acc[j][u].
+        macro_rules! block {
+            ($b:expr, $u:literal) => {{
+                let b = $b;
+                let v = _mm512_cvtepu8_epi32(_mm_loadu_si128(d.add(b * 16) as *const __m128i));
+                let wl = _mm512_permutexvar_ps(_mm512_and_si512(v, low), lut);
+                let wh = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(v), lut);
+                let s = _mm512_set1_ps(*st.get_unchecked(*scales.add(b) as usize));
+                for j in 0..M {
+                    let xp = xs[j].add(b * BLOCK);
+                    let t = _mm512_mul_ps(wl, _mm512_loadu_ps(xp));
+                    let t = _mm512_fmadd_ps(wh, _mm512_loadu_ps(xp.add(16)), t);
+                    acc[j][$u] = _mm512_fmadd_ps(t, s, acc[j][$u]);
+                }
+            }};
+        }
         let mut b = 0;
-        while b < nb {
-            let u = b & 1;
-            let v = _mm512_cvtepu8_epi32(_mm_loadu_si128(d.add(b * 16) as *const __m128i));
-            let wl = _mm512_permutexvar_ps(_mm512_and_si512(v, low), lut);
-            let wh = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(v), lut);
-            let s = _mm512_set1_ps(*st.get_unchecked(*scales.get_unchecked(b) as usize));
-            for j in 0..M {
-                let xp = xs[j].add(b * BLOCK);
-                let t = _mm512_mul_ps(wl, _mm512_loadu_ps(xp));
-                let t = _mm512_fmadd_ps(wh, _mm512_loadu_ps(xp.add(16)), t);
-                acc[j][u] = _mm512_fmadd_ps(t, s, acc[j][u]);
-            }
-            b += 1;
+        while b + 2 <= nb {
+            block!(b, 0);
+            block!(b + 1, 1);
+            b += 2;
+        }
+        if b < nb {
+            block!(b, 0);
         }
         let mut out = [0f32; M];
         for j in 0..M {
@@ -225,10 +307,11 @@ unsafe fn fp4_avx512<const M: usize>(
 }
 
 #[cfg(target_arch = "x86_64")]
+#[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 unsafe fn fp8_avx512<const M: usize, const E5M2: bool>(
     d: *const u8,
-    scales: &[u8],
+    scales: *const u8,
     st: &[f32; 256],
     nb: usize,
     xs: [*const f32; M],
@@ -237,25 +320,34 @@ unsafe fn fp8_avx512<const M: usize, const E5M2: bool>(
     unsafe {
         let keep = _mm512_set1_epi16(0xBF80u16 as i16);
         let mut acc = [[_mm512_setzero_ps(); 2]; M];
+        macro_rules! block {
+            ($b:expr, $u:literal) => {{
+                let b = $b;
+                let raw = _mm256_loadu_si256(d.add(b * BLOCK) as *const __m256i);
+                let h = if E5M2 {
+                    _mm512_slli_epi16::<8>(_mm512_cvtepu8_epi16(raw))
+                } else {
+                    _mm512_and_si512(_mm512_slli_epi16::<7>(_mm512_cvtepi8_epi16(raw)), keep)
+                };
+                let w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+                let w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(h));
+                let s = _mm512_set1_ps(*st.get_unchecked(*scales.add(b) as usize));
+                for j in 0..M {
+                    let xp = xs[j].add(b * BLOCK);
+                    let t = _mm512_mul_ps(w0, _mm512_loadu_ps(xp));
+                    let t = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), t);
+                    acc[j][$u] = _mm512_fmadd_ps(t, s, acc[j][$u]);
+                }
+            }};
+        }
         let mut b = 0;
-        while b < nb {
-            let u = b & 1;
-            let raw = _mm256_loadu_si256(d.add(b * BLOCK) as *const __m256i);
-            let h = if E5M2 {
-                _mm512_slli_epi16::<8>(_mm512_cvtepu8_epi16(raw))
-            } else {
-                _mm512_and_si512(_mm512_slli_epi16::<7>(_mm512_cvtepi8_epi16(raw)), keep)
-            };
-            let w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-            let w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(h));
-            let s = _mm512_set1_ps(*st.get_unchecked(*scales.get_unchecked(b) as usize));
-            for j in 0..M {
-                let xp = xs[j].add(b * BLOCK);
-                let t = _mm512_mul_ps(w0, _mm512_loadu_ps(xp));
-                let t = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), t);
-                acc[j][u] = _mm512_fmadd_ps(t, s, acc[j][u]);
-            }
-            b += 1;
+        while b + 2 <= nb {
+            block!(b, 0);
+            block!(b + 1, 1);
+            b += 2;
+        }
+        if b < nb {
+            block!(b, 0);
         }
         let mut out = [0f32; M];
         for j in 0..M {
@@ -276,10 +368,11 @@ fn fp4_decode8(idx: __m256i, lut8: __m256) -> __m256 {
 }
 
 #[cfg(target_arch = "x86_64")]
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn fp4_avx2<const M: usize>(
     d: *const u8,
-    scales: &[u8],
+    scales: *const u8,
     st: &[f32; 256],
     nb: usize,
     xs: [*const f32; M],
@@ -297,7 +390,7 @@ unsafe fn fp4_avx2<const M: usize>(
             let h0 = fp4_decode8(_mm256_srli_epi32::<4>(v0), lut8);
             let l1 = fp4_decode8(_mm256_and_si256(v1, low), lut8);
             let h1 = fp4_decode8(_mm256_srli_epi32::<4>(v1), lut8);
-            let s = _mm256_set1_ps(*st.get_unchecked(*scales.get_unchecked(b) as usize));
+            let s = _mm256_set1_ps(*st.get_unchecked(*scales.add(b) as usize));
             for j in 0..M {
                 let xp = xs[j].add(b * BLOCK);
                 let t = _mm256_mul_ps(l0, _mm256_loadu_ps(xp));
@@ -316,10 +409,11 @@ unsafe fn fp4_avx2<const M: usize>(
 }
 
 #[cfg(target_arch = "x86_64")]
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn fp8_avx2<const M: usize, const E5M2: bool>(
     d: *const u8,
-    scales: &[u8],
+    scales: *const u8,
     st: &[f32; 256],
     nb: usize,
     xs: [*const f32; M],
@@ -341,7 +435,7 @@ unsafe fn fp8_avx2<const M: usize, const E5M2: bool>(
                 w[2 * half] = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
                 w[2 * half + 1] = _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(h));
             }
-            let s = _mm256_set1_ps(*st.get_unchecked(*scales.get_unchecked(b) as usize));
+            let s = _mm256_set1_ps(*st.get_unchecked(*scales.add(b) as usize));
             for j in 0..M {
                 let xp = xs[j].add(b * BLOCK);
                 let t = _mm256_mul_ps(w[0], _mm256_loadu_ps(xp));
@@ -359,23 +453,89 @@ unsafe fn fp8_avx2<const M: usize, const E5M2: bool>(
     }
 }
 
-/// Dequantize MX row `r` into `out` (`out.len() == cols`), exactly like favlo-mx does.
+/// Dequantize MX row `r` into `out` (`out.len() == cols`), with the same values as
+/// `MxView::dequantize_row` (0xFF scales give NaN).
 pub(crate) fn mx_row_to_f32(v: &MxView<'_>, r: usize, out: &mut [f32]) {
     let cols = v.layout.cols.min(out.len());
     let data = v.row_data(r);
     let scales = v.row_scales(r);
     let st = scale_table();
-    match v.layout.format {
+    let fmt = v.layout.format;
+    let full = cols / BLOCK;
+    let need = if fmt == ElementFormat::Fp4E2M1 {
+        full * 16
+    } else {
+        full * BLOCK
+    };
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if super::super::simd::isa() == Isa::Avx512 && data.len() >= need && scales.len() >= full {
+        // SAFETY: ISA detected; `full` whole blocks of codes, scales and output exist.
+        unsafe {
+            dequant_avx512(
+                fmt,
+                data.as_ptr(),
+                scales.as_ptr(),
+                st,
+                full,
+                out.as_mut_ptr(),
+            )
+        };
+        done = full * BLOCK;
+    }
+    match fmt {
         ElementFormat::Fp4E2M1 => {
-            for (c, o) in out[..cols].iter_mut().enumerate() {
+            for (c, o) in out[..cols].iter_mut().enumerate().skip(done) {
                 let code = (data[c / 2] >> ((c & 1) * 4)) & 15;
                 *o = FP4_E2M1_VALUES[code as usize] * st[scales[c / BLOCK] as usize];
             }
         }
         f => {
             let t = fp8_table(f);
-            for (c, o) in out[..cols].iter_mut().enumerate() {
+            for (c, o) in out[..cols].iter_mut().enumerate().skip(done) {
                 *o = t[data[c] as usize] * st[scales[c / BLOCK] as usize];
+            }
+        }
+    }
+}
+
+/// Whole-block dequantization into natural element order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn dequant_avx512(
+    fmt: ElementFormat,
+    d: *const u8,
+    s: *const u8,
+    st: &[f32; 256],
+    nb: usize,
+    out: *mut f32,
+) {
+    // SAFETY (all accesses): the caller guarantees nb blocks of codes/scales and nb*32 outputs.
+    unsafe {
+        let lut = _mm512_loadu_ps(FP4_E2M1_VALUES.as_ptr());
+        let e8 = fp8_table(fmt);
+        let low = _mm_set1_epi8(15);
+        for b in 0..nb {
+            let sc = *st.get_unchecked(*s.add(b) as usize);
+            let o = out.add(b * BLOCK);
+            match fmt {
+                ElementFormat::Fp4E2M1 => {
+                    let bytes = _mm_loadu_si128(d.add(b * 16) as *const __m128i);
+                    let lo = _mm_and_si128(bytes, low);
+                    let hi = _mm_and_si128(_mm_srli_epi16::<4>(bytes), low);
+                    let e0 = _mm_unpacklo_epi8(lo, hi);
+                    let e1 = _mm_unpackhi_epi8(lo, hi);
+                    let scv = _mm512_set1_ps(sc);
+                    let w0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(e0), lut);
+                    let w1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(e1), lut);
+                    _mm512_storeu_ps(o, _mm512_mul_ps(w0, scv));
+                    _mm512_storeu_ps(o.add(16), _mm512_mul_ps(w1, scv));
+                }
+                _ => {
+                    for i in 0..BLOCK {
+                        *o.add(i) = *e8.get_unchecked(*d.add(b * BLOCK + i) as usize) * sc;
+                    }
+                }
             }
         }
     }
