@@ -235,3 +235,62 @@ fn version_2_is_read_and_version_1_is_a_clear_error() {
         Err(GgufError::BadMagic { .. })
     ));
 }
+
+/// Opens a real model named by `FAVLO_GGUF_REAL` and decodes every tensor,
+/// printing throughput; with `FAVLO_GGUF_REAL_SUMS` (a file of `name sum sum_abs`
+/// lines, f64 sums of `gguf.quants.dequantize` output) it also compares per-tensor
+/// sums (|diff| <= 1e-9 * sum_abs: only f64 summation order differs). Run: `cargo test -p favlo-formats --test gguf_decode -- --ignored`.
+#[test]
+#[ignore = "needs a real GGUF model file (FAVLO_GGUF_REAL)"]
+fn real_model_decodes_fast() {
+    let Ok(path) = std::env::var("FAVLO_GGUF_REAL") else {
+        eprintln!("FAVLO_GGUF_REAL not set; skipping");
+        return;
+    };
+    let t0 = std::time::Instant::now();
+    let file = GgufFile::open(Path::new(&path)).unwrap();
+    let open = t0.elapsed();
+    let sums: std::collections::HashMap<String, (f64, f64)> = std::env::var("FAVLO_GGUF_REAL_SUMS")
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(|l| {
+                    let f: Vec<&str> = l.split(' ').collect();
+                    (
+                        f[0].to_owned(),
+                        (f[1].parse().unwrap(), f[2].parse().unwrap()),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let t1 = std::time::Instant::now();
+    let (mut bytes, mut elems, mut checked) = (0u64, 0u64, 0);
+    for t in file.tensors() {
+        let (v, shape) = file.tensor_f32(&t.name).unwrap();
+        assert_eq!(v.len(), shape.iter().product::<usize>());
+        bytes += t.n_bytes;
+        elems += t.n_elems;
+        if let Some(&(want, want_abs)) = sums.get(&t.name) {
+            let got: f64 = v.iter().map(|&x| f64::from(x)).sum();
+            let got_abs: f64 = v.iter().map(|&x| f64::from(x).abs()).sum();
+            let tol = 1e-9 * want_abs;
+            assert!((got - want).abs() <= tol, "{}: sum {got} vs {want}", t.name);
+            assert!(
+                (got_abs - want_abs).abs() <= tol,
+                "{}: sum_abs {got_abs} vs {want_abs}",
+                t.name
+            );
+            checked += 1;
+        }
+    }
+    let dt = t1.elapsed().as_secs_f64();
+    eprintln!(
+        "{path}: open {open:?}; decoded {} tensors, {:.1} MB -> {} elems in {dt:.3}s ({:.0} MB/s in); {checked} sums checked",
+        file.tensors().len(),
+        bytes as f64 / 1e6,
+        elems,
+        bytes as f64 / 1e6 / dt
+    );
+}

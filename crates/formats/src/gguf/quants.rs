@@ -19,6 +19,20 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
 }
 
+/// Applies a block decoder over fixed-size blocks (array types let the compiler
+/// drop bounds checks inside the decoders).
+fn run<const TS: usize, const BS: usize>(
+    bytes: &[u8],
+    out: &mut [f32],
+    f: impl Fn(&[u8; TS], &mut [f32; BS]),
+) {
+    let (blocks, _) = bytes.as_chunks::<TS>();
+    let (outs, _) = out.as_chunks_mut::<BS>();
+    for (b, o) in blocks.iter().zip(outs) {
+        f(b, o);
+    }
+}
+
 /// Decodes `n_elems` elements of type `ty` from `bytes` into `out`.
 ///
 /// `bytes` must hold exactly the encoded size of `n_elems` elements and `out`
@@ -73,24 +87,24 @@ pub fn dequantize(
             a.copy_from_slice(b);
             o[0] = i64::from_le_bytes(a) as f32;
         }),
-        GgmlType::Q4_0 => blocks.for_each(|(b, o)| q4_0(b, o)),
-        GgmlType::Q4_1 => blocks.for_each(|(b, o)| q4_1(b, o)),
-        GgmlType::Q5_0 => blocks.for_each(|(b, o)| q5_0(b, o)),
-        GgmlType::Q5_1 => blocks.for_each(|(b, o)| q5_1(b, o)),
-        GgmlType::Q8_0 => blocks.for_each(|(b, o)| q8_0(b, o)),
-        GgmlType::Q2_K => blocks.for_each(|(b, o)| q2_k(b, o)),
-        GgmlType::Q3_K => blocks.for_each(|(b, o)| q3_k(b, o)),
-        GgmlType::Q4_K => blocks.for_each(|(b, o)| q4_k(b, o)),
-        GgmlType::Q5_K => blocks.for_each(|(b, o)| q5_k(b, o)),
-        GgmlType::Q6_K => blocks.for_each(|(b, o)| q6_k(b, o)),
-        GgmlType::Q8_K => blocks.for_each(|(b, o)| q8_k(b, o)),
+        GgmlType::Q4_0 => run::<18, 32>(bytes, out, q4_0),
+        GgmlType::Q4_1 => run::<20, 32>(bytes, out, q4_1),
+        GgmlType::Q5_0 => run::<22, 32>(bytes, out, q5_0),
+        GgmlType::Q5_1 => run::<24, 32>(bytes, out, q5_1),
+        GgmlType::Q8_0 => run::<34, 32>(bytes, out, q8_0),
+        GgmlType::Q2_K => run::<84, 256>(bytes, out, q2_k),
+        GgmlType::Q3_K => run::<110, 256>(bytes, out, q3_k),
+        GgmlType::Q4_K => run::<144, 256>(bytes, out, q4_k),
+        GgmlType::Q5_K => run::<176, 256>(bytes, out, q5_k),
+        GgmlType::Q6_K => run::<210, 256>(bytes, out, q6_k),
+        GgmlType::Q8_K => run::<292, 256>(bytes, out, q8_k),
         _ => return Err(GgufError::UnsupportedType { ty }),
     }
     Ok(())
 }
 
 /// Q4_0: f16 d, 16 bytes of nibbles; element j low nibble, j+16 high; x = d*(q-8).
-fn q4_0(b: &[u8], o: &mut [f32]) {
+fn q4_0(b: &[u8; 18], o: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     let qs = &b[2..18];
     for j in 0..16 {
@@ -100,7 +114,7 @@ fn q4_0(b: &[u8], o: &mut [f32]) {
 }
 
 /// Q4_1: f16 d, f16 m, 16 bytes of nibbles; x = d*q + m.
-fn q4_1(b: &[u8], o: &mut [f32]) {
+fn q4_1(b: &[u8; 20], o: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     let m = f16_at(b, 2);
     let qs = &b[4..20];
@@ -111,7 +125,7 @@ fn q4_1(b: &[u8], o: &mut [f32]) {
 }
 
 /// Q5_0: f16 d, u32 qh (bit i = 5th bit of element i), 16 bytes of nibbles; x = d*(q-16).
-fn q5_0(b: &[u8], o: &mut [f32]) {
+fn q5_0(b: &[u8; 22], o: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
     let qs = &b[6..22];
@@ -124,7 +138,7 @@ fn q5_0(b: &[u8], o: &mut [f32]) {
 }
 
 /// Q5_1: f16 d, f16 m, u32 qh, 16 bytes of nibbles; x = d*q + m.
-fn q5_1(b: &[u8], o: &mut [f32]) {
+fn q5_1(b: &[u8; 24], o: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     let m = f16_at(b, 2);
     let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
@@ -138,7 +152,7 @@ fn q5_1(b: &[u8], o: &mut [f32]) {
 }
 
 /// Q8_0: f16 d, 32 signed bytes; x = d*q.
-fn q8_0(b: &[u8], o: &mut [f32]) {
+fn q8_0(b: &[u8; 34], o: &mut [f32; 32]) {
     let d = f16_at(b, 0);
     for (x, &q) in o.iter_mut().zip(&b[2..34]) {
         *x = f32::from(q as i8) * d;
@@ -147,7 +161,7 @@ fn q8_0(b: &[u8], o: &mut [f32]) {
 
 /// Q2_K: scales[16] (low nibble scale, high nibble min), qs[64] (2-bit), f16 d, f16 dmin.
 /// Element e = 128h + 32s + l takes bits 2s of qs[32h + l]; its 16-element group is e/16.
-fn q2_k(b: &[u8], o: &mut [f32]) {
+fn q2_k(b: &[u8; 84], o: &mut [f32; 256]) {
     let scales = &b[0..16];
     let qs = &b[16..80];
     let d = f16_at(b, 80);
@@ -169,7 +183,7 @@ fn q2_k(b: &[u8], o: &mut [f32]) {
 /// Q3_K: hmask[32], qs[64] (low 2 bits), scales[12] (16 six-bit signed scales), f16 d.
 /// Low bits as Q2_K; the high bit of element e is bit e/32 of hmask[e%32], and a
 /// *clear* high bit subtracts 4.
-fn q3_k(b: &[u8], o: &mut [f32]) {
+fn q3_k(b: &[u8; 110], o: &mut [f32; 256]) {
     let hmask = &b[0..32];
     let qs = &b[32..96];
     let sb = &b[96..108];
@@ -209,7 +223,7 @@ fn scale_min_k4(s: &[u8]) -> ([u8; 8], [u8; 8]) {
 
 /// Q4_K: f16 d, f16 dmin, scales[12], qs[128]. Sub-block j (32 elements) = nibble
 /// j%2 of qs[32*(j/2) ..]; x = (d*sc_j)*q - dmin*m_j.
-fn q4_k(b: &[u8], o: &mut [f32]) {
+fn q4_k(b: &[u8; 144], o: &mut [f32; 256]) {
     let d = f16_at(b, 0);
     let dmin = f16_at(b, 2);
     let (sc, mn) = scale_min_k4(&b[4..16]);
@@ -227,7 +241,7 @@ fn q4_k(b: &[u8], o: &mut [f32]) {
 
 /// Q5_K: as Q4_K plus qh[32] before qs; the 5th bit of sub-block j element l is
 /// bit j of qh[l].
-fn q5_k(b: &[u8], o: &mut [f32]) {
+fn q5_k(b: &[u8; 176], o: &mut [f32; 256]) {
     let d = f16_at(b, 0);
     let dmin = f16_at(b, 2);
     let (sc, mn) = scale_min_k4(&b[4..16]);
@@ -248,7 +262,7 @@ fn q5_k(b: &[u8], o: &mut [f32]) {
 /// Q6_K: ql[128], qh[64], scales[16] (i8), f16 d. Element e = 128h + 64s + l
 /// (l < 64) takes nibble s of ql[64h + l]; element e = 128h + 32t + l (l < 32)
 /// takes bits 2t of qh[32h + l]; x = (d*scale[e/16])*(q-32).
-fn q6_k(b: &[u8], o: &mut [f32]) {
+fn q6_k(b: &[u8; 210], o: &mut [f32; 256]) {
     let ql = &b[0..128];
     let qh = &b[128..192];
     let scales = &b[192..208];
@@ -271,7 +285,7 @@ fn q6_k(b: &[u8], o: &mut [f32]) {
 }
 
 /// Q8_K: f32 d, qs[256] (i8), bsums[16] (i16, unused for decoding); x = d*q.
-fn q8_k(b: &[u8], o: &mut [f32]) {
+fn q8_k(b: &[u8; 292], o: &mut [f32; 256]) {
     let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     for (x, &q) in o.iter_mut().zip(&b[4..4 + QK_K]) {
         *x = d * f32::from(q as i8);
