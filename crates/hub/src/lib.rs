@@ -23,7 +23,7 @@ pub mod verify;
 
 pub use error::HubError;
 pub use home::{Home, validate_name};
-pub use manifest::{MANIFEST_FILE, Manifest, ManifestFile, is_pulled, list_pulled};
+pub use manifest::{MANIFEST_FILE, Manifest, ManifestFile, is_pulled, list_pulled, remove_model};
 pub use progress::{BarProgress, LogProgress, NoProgress, Progress};
 pub use pull::{PullTarget, pull, pull_spec, pull_with_client};
 pub use registry::{

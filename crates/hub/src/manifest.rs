@@ -113,6 +113,16 @@ pub fn list_pulled(home: &Home) -> Result<Vec<(String, Manifest)>, HubError> {
     Ok(out)
 }
 
+/// Deletes `<home>/models/<name>`. Returns `false` when it did not exist.
+pub fn remove_model(home: &Home, name: &str) -> Result<bool, HubError> {
+    let dir = home.model_dir(name)?;
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(HubError::io("remove", dir, e)),
+    }
+}
+
 /// Formats a UNIX time as RFC 3339 UTC (`2025-01-31T12:00:00Z`).
 pub fn rfc3339_utc(unix_secs: u64) -> String {
     let days = (unix_secs / 86_400) as i64;

