@@ -1,0 +1,115 @@
+//! Prefill and decode throughput at a given thread count (`favlo bench chat`).
+//!
+//! Key design choice: the measurement runs inside a dedicated rayon pool of
+//! `threads` workers (`ThreadPool::install`), so every kernel's parallel loop
+//! uses exactly that many threads without touching the global pool. The prompt
+//! is synthetic (deterministic ids from the ordinary vocabulary range), so the
+//! figures do not depend on a tokenizer or on where a greedy decode wanders.
+
+use std::time::Instant;
+
+use crate::error::LlamaError;
+use crate::runtime::LlamaRuntime;
+use crate::sampler::{SplitMix64, argmax};
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Prompt length for the prefill figure.
+    pub prompt_tokens: usize,
+    /// Tokens decoded one at a time after the prompt.
+    pub decode_tokens: usize,
+    /// Rayon threads.
+    pub threads: usize,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            prompt_tokens: 128,
+            decode_tokens: 64,
+            threads: 1,
+        }
+    }
+}
+
+/// Measured throughput.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchReport {
+    pub threads: usize,
+    pub prompt_tokens: usize,
+    pub decode_tokens: usize,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    pub prefill_tok_s: f64,
+    pub decode_tok_s: f64,
+    /// Resident weight bytes (each decode step reads all of them once).
+    pub weight_bytes: u64,
+    /// `weight_bytes * decode_tok_s` in GB/s: the memory traffic decode sustains.
+    pub decode_gb_s: f64,
+}
+
+impl std::fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "threads {}: prefill {} tok {:.1} tok/s, decode {} tok {:.1} tok/s ({:.2} GB/s of weights)",
+            self.threads,
+            self.prompt_tokens,
+            self.prefill_tok_s,
+            self.decode_tokens,
+            self.decode_tok_s,
+            self.decode_gb_s
+        )
+    }
+}
+
+/// Run the benchmark on `rt` (its prefix cache is discarded).
+pub fn bench(rt: &mut LlamaRuntime, opts: &BenchOptions) -> Result<BenchReport, LlamaError> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.threads.max(1))
+        .build()
+        .map_err(|e| LlamaError::Request {
+            message: format!("thread pool: {e}"),
+        })?;
+    let cap = rt.model.capacity();
+    let prompt_n = opts.prompt_tokens.clamp(1, cap.saturating_sub(1).max(1));
+    let decode_n = opts.decode_tokens.min(cap - prompt_n);
+    let vocab = rt.config().vocab_size as u64;
+    let lo = 256.min(vocab / 2);
+    let mut rng = SplitMix64::new(42);
+    let prompt: Vec<u32> = (0..prompt_n)
+        .map(|_| (lo + rng.next_u64() % (vocab - lo)) as u32)
+        .collect();
+    rt.cached.clear();
+    let result = pool.install(|| -> Result<BenchReport, LlamaError> {
+        let model = &mut rt.model;
+        let logits = &mut rt.logits;
+        // Warm-up: touch the weights and the thread pool once.
+        model.forward(&prompt[..prompt_n.min(8)], 0, logits, false)?;
+        let t0 = Instant::now();
+        model.forward(&prompt, 0, logits, false)?;
+        let prefill = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        for i in 0..decode_n {
+            let next = argmax(logits) as u32;
+            model.forward(&[next], prompt_n + i, logits, false)?;
+        }
+        let decode = t1.elapsed().as_secs_f64();
+        let weight_bytes = model.weight_bytes();
+        let decode_tok_s = decode_n as f64 / decode.max(1e-9);
+        Ok(BenchReport {
+            threads: opts.threads.max(1),
+            prompt_tokens: prompt_n,
+            decode_tokens: decode_n,
+            prefill_ms: prefill * 1e3,
+            decode_ms: decode * 1e3,
+            prefill_tok_s: prompt_n as f64 / prefill.max(1e-9),
+            decode_tok_s,
+            weight_bytes,
+            decode_gb_s: weight_bytes as f64 * decode_tok_s / 1e9,
+        })
+    });
+    rt.cached.clear();
+    result
+}

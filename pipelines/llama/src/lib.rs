@@ -1,0 +1,30 @@
+//! favlo-llama: the Llama / Qwen2 / Qwen3 dense decoder family on the CPU.
+//!
+//! Key design choices:
+//! - Checkpoints are GGUF (any block type formats can dequantize) or Hugging Face
+//!   safetensors; every tensor is decoded once at load and re-stored as MXFP8
+//!   (default), MXFP4 or f32 in ledger buffers, so one set of runtime kernels
+//!   serves every source.
+//! - The context length is the one memory knob: the KV cache is sized to what
+//!   the ledger's room allows (see [`runtime::open`]).
+//! - Generation is id-level ([`LlamaRuntime::generate`]); the `LanguagePipeline`
+//!   seam, streaming and logprobs are thin layers over it.
+
+mod bench;
+mod checkpoint;
+pub mod config;
+mod error;
+mod generate;
+mod model;
+mod rotary;
+mod runtime;
+pub mod sampler;
+mod weights;
+
+pub use bench::{BenchOptions, BenchReport, bench};
+pub use config::{Arch, LlamaConfig, RopeScaling};
+pub use error::LlamaError;
+pub use generate::{GenerateParams, Generated, Step, TokenScore};
+pub use model::{CHUNK, LlamaModel};
+pub use runtime::{LlamaRuntime, OpenOptions, open};
+pub use weights::WeightFormat;

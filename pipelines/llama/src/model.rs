@@ -1,0 +1,230 @@
+//! The decoder forward pass over a KV cache, in chunks of at most [`CHUNK`] tokens.
+//!
+//! Key design choice: every working buffer (KV cache, per-chunk activations) is
+//! allocated once from the ledger when the model opens, sized for the chosen
+//! context and the chunk; a forward call allocates nothing. Prefill and decode
+//! are the same code path (decode is a chunk of one token), which is what makes
+//! "step-by-step logits == prefill logits" a meaningful cache test.
+
+use std::sync::Arc;
+
+use favlo_runtime::buffer::Buffer;
+use favlo_runtime::cpu::{self, AttnShape};
+use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
+
+use crate::config::LlamaConfig;
+use crate::error::LlamaError;
+use crate::rotary::Rotary;
+use crate::weights::Weights;
+
+/// Most tokens one forward chunk processes (prefill is split into chunks of this).
+pub const CHUNK: usize = 64;
+
+/// Per-chunk activations.
+struct Scratch {
+    x: Buffer<f32>,
+    h: Buffer<f32>,
+    qkv: Buffer<f32>,
+    q: Buffer<f32>,
+    att: Buffer<f32>,
+    gu: Buffer<f32>,
+    act: Buffer<f32>,
+}
+
+/// Bytes of KV cache per token of context.
+pub(crate) fn kv_bytes_per_token(cfg: &LlamaConfig) -> u64 {
+    (2 * cfg.n_layers * cfg.kv_dim() * 4) as u64
+}
+
+/// Bytes of the per-chunk activations.
+pub(crate) fn scratch_bytes(cfg: &LlamaConfig) -> u64 {
+    let w = cfg.q_dim() + 2 * cfg.kv_dim();
+    (CHUNK * (2 * cfg.hidden + w + 2 * cfg.q_dim().max(cfg.kv_dim()) + 3 * cfg.intermediate) * 4)
+        as u64
+}
+
+/// A loaded model with its KV cache.
+pub struct LlamaModel {
+    cfg: LlamaConfig,
+    w: Weights,
+    rotary: Rotary,
+    k_cache: Buffer<f32>,
+    v_cache: Buffer<f32>,
+    capacity: usize,
+    s: Scratch,
+}
+
+impl LlamaModel {
+    pub(crate) fn new(
+        cfg: LlamaConfig,
+        w: Weights,
+        ledger: &Arc<Ledger>,
+        owner: &Owner,
+        capacity: usize,
+    ) -> Result<Self, LlamaError> {
+        let kv = cfg.n_layers * capacity * cfg.kv_dim();
+        let qkv_w = cfg.q_dim() + 2 * cfg.kv_dim();
+        let qmax = cfg.q_dim().max(cfg.kv_dim());
+        let a = |n: usize| ledger.alloc::<f32>(owner, SpanKind::Scratch, n);
+        let s = Scratch {
+            x: a(CHUNK * cfg.hidden)?,
+            h: a(CHUNK * cfg.hidden)?,
+            qkv: a(CHUNK * qkv_w)?,
+            q: a(CHUNK * qmax)?,
+            att: a(CHUNK * qmax)?,
+            gu: a(CHUNK * 2 * cfg.intermediate)?,
+            act: a(CHUNK * cfg.intermediate)?,
+        };
+        Ok(LlamaModel {
+            rotary: Rotary::new(&cfg),
+            k_cache: a(kv)?,
+            v_cache: a(kv)?,
+            capacity,
+            cfg,
+            w,
+            s,
+        })
+    }
+
+    /// The hyper-parameters.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.cfg
+    }
+
+    /// Tokens the KV cache holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Resident weight bytes.
+    pub fn weight_bytes(&self) -> u64 {
+        self.w.bytes()
+    }
+
+    /// Run `ids` at positions `n_past..` (the cache must already hold `0..n_past`).
+    /// With `all`, `logits` is `[ids.len(), vocab]`; otherwise `[vocab]` for the last token.
+    pub fn forward(
+        &mut self,
+        ids: &[u32],
+        n_past: usize,
+        logits: &mut [f32],
+        all: bool,
+    ) -> Result<(), LlamaError> {
+        let (v, d) = (self.cfg.vocab_size, self.cfg.hidden);
+        if ids.is_empty() {
+            return Err(LlamaError::Request {
+                message: "no tokens to run".into(),
+            });
+        }
+        if n_past + ids.len() > self.capacity {
+            return Err(LlamaError::Request {
+                message: format!(
+                    "{} tokens exceed the {}-token context",
+                    n_past + ids.len(),
+                    self.capacity
+                ),
+            });
+        }
+        if let Some(bad) = ids.iter().find(|&&i| i as usize >= v) {
+            return Err(LlamaError::Request {
+                message: format!("token id {bad} is outside the vocabulary of {v}"),
+            });
+        }
+        let want = if all { ids.len() * v } else { v };
+        if logits.len() != want {
+            return Err(LlamaError::Request {
+                message: format!("logits buffer holds {}, need {want}", logits.len()),
+            });
+        }
+        let mut start = 0;
+        for chunk in ids.chunks(CHUNK) {
+            let t = chunk.len();
+            self.chunk(chunk, n_past + start)?;
+            let head = self.w.head().weight();
+            if all {
+                cpu::rms_norm(
+                    &self.s.x[..t * d],
+                    &self.w.out_norm,
+                    self.cfg.rms_eps,
+                    &mut self.s.h[..t * d],
+                );
+                cpu::linear(
+                    &self.s.h[..t * d],
+                    head,
+                    None,
+                    &mut logits[start * v..(start + t) * v],
+                );
+            } else if start + t == ids.len() {
+                let last = &self.s.x[(t - 1) * d..t * d];
+                cpu::rms_norm(last, &self.w.out_norm, self.cfg.rms_eps, &mut self.s.h[..d]);
+                cpu::linear(&self.s.h[..d], head, None, logits);
+            }
+            start += t;
+        }
+        Ok(())
+    }
+
+    /// One chunk (≤ CHUNK tokens) through every layer; leaves the residual in `s.x`.
+    fn chunk(&mut self, ids: &[u32], n_past: usize) -> Result<(), LlamaError> {
+        let c = &self.cfg;
+        let t = ids.len();
+        let (d, ff, qd, kvd, hd) = (c.hidden, c.intermediate, c.q_dim(), c.kv_dim(), c.head_dim);
+        let w_qkv = qd + 2 * kvd;
+        let cap_l = self.capacity * kvd;
+        let positions: Vec<usize> = (n_past..n_past + t).collect();
+        let shape = AttnShape {
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: hd,
+        };
+        let scale = 1.0 / (hd as f32).sqrt();
+        let s = &mut self.s;
+        let (x, h) = (&mut s.x[..t * d], &mut s.h[..t * d]);
+        cpu::embedding(self.w.embed.weight(), ids, x);
+        for (li, layer) in self.w.layers.iter().enumerate() {
+            let kc = &mut self.k_cache[li * cap_l..(li + 1) * cap_l];
+            let vc = &mut self.v_cache[li * cap_l..(li + 1) * cap_l];
+            // Attention block.
+            cpu::rms_norm(x, &layer.attn_norm, c.rms_eps, h);
+            let qkv = &mut s.qkv[..t * w_qkv];
+            cpu::linear(h, layer.qkv.weight(), layer.qkv_bias.as_deref(), qkv);
+            let q = &mut s.q[..t * qd];
+            let kn = &mut kc[n_past * kvd..(n_past + t) * kvd];
+            let vn = &mut vc[n_past * kvd..(n_past + t) * kvd];
+            for r in 0..t {
+                let row = &qkv[r * w_qkv..(r + 1) * w_qkv];
+                q[r * qd..(r + 1) * qd].copy_from_slice(&row[..qd]);
+                kn[r * kvd..(r + 1) * kvd].copy_from_slice(&row[qd..qd + kvd]);
+                vn[r * kvd..(r + 1) * kvd].copy_from_slice(&row[qd + kvd..]);
+            }
+            if let Some(qn) = &layer.q_norm {
+                let tmp = &mut s.att[..t * qd];
+                cpu::rms_norm(q, qn, c.rms_eps, tmp);
+                q.copy_from_slice(tmp);
+            }
+            if let Some(kn_w) = &layer.k_norm {
+                let tmp = &mut s.att[..t * kvd];
+                cpu::rms_norm(kn, kn_w, c.rms_eps, tmp);
+                kn.copy_from_slice(tmp);
+            }
+            self.rotary.apply(q, &positions, c.n_heads);
+            self.rotary.apply(kn, &positions, c.n_kv_heads);
+            let att = &mut s.att[..t * qd];
+            cpu::attention_causal(q, kc, vc, att, shape, n_past, t, scale);
+            cpu::linear(att, layer.wo.weight(), None, h);
+            cpu::add(x, h);
+            // Feed-forward block.
+            cpu::rms_norm(x, &layer.ffn_norm, c.rms_eps, h);
+            let gu = &mut s.gu[..t * 2 * ff];
+            cpu::linear(h, layer.gate_up.weight(), None, gu);
+            let act = &mut s.act[..t * ff];
+            for r in 0..t {
+                let row = &gu[r * 2 * ff..(r + 1) * 2 * ff];
+                cpu::swiglu(&row[..ff], &row[ff..], &mut act[r * ff..(r + 1) * ff]);
+            }
+            cpu::linear(act, layer.down.weight(), None, h);
+            cpu::add(x, h);
+        }
+        Ok(())
+    }
+}

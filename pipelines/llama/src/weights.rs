@@ -1,0 +1,310 @@
+//! Resident weights: every tensor decoded once and re-stored in a ledger buffer.
+//!
+//! Key design choices:
+//! - Linear layers are stored as MXFP8 (default), MXFP4 or f32 ([`WeightFormat`]);
+//!   norms, biases and q/k norms stay f32. With MXFP4 the embedding/head stays
+//!   MXFP8: it is the most quantization-sensitive matrix and is read once per token.
+//! - Q/K/V are fused into one `[q+2kv, hidden]` matrix and gate/up into one
+//!   `[2*ff, hidden]` matrix, so decode makes 4 matrix calls per layer instead of 7.
+//! - A missing head tensor means tied embeddings: the head *is* the embedding matrix.
+
+use std::sync::Arc;
+
+use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
+use favlo_runtime::buffer::Buffer;
+use favlo_runtime::cpu::WeightRef;
+use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
+
+use crate::checkpoint::{Checkpoint, Role};
+use crate::config::{LlamaConfig, RopeScaling};
+use crate::error::LlamaError;
+
+/// How the linear layers are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WeightFormat {
+    /// Everything f32 (reference quality, 4 bytes/weight).
+    F32,
+    /// MXFP8 E4M3 with E8M0 scales per 32 (≈1.03 bytes/weight).
+    #[default]
+    Mxfp8,
+    /// MXFP4 E2M1 (≈0.53 bytes/weight); embedding/head kept MXFP8.
+    Mxfp4,
+}
+
+impl WeightFormat {
+    /// Parse `f32` / `mxfp8` / `mxfp4` (case-insensitive).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Some(WeightFormat::F32),
+            "mxfp8" | "fp8" => Some(WeightFormat::Mxfp8),
+            "mxfp4" | "fp4" => Some(WeightFormat::Mxfp4),
+            _ => None,
+        }
+    }
+}
+
+/// A `[n, k]` weight matrix in its storage type.
+pub(crate) enum Matrix {
+    F32 {
+        buf: Buffer<f32>,
+        n: usize,
+        k: usize,
+    },
+    Mx {
+        buf: Buffer<u8>,
+        layout: MxLayout,
+    },
+}
+
+impl Matrix {
+    /// Store row-major `values` (`n*k`) in `format`.
+    pub(crate) fn build(
+        ledger: &Arc<Ledger>,
+        owner: &Owner,
+        values: &[f32],
+        n: usize,
+        k: usize,
+        format: WeightFormat,
+    ) -> Result<Matrix, LlamaError> {
+        let elem = match format {
+            WeightFormat::F32 => {
+                let buf = ledger.alloc_from(owner, SpanKind::Resident, values)?;
+                return Ok(Matrix::F32 { buf, n, k });
+            }
+            WeightFormat::Mxfp8 => ElementFormat::Fp8E4M3,
+            WeightFormat::Mxfp4 => ElementFormat::Fp4E2M1,
+        };
+        let layout = MxLayout {
+            format: elem,
+            rows: n,
+            cols: k,
+        };
+        let mut buf = ledger.alloc::<u8>(owner, SpanKind::Resident, layout.total_bytes())?;
+        favlo_mx::pack(values, layout, ScaleRule::default(), &mut buf)?;
+        Ok(Matrix::Mx { buf, layout })
+    }
+
+    /// The kernels' view.
+    pub(crate) fn weight(&self) -> WeightRef<'_> {
+        match self {
+            Matrix::F32 { buf, n, k } => WeightRef::F32 {
+                data: buf,
+                n: *n,
+                k: *k,
+            },
+            Matrix::Mx { buf, layout } => WeightRef::Mx(MxView {
+                layout: *layout,
+                bytes: buf,
+            }),
+        }
+    }
+
+    /// Bytes held.
+    pub(crate) fn bytes(&self) -> u64 {
+        match self {
+            Matrix::F32 { buf, .. } => buf.bytes(),
+            Matrix::Mx { buf, .. } => buf.bytes(),
+        }
+    }
+}
+
+/// One decoder block.
+pub(crate) struct Layer {
+    pub attn_norm: Buffer<f32>,
+    /// Fused `[q_dim + 2*kv_dim, hidden]`.
+    pub qkv: Matrix,
+    pub qkv_bias: Option<Buffer<f32>>,
+    pub q_norm: Option<Buffer<f32>>,
+    pub k_norm: Option<Buffer<f32>>,
+    pub wo: Matrix,
+    pub ffn_norm: Buffer<f32>,
+    /// Fused `[2*ff, hidden]`: gate rows then up rows.
+    pub gate_up: Matrix,
+    pub down: Matrix,
+}
+
+/// All resident weights of a model.
+pub(crate) struct Weights {
+    pub embed: Matrix,
+    /// `None` = tied to `embed`.
+    pub head: Option<Matrix>,
+    pub out_norm: Buffer<f32>,
+    pub layers: Vec<Layer>,
+}
+
+impl Weights {
+    pub(crate) fn head(&self) -> &Matrix {
+        self.head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// Total resident bytes.
+    pub(crate) fn bytes(&self) -> u64 {
+        let mut b = self.embed.bytes()
+            + self.head.as_ref().map_or(0, Matrix::bytes)
+            + self.out_norm.bytes();
+        for l in &self.layers {
+            b += l.attn_norm.bytes() + l.qkv.bytes() + l.wo.bytes() + l.ffn_norm.bytes();
+            b += l.gate_up.bytes() + l.down.bytes();
+            b += l.qkv_bias.as_ref().map_or(0, |x| x.bytes());
+            b += l.q_norm.as_ref().map_or(0, |x| x.bytes())
+                + l.k_norm.as_ref().map_or(0, |x| x.bytes());
+        }
+        b
+    }
+}
+
+/// Load every tensor of `ck` for `cfg` into the ledger. May refine `cfg`
+/// (tied head, GGUF rope frequency factors).
+pub(crate) fn load(
+    ck: &Checkpoint,
+    cfg: &mut LlamaConfig,
+    ledger: &Arc<Ledger>,
+    owner: &Owner,
+    format: WeightFormat,
+) -> Result<Weights, LlamaError> {
+    let (d, ff, qd, kvd, hd) = (
+        cfg.hidden,
+        cfg.intermediate,
+        cfg.q_dim(),
+        cfg.kv_dim(),
+        cfg.head_dim,
+    );
+    let table_format = if format == WeightFormat::Mxfp4 {
+        WeightFormat::Mxfp8
+    } else {
+        format
+    };
+    let f32buf = |v: Vec<f32>| ledger.alloc_from(owner, SpanKind::Resident, &v);
+
+    let embed_v = ck.need(Role::Embed, 0, &[cfg.vocab_size, d])?;
+    let embed = Matrix::build(ledger, owner, &embed_v, cfg.vocab_size, d, table_format)?;
+    drop(embed_v);
+    let head = match ck.maybe(Role::Head, 0, &[cfg.vocab_size, d])? {
+        Some(v) if !cfg.tie_embeddings => Some(Matrix::build(
+            ledger,
+            owner,
+            &v,
+            cfg.vocab_size,
+            d,
+            table_format,
+        )?),
+        _ => {
+            cfg.tie_embeddings = true;
+            None
+        }
+    };
+    let out_norm = f32buf(ck.need(Role::OutputNorm, 0, &[d])?)?;
+    if let Some(f) = ck.maybe(Role::RopeFreqs, 0, &[cfg.rope_dim / 2])? {
+        cfg.rope_scaling = RopeScaling::FreqFactors(f);
+    }
+
+    let mut layers = Vec::with_capacity(cfg.n_layers);
+    for l in 0..cfg.n_layers {
+        let mut qkv = ck.need(Role::Q, l, &[qd, d])?;
+        qkv.extend(ck.need(Role::K, l, &[kvd, d])?);
+        qkv.extend(ck.need(Role::V, l, &[kvd, d])?);
+        let qkv = Matrix::build(ledger, owner, &qkv, qd + 2 * kvd, d, format)?;
+        let qkv_bias = match ck.maybe(Role::QBias, l, &[qd])? {
+            None => None,
+            Some(mut b) => {
+                b.extend(
+                    ck.maybe(Role::KBias, l, &[kvd])?
+                        .unwrap_or_else(|| vec![0.0; kvd]),
+                );
+                b.extend(
+                    ck.maybe(Role::VBias, l, &[kvd])?
+                        .unwrap_or_else(|| vec![0.0; kvd]),
+                );
+                Some(f32buf(b)?)
+            }
+        };
+        let q_norm = ck.maybe(Role::QNorm, l, &[hd])?.map(f32buf).transpose()?;
+        let k_norm = ck.maybe(Role::KNorm, l, &[hd])?.map(f32buf).transpose()?;
+        let wo = Matrix::build(
+            ledger,
+            owner,
+            &ck.need(Role::O, l, &[d, qd])?,
+            d,
+            qd,
+            format,
+        )?;
+        let mut gu = ck.need(Role::Gate, l, &[ff, d])?;
+        gu.extend(ck.need(Role::Up, l, &[ff, d])?);
+        let gate_up = Matrix::build(ledger, owner, &gu, 2 * ff, d, format)?;
+        let down = Matrix::build(
+            ledger,
+            owner,
+            &ck.need(Role::Down, l, &[d, ff])?,
+            d,
+            ff,
+            format,
+        )?;
+        layers.push(Layer {
+            attn_norm: f32buf(ck.need(Role::AttnNorm, l, &[d])?)?,
+            qkv,
+            qkv_bias,
+            q_norm,
+            k_norm,
+            wo,
+            ffn_norm: f32buf(ck.need(Role::FfnNorm, l, &[d])?)?,
+            gate_up,
+            down,
+        });
+    }
+    Ok(Weights {
+        embed,
+        head,
+        out_norm,
+        layers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use favlo_runtime::cpu;
+    use favlo_runtime::device::Device;
+
+    #[test]
+    fn mx_linear_close_to_f32() {
+        let ledger = Ledger::new(Device::Cpu, None);
+        let owner = Owner::mint("t");
+        let (n, k, m) = (48, 64, 3);
+        let mut s = 1u64;
+        let mut rnd = || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+        };
+        let w: Vec<f32> = (0..n * k).map(|_| rnd()).collect();
+        let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+        let mut want = vec![0.0; m * n];
+        let f = Matrix::build(&ledger, &owner, &w, n, k, WeightFormat::F32).unwrap();
+        cpu::linear(&x, f.weight(), None, &mut want);
+        for (fmt, bound) in [(WeightFormat::Mxfp8, 0.03), (WeightFormat::Mxfp4, 0.15)] {
+            let q = Matrix::build(&ledger, &owner, &w, n, k, fmt).unwrap();
+            let mut got = vec![0.0; m * n];
+            cpu::linear(&x, q.weight(), None, &mut got);
+            let num = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            let den = want.iter().map(|b| b.abs()).fold(0.0, f32::max);
+            let mut deq = vec![0.0; k];
+            q.weight().row_to_f32(0, &mut deq);
+            let werr = deq
+                .iter()
+                .zip(&w[..k])
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            println!(
+                "{fmt:?}: linear rel err {:.3e}, row0 weight max err {werr:.3e}",
+                num / den
+            );
+            assert!(num / den < bound, "{fmt:?} {}", num / den);
+        }
+    }
+}
