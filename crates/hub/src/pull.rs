@@ -307,6 +307,14 @@ fn pull_hf(
     progress: &dyn Progress,
 ) -> Result<HfResult, HubError> {
     let listing = client.list(hf)?;
+    // Partial files only resume against the commit they came from.
+    let marker = staging.join(".commit");
+    if std::fs::read_to_string(&marker).is_ok_and(|c| c.trim() != listing.commit) {
+        progress.note("the revision moved since the interrupted pull; starting over");
+        std::fs::remove_dir_all(staging).map_err(|e| HubError::io("remove", staging, e))?;
+    }
+    std::fs::create_dir_all(staging).map_err(|e| HubError::io("create", staging, e))?;
+    std::fs::write(&marker, &listing.commit).map_err(|e| HubError::io("write", &marker, e))?;
     let find = |path: &str| -> Result<HfFile, HubError> {
         listing
             .files
@@ -357,6 +365,7 @@ fn pull_hf(
             size: hashed.size,
         });
     }
+    std::fs::remove_file(&marker).map_err(|e| HubError::io("remove", &marker, e))?;
     Ok((out, listing.commit, listing.license))
 }
 

@@ -369,3 +369,36 @@ fn missing_repository_is_a_clear_404() {
         )
     );
 }
+
+#[test]
+fn partial_files_of_another_commit_are_not_resumed() {
+    let files = tiny_files();
+    let hub = start_hub(files.clone(), HashMap::new());
+    let tmp = tempfile::tempdir().unwrap();
+    let home = Home::new(tmp.path());
+    let client = HfClient::new(&hub.base, None);
+    let source = parse_source("hf:org/tiny#model.safetensors").unwrap();
+    let target = PullTarget::Source {
+        source: &source,
+        name: Some("m"),
+    };
+    hub.behaviour.lock().unwrap().cut_next_at = Some(200_000);
+    pull_with_client(&home, target, &client, &NoProgress).unwrap_err();
+    // Pretend the interrupted pull was of an older commit.
+    std::fs::write(home.models_dir().join(".partial-m/.commit"), "feedface").unwrap();
+    pull_with_client(&home, target, &client, &NoProgress).unwrap();
+    assert_eq!(
+        stored(&home, "m", "model.safetensors"),
+        files["model.safetensors"]
+    );
+    let blob_ranges: Vec<Option<String>> = hub
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.path.starts_with("/blobs/"))
+        .map(|s| s.range.clone())
+        .collect();
+    assert_eq!(blob_ranges, vec![None, None]);
+    assert!(!home.model_dir("m").unwrap().join(".commit").exists());
+}
