@@ -94,3 +94,44 @@ fn token_bytes_of_unknown_id_is_none() {
     assert_eq!(tok.token_bytes(1_000_000), None);
     assert_eq!(tok.token_bytes(1).unwrap(), b"<|im_start|>");
 }
+
+/// A tiny SentencePiece BPE model as GGUF `llama` vocab (scores, no merges) must give the
+/// ids and decodes of the `sentencepiece` library itself.
+#[test]
+fn tiny_spm_gguf_vocab_matches_sentencepiece() {
+    let tok = Tokenizer::from_gguf_vocab(&vocab("tokenizer_tiny_spm_vocab.json")).unwrap();
+    assert_eq!(tok.byte_mode(), ByteMode::SentencePiece);
+    let refs = tokenizer_common::refs();
+    let strings = refs["strings"].as_array().unwrap();
+    let mut failures = Vec::new();
+    for (s, case) in strings.iter().zip(refs["tiny_spm"].as_array().unwrap()) {
+        let s = s.as_str().unwrap();
+        let want: Vec<u32> = case["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        let got = tok.encode(s, false).unwrap();
+        if got != want {
+            failures.push(format!("{s:?}\n  got  {got:?}\n  want {want:?}"));
+            continue;
+        }
+        assert_eq!(
+            tok.decode(&got, false).unwrap(),
+            case["decoded"].as_str().unwrap()
+        );
+        // Token bytes carry the dummy-prefix space that decode strips.
+        let bytes: Vec<u8> = got
+            .iter()
+            .flat_map(|id| tok.token_bytes(*id).unwrap())
+            .collect();
+        if !s.is_empty() {
+            assert_eq!(bytes, format!(" {s}").into_bytes(), "token bytes {s:?}");
+        }
+        let with_bos = tok.encode(s, true).unwrap();
+        assert_eq!(with_bos[0], 1);
+        assert_eq!(&with_bos[1..], &got[..]);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -227,7 +227,6 @@ pub(crate) fn build_tokenizer_json(v: &GgufVocab) -> Result<(Value, SpecialInfo)
         }
         "llama" => {
             let prefix = v.add_space_prefix.unwrap_or(true);
-            let scheme = if prefix { "first" } else { "never" };
             let mut decoders = vec![
                 json!({"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "}),
                 json!({"type": "ByteFallback"}),
@@ -242,7 +241,7 @@ pub(crate) fn build_tokenizer_json(v: &GgufVocab) -> Result<(Value, SpecialInfo)
                 "added_tokens": added_tokens(v, true),
                 "normalizer": null,
                 "pre_tokenizer": {"type": "Metaspace", "replacement": "\u{2581}",
-                                  "prepend_scheme": scheme, "split": false},
+                                  "prepend_scheme": "never", "split": false},
                 "post_processor": post_processor(bos_pp, eos_pp),
                 "decoder": {"type": "Sequence", "decoders": decoders},
                 "model": {
@@ -264,6 +263,9 @@ pub(crate) fn build_tokenizer_json(v: &GgufVocab) -> Result<(Value, SpecialInfo)
         eos_token: eos,
         extra_eos_ids: v.eot_id.into_iter().chain(v.eom_id).collect(),
         chat_template: v.chat_template.clone(),
+        // SentencePiece adds its dummy space in front of the whole text (special tokens
+        // included); Metaspace's "first" scheme would skip it before a leading space.
+        prepend_space: v.model == "llama" && v.add_space_prefix.unwrap_or(true),
     };
     Ok((doc, info))
 }

@@ -34,6 +34,7 @@ pub struct Tokenizer {
     bos_token: Option<String>,
     eos_token: Option<String>,
     chat_template: Option<String>,
+    prepend_space: bool,
 }
 
 /// Facts that do not live in `tokenizer.json` itself (they come from
@@ -44,6 +45,8 @@ pub(crate) struct SpecialInfo {
     pub eos_token: Option<String>,
     pub extra_eos_ids: Vec<u32>,
     pub chat_template: Option<String>,
+    /// Encode `" " + text` (SentencePiece dummy prefix).
+    pub prepend_space: bool,
 }
 
 impl Tokenizer {
@@ -123,12 +126,20 @@ impl Tokenizer {
             bos_token: info.bos_token,
             eos_token: info.eos_token,
             chat_template: info.chat_template,
+            prepend_space: info.prepend_space,
         })
     }
 
     /// Token ids of `text`. `add_special` applies the post-processor (e.g. BOS).
     /// Special-token text such as `<|im_start|>` is always matched as one token.
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>, TokenizerError> {
+        let prefixed;
+        let text = if self.prepend_space && !text.is_empty() {
+            prefixed = format!(" {text}");
+            prefixed.as_str()
+        } else {
+            text
+        };
         let enc = self
             .inner
             .encode(text, add_special)

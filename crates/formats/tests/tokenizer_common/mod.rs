@@ -24,7 +24,9 @@ pub fn env_path(var: &str, what: &str) -> Option<PathBuf> {
     match std::env::var_os(var) {
         Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
         _ => {
-            eprintln!("!!!!! SKIPPED: {what}: set {var} to run it !!!!!");
+            // Written to the raw stderr handle so the harness's capture does not hide it.
+            let msg = format!("!!!!! SKIPPED: {what}: set {var} to run it !!!!!\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), msg.as_bytes());
             None
         }
     }
