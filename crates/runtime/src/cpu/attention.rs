@@ -333,6 +333,24 @@ mod kernels {
         maxlen: usize,
     ) {
         let hd = rows.hd;
+        if hd.is_multiple_of(64) {
+            // Register-blocked: 4 output rows × 64 columns live in 16 registers while every
+            // V row segment streams past once.
+            let n = rows.os.len();
+            let mut a0 = 0;
+            while a0 < n {
+                let a1 = (a0 + 4).min(n);
+                let mut c0 = 0;
+                while c0 < hd {
+                    // SAFETY: the caller's guarantee.
+                    unsafe { wsum_block64(rows, v, stride, p, a0, a1, c0) };
+                    c0 += 64;
+                }
+                a0 = a1;
+            }
+            let _ = maxlen;
+            return;
+        }
         // SAFETY (all accesses): the caller's guarantee; tails are masked.
         unsafe {
             for j in 0..maxlen {
@@ -362,6 +380,54 @@ mod kernels {
                         );
                         _mm512_mask_storeu_ps(op.add(c), m, o);
                     }
+                }
+            }
+        }
+    }
+
+    /// Output rows a0..a1 (≤ 4), columns c0..c0+64, accumulated in registers.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+    unsafe fn wsum_block64(
+        rows: &Rows<'_>,
+        v: *const f32,
+        stride: usize,
+        p: &[f32],
+        a0: usize,
+        a1: usize,
+        c0: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+        let na = a1 - a0;
+        let mut len = [0usize; 4];
+        for (i, l) in len.iter_mut().enumerate().take(na) {
+            *l = rows.lens[a0 + i];
+        }
+        let maxlen = len.iter().copied().max().unwrap_or(0);
+        // SAFETY (all accesses): the caller's guarantee (rows, columns c0..c0+64 < hd).
+        unsafe {
+            for j in 0..maxlen {
+                let vr = v.add(j * stride + c0);
+                let vv = [
+                    _mm512_loadu_ps(vr),
+                    _mm512_loadu_ps(vr.add(16)),
+                    _mm512_loadu_ps(vr.add(32)),
+                    _mm512_loadu_ps(vr.add(48)),
+                ];
+                for i in 0..4 {
+                    if i < na && j < len[i] {
+                        let w = _mm512_set1_ps(*p.get_unchecked((a0 + i) * rows.ctx + j));
+                        for c in 0..4 {
+                            acc[i][c] = _mm512_fmadd_ps(w, vv[c], acc[i][c]);
+                        }
+                    }
+                }
+            }
+            for (i, row) in acc.iter().enumerate().take(na) {
+                let op = rows.os[a0 + i].add(c0);
+                for (c, r) in row.iter().enumerate() {
+                    _mm512_storeu_ps(op.add(16 * c), *r);
                 }
             }
         }
