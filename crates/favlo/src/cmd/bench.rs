@@ -1,0 +1,227 @@
+//! `favlo bench`: throughput figures printed beside their ceilings and, when
+//! asked, beside an anchor (another engine on the same model, same machine,
+//! same run).
+//!
+//! Key design choice: anchors are small Python scripts kept in `tools/bench/`
+//! and compiled into the binary (`include_str!`), run with the machine's
+//! `python3` only when `--anchor` is given, so the figures being compared come
+//! from one process tree on one machine at one time.
+
+use std::process::{Command, ExitCode, Stdio};
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use favlo_hub::{DEFAULT_CHAT, DEFAULT_EMBEDDINGS, Home, Registry, is_pulled, progress, pull_spec};
+use favlo_runtime::device::Device;
+use favlo_runtime::ledger::{Ledger, Owner};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: BenchWhat,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BenchWhat {
+    /// Prefill and decode tokens/s of a chat model at 1 and 2 threads.
+    Chat(ChatBench),
+    /// Sentences/s of an embeddings model at batch 1, 8, 32, and one-sentence latency.
+    Embeddings(EmbBench),
+}
+
+#[derive(Args, Debug)]
+pub struct ChatBench {
+    /// Registry id of a chat model.
+    #[arg(long, default_value = DEFAULT_CHAT)]
+    pub model: String,
+    /// Thread counts to measure.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 2])]
+    pub threads: Vec<usize>,
+    /// Prompt tokens for the prefill figure.
+    #[arg(long, default_value_t = 128)]
+    pub prompt: usize,
+    /// Tokens for the decode figure.
+    #[arg(long, default_value_t = 64)]
+    pub decode: usize,
+    /// Storage of the matrices: mxfp8, mxfp4 or f32.
+    #[arg(long, default_value = "mxfp8")]
+    pub weights: String,
+    /// Also run llama.cpp (the `llama-cpp-python` package) on the same GGUF.
+    #[arg(long)]
+    pub anchor: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct EmbBench {
+    /// Registry id of an embeddings model.
+    #[arg(long, default_value = DEFAULT_EMBEDDINGS)]
+    pub model: String,
+    /// Threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Use int8 weights.
+    #[arg(long)]
+    pub int8: bool,
+    /// Also run sentence-transformers (PyTorch CPU) on the same corpus.
+    #[arg(long)]
+    pub anchor: bool,
+}
+
+fn model_dir(id: &str) -> anyhow::Result<std::path::PathBuf> {
+    let home = Home::from_env()?;
+    let registry = Registry::load(&home)?;
+    let row = registry
+        .get(id)
+        .with_context(|| format!("unknown model {id:?}"))?;
+    if !is_pulled(&home, row) {
+        pull_spec(&home, &registry, id, None, progress::for_stderr().as_ref())?;
+    }
+    Ok(home.model_dir(row.store_name())?)
+}
+
+/// Runs an anchor script with `python3`, returning its stdout.
+pub fn run_anchor(script: &str, args: &[String]) -> anyhow::Result<String> {
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("running python3 for the anchor (is Python 3 installed?)")?;
+    let out = child
+        .stdout
+        .take()
+        .map(std::io::read_to_string)
+        .transpose()?
+        .unwrap_or_default();
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("the anchor script failed ({status})");
+    }
+    Ok(out)
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    match args.what {
+        BenchWhat::Chat(b) => chat(b),
+        BenchWhat::Embeddings(b) => embeddings(b),
+    }
+}
+
+fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
+    let dir = model_dir(&b.model)?;
+    let format = favlo_llama::WeightFormat::parse(&b.weights)
+        .with_context(|| format!("unknown --weights {:?}", b.weights))?;
+    let ledger = Ledger::new(Device::Cpu, None);
+    let owner = Owner::mint("bench-chat");
+    let opts = favlo_llama::OpenOptions {
+        format,
+        max_context: Some(1024),
+        ..Default::default()
+    };
+    let mut rt = favlo_llama::open(&dir, &ledger, &owner, &opts)?;
+    println!(
+        "model {} ({}), weights {}",
+        b.model,
+        dir.display(),
+        b.weights
+    );
+    println!(
+        "{:<10} {:>8} {:>14} {:>14} {:>12}",
+        "engine", "threads", "prefill tok/s", "decode tok/s", "decode GB/s"
+    );
+    for &t in &b.threads {
+        let r = favlo_llama::bench(
+            &mut rt,
+            &favlo_llama::BenchOptions {
+                prompt_tokens: b.prompt,
+                decode_tokens: b.decode,
+                threads: t,
+            },
+        )?;
+        println!(
+            "{:<10} {:>8} {:>14.1} {:>14.1} {:>12.2}",
+            "favlo", t, r.prefill_tok_s, r.decode_tok_s, r.decode_gb_s
+        );
+    }
+    if b.anchor {
+        let gguf = find_gguf(&dir)?;
+        for &t in &b.threads {
+            let args = [
+                gguf.display().to_string(),
+                t.to_string(),
+                b.prompt.to_string(),
+                b.decode.to_string(),
+            ];
+            let out = run_anchor(
+                include_str!("../../../../tools/bench/chat_anchor.py"),
+                &args,
+            )?;
+            print!("{out}");
+        }
+    }
+    drop(rt);
+    ledger.sweep(&owner)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn find_gguf(dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "gguf") {
+            return Ok(p);
+        }
+    }
+    bail!("no .gguf file in {}", dir.display())
+}
+
+fn embeddings(b: EmbBench) -> anyhow::Result<ExitCode> {
+    let dir = model_dir(&b.model)?;
+    let opts = favlo_bert::BenchOptions {
+        threads: b.threads,
+        format: if b.int8 {
+            favlo_bert::WeightFormat::Int8
+        } else {
+            favlo_bert::WeightFormat::AsStored
+        },
+        ..Default::default()
+    };
+    let r = favlo_bert::bench_embeddings(&dir, &opts)?;
+    println!(
+        "model {} ({}), {} threads, {}",
+        b.model,
+        dir.display(),
+        b.threads,
+        if b.int8 { "int8" } else { "f32" }
+    );
+    println!("{:<22} {:>6} {:>14}", "engine", "batch", "sentences/s");
+    for row in &r.rows {
+        println!(
+            "{:<22} {:>6} {:>14.1}",
+            "favlo", row.batch, row.sentences_per_s
+        );
+    }
+    println!(
+        "favlo p50 latency of one short sentence: {:.2} ms (p90 {:.2} ms)",
+        r.p50_ms, r.p90_ms
+    );
+    if b.anchor {
+        let corpus = favlo_bert::corpus().join("\n");
+        let path =
+            std::env::temp_dir().join(format!("favlo-bench-corpus-{}.txt", std::process::id()));
+        std::fs::write(&path, corpus)?;
+        let args = [
+            dir.display().to_string(),
+            path.display().to_string(),
+            b.threads.to_string(),
+        ];
+        let out = run_anchor(
+            include_str!("../../../../tools/bench/embeddings_st_anchor.py"),
+            &args,
+        );
+        let _ = std::fs::remove_file(&path);
+        print!("{}", out?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
