@@ -17,9 +17,13 @@ FAVLO_BIN="$PWD/target/debug/favlo"
 export FAVLO_BIN
 
 echo "== pull the real default models into $FAVLO_HOME"
-"$FAVLO_BIN" pull smollm2-135m-instruct all-minilm-l6-v2
-export FAVLO_TEST_SMOLLM2_GGUF="$("$FAVLO_BIN" models --path smollm2-135m-instruct --file model.gguf)"
-export FAVLO_TEST_MINILM_DIR="$("$FAVLO_BIN" models --path all-minilm-l6-v2)"
+"$FAVLO_BIN" pull smollm2-135m-instruct all-minilm-l6-v2 qwen3-tokenizer piper-joe-medium dcgan-faces
+model() { "$FAVLO_BIN" models --path "$@"; }
+export FAVLO_TEST_SMOLLM2_GGUF="$(model smollm2-135m-instruct --file model.gguf)"
+export FAVLO_TEST_MINILM_DIR="$(model all-minilm-l6-v2)"
+export FAVLO_TEST_QWEN3_TOKENIZER="$(model qwen3-tokenizer --file tokenizer.json)"
+export FAVLO_TEST_PIPER_ONNX="$(ls "$(model piper-joe-medium)"/*.onnx | head -n 1)"
+export FAVLO_TEST_DCGAN_WEIGHTS="$(model dcgan-faces --file weights.tar)"
 
 echo "== cargo test"
 cargo test --workspace
