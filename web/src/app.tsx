@@ -1,0 +1,72 @@
+// The shell: a tab bar (Chat, Studio, Memory) routed by the URL hash.
+//
+// Key design choice: each view is mounted only while shown, except that the
+// Chat view's streaming state survives tab switches because the conversation
+// lives in the Chat component kept mounted (hidden) once visited.
+import { useEffect, useState } from 'preact/hooks';
+import { ChatView } from './views/chat';
+import { StudioView } from './views/studio';
+import { MemoryView } from './views/memory';
+
+type Tab = 'chat' | 'studio' | 'memory';
+const TABS: { id: Tab; label: string }[] = [
+  { id: 'chat', label: 'Chat' },
+  { id: 'studio', label: 'Studio' },
+  { id: 'memory', label: 'Memory' },
+];
+
+function fromHash(): Tab {
+  const h = location.hash.replace(/^#\/?/, '');
+  return (TABS.find((t) => t.id === h)?.id ?? 'chat') as Tab;
+}
+
+export function App() {
+  const [tab, setTab] = useState<Tab>(fromHash());
+  useEffect(() => {
+    const on = () => setTab(fromHash());
+    addEventListener('hashchange', on);
+    return () => removeEventListener('hashchange', on);
+  }, []);
+  return (
+    <div class="shell">
+      <header class="topbar">
+        <span class="brand" aria-label="Favlo">
+          favlo
+        </span>
+        <nav aria-label="Views">
+          <ul class="tabs" role="tablist">
+            {TABS.map((t) => (
+              <li key={t.id} role="presentation">
+                <a
+                  role="tab"
+                  id={`tab-${t.id}`}
+                  href={`#${t.id}`}
+                  aria-selected={tab === t.id}
+                  aria-controls={`panel-${t.id}`}
+                  class={tab === t.id ? 'tab active' : 'tab'}
+                >
+                  {t.label}
+                </a>
+              </li>
+            ))}
+          </ul>
+        </nav>
+      </header>
+      <main>
+        <section id="panel-chat" role="tabpanel" aria-labelledby="tab-chat" hidden={tab !== 'chat'} class="panel">
+          <ChatView active={tab === 'chat'} />
+        </section>
+        {tab === 'studio' && (
+          <section id="panel-studio" role="tabpanel" aria-labelledby="tab-studio" class="panel">
+            <StudioView />
+          </section>
+        )}
+        {tab === 'memory' && (
+          <section id="panel-memory" role="tabpanel" aria-labelledby="tab-memory" class="panel">
+            <MemoryView />
+          </section>
+        )}
+      </main>
+    </div>
+  );
+}
