@@ -1,0 +1,175 @@
+// End to end: the built UI in Debian's chromium against a live `favlo serve`
+// on the real default models. UI_URL is where the UI is served (the binary's
+// own `/` or a Vite preview proxying the API); FAVLO_URL is the API itself.
+//
+// Key design choice: every wait is on a selector, a page condition or a
+// response, never a fixed sleep. Screenshots go to web/test-results/.
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Page } from 'playwright-core';
+import { launch, type Launched } from './browser';
+
+const UI_URL = process.env.UI_URL ?? '';
+const FAVLO_URL = process.env.FAVLO_URL ?? '';
+const SHOTS = join(import.meta.dirname, '..', 'test-results');
+const CHAT_MODEL = process.env.FAVLO_CHAT_MODEL ?? 'smollm2-135m-instruct';
+
+interface Row {
+  id: string;
+  kind: string;
+  pulled: boolean;
+}
+
+async function apiModels(): Promise<Row[]> {
+  const r = await fetch(`${FAVLO_URL}/v1/models`);
+  return ((await r.json()) as { data: Row[] }).data;
+}
+
+const VIEWPORTS = [
+  { name: 'desktop', width: 1280, height: 800 },
+  { name: 'phone', width: 390, height: 844 },
+];
+
+if (!UI_URL || !FAVLO_URL) throw new Error('set UI_URL and FAVLO_URL (tools/ui-test.sh does)');
+mkdirSync(SHOTS, { recursive: true });
+
+for (const vp of VIEWPORTS) {
+  describe(`UI at ${vp.width}x${vp.height}`, () => {
+    let b: Launched;
+    let page: Page;
+    const pageErrors: string[] = [];
+    const shot = (name: string) => page.screenshot({ path: join(SHOTS, `${vp.name}-${name}.png`), fullPage: false });
+    const assistant = () => page.locator('article.msg.assistant');
+
+    beforeAll(async () => {
+      b = await launch({ width: vp.width, height: vp.height });
+      page = b.context.pages()[0] ?? (await b.context.newPage());
+      page.on('pageerror', (e) => pageErrors.push(e.message));
+    });
+    afterAll(async () => {
+      await b?.close();
+    });
+
+    it('lists the server\'s models in the picker with kind, pulled and resident', async () => {
+      await page.goto(`${UI_URL}/#chat`);
+      const rows = await apiModels();
+      await page.locator(`#model-picker option[value="${CHAT_MODEL}"]`).waitFor({ state: 'attached' });
+      const options = await page.locator('#model-picker option').evaluateAll((os) =>
+        os.map((o) => ({ value: (o as HTMLOptionElement).value, text: o.textContent ?? '', disabled: (o as HTMLOptionElement).disabled })),
+      );
+      for (const r of rows) {
+        const o = options.find((x) => x.value === r.id);
+        expect(o, r.id).toBeDefined();
+        expect(o?.text).toContain(r.kind);
+        expect(o?.text).toContain(r.pulled ? 'pulled' : 'not pulled');
+        expect(o?.disabled).toBe(r.kind !== 'chat');
+      }
+      expect(await page.locator('#model-picker').inputValue()).toBe(CHAT_MODEL);
+      await expect(page.getByLabel('Message', { exact: true }).isVisible()).resolves.toBe(true);
+      await shot('chat-empty');
+    });
+
+    it('keeps Shift+Enter as a new line without sending', async () => {
+      const box = page.locator('#chat-input');
+      await box.click();
+      await box.pressSequentially('first');
+      await box.press('Shift+Enter');
+      await box.pressSequentially('second');
+      expect(await box.inputValue()).toBe('first\nsecond');
+      expect(await page.locator('article.msg').count()).toBe(0);
+      await box.fill('');
+    });
+
+    it('stops a reply mid-stream (Esc on desktop, the Stop button on a phone)', async () => {
+      const box = page.locator('#chat-input');
+      await box.fill('Write a very long story about a dragon who learns to bake bread. Use many chapters.');
+      const started = page.waitForResponse((r) => r.url().endsWith('/v1/chat/completions') && r.status() === 200);
+      await box.press('Enter');
+      await started;
+      // Streamed text appears while the reply is still streaming.
+      await page.waitForFunction(() => {
+        const el = document.querySelector('article.msg.assistant.streaming .md');
+        return !!el && (el.textContent ?? '').trim().split(/\s+/).length >= 4;
+      });
+      await expect(page.locator('button.stop').isVisible()).resolves.toBe(true);
+      await shot('chat-streaming');
+      if (vp.name === 'desktop') await page.keyboard.press('Escape');
+      else await page.getByRole('button', { name: 'Stop generating' }).click();
+      await page.locator('article.msg.assistant:not(.streaming) .stats', { hasText: 'stopped' }).waitFor();
+      await page.locator('button.send').waitFor();
+      const text = (await assistant().last().locator('.md').textContent()) ?? '';
+      expect(text.trim().length).toBeGreaterThan(0);
+    });
+
+    it('sends a chat with Enter and shows the streamed reply with tokens/s', async () => {
+      const box = page.locator('#chat-input');
+      await box.fill('Say hello in one short sentence.');
+      const before = await assistant().count();
+      const done = page.waitForResponse((r) => r.url().endsWith('/v1/chat/completions'));
+      await box.press('Enter');
+      expect((await done).status()).toBe(200);
+      // The user turn shows at once, then the streamed assistant turn.
+      await page.locator('article.msg.user', { hasText: 'Say hello in one short sentence.' }).waitFor();
+      const reply = assistant().nth(before);
+      await reply.locator('.stats', { hasText: 'tok/s' }).waitFor({ timeout: 180_000 });
+      await page.waitForFunction(() => !document.querySelector('article.msg.streaming'));
+      const stats = (await reply.locator('.stats').textContent()) ?? '';
+      expect(stats).toMatch(/\d+ tokens · \d+\.\d tok\/s · (stop|length)/);
+      expect(((await reply.locator('.md').textContent()) ?? '').trim().length).toBeGreaterThan(0);
+      await shot('chat-done');
+    });
+
+    it('keeps the conversation across a reload (localStorage)', async () => {
+      const n = await page.locator('article.msg').count();
+      await page.reload();
+      await page.locator('article.msg').nth(n - 1).waitFor();
+      expect(await page.locator('article.msg').count()).toBe(n);
+    });
+
+    it('shows the ledger with the resident chat runtime after a chat', async () => {
+      await page.getByRole('tab', { name: 'Memory' }).click();
+      await page.locator('[data-testid="resident"]', { hasText: CHAT_MODEL }).waitFor();
+      await page.getByRole('meter', { name: 'Live' }).waitFor();
+      const owners = page.locator('ul.owners > li');
+      await owners.first().waitFor();
+      expect(await owners.count()).toBeGreaterThan(0);
+      const live = Number(await page.getByRole('meter', { name: 'Live' }).getAttribute('aria-valuenow'));
+      expect(live).toBeGreaterThan(0);
+      // It refreshes: a second /v1/memory answer arrives while the view is shown.
+      await page.waitForResponse((r) => r.url().endsWith('/v1/memory') && r.ok());
+      await shot('memory');
+    });
+
+    it('says plainly in the Studio what media the server serves', async () => {
+      await page.getByRole('tab', { name: 'Studio' }).click();
+      const rows = await apiModels();
+      const media = rows.filter((r) => ['image', 'video', 'voice', 'music'].includes(r.kind));
+      const mcp = await fetch(`${FAVLO_URL}/mcp`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+      const status = page.locator('[data-testid="studio-status"]');
+      if (!media.some((r) => r.pulled)) {
+        await status.filter({ hasText: 'No media models are served yet' }).waitFor();
+      } else if (mcp.status === 404 || mcp.status === 405) {
+        await status.filter({ hasText: 'No media jobs are served yet' }).waitFor();
+      } else {
+        await status.filter({ hasText: 'MCP tool' }).waitFor();
+      }
+      for (const r of media) await page.locator('table.models code', { hasText: r.id }).first().waitFor();
+      await shot('studio');
+    });
+
+    it('renders in the dark color scheme', async () => {
+      await page.emulateMedia({ colorScheme: 'dark' });
+      await page.getByRole('tab', { name: 'Chat' }).click();
+      await page.locator('article.msg').first().waitFor();
+      const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+      expect(bg).toBe('rgb(19, 20, 23)');
+      await shot('chat-dark');
+      await page.emulateMedia({ colorScheme: 'light' });
+    });
+
+    it('raised no script error in the page', () => {
+      expect(pageErrors).toEqual([]);
+    });
+  });
+}
