@@ -21,6 +21,22 @@ interface Row {
   pulled: boolean;
 }
 
+/** A counter from the server's Prometheus text. */
+async function metric(name: string): Promise<number> {
+  const text = await (await fetch(`${FAVLO_URL}/metrics`)).text();
+  const m = new RegExp(`^${name} (\\d+)$`, 'm').exec(text);
+  return m ? Number(m[1]) : Number.NaN;
+}
+
+/** Poll `cond` until it holds (the server notices a disconnect on its own time). */
+async function until(cond: () => Promise<boolean>, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 async function apiModels(): Promise<Row[]> {
   const r = await fetch(`${FAVLO_URL}/v1/models`);
   return ((await r.json()) as { data: Row[] }).data;
@@ -82,6 +98,8 @@ for (const vp of VIEWPORTS) {
     });
 
     it('stops a reply mid-stream (Esc on desktop, the Stop button on a phone)', async () => {
+      const disconnects = await metric('favlo_client_disconnects_total');
+      expect(disconnects).not.toBeNaN();
       const box = page.locator('#chat-input');
       await box.fill('Write a very long story about a dragon who learns to bake bread. Use many chapters.');
       const started = page.waitForResponse((r) => r.url().endsWith('/v1/chat/completions') && r.status() === 200);
@@ -100,6 +118,8 @@ for (const vp of VIEWPORTS) {
       await page.locator('button.send').waitFor();
       const text = (await assistant().last().locator('.md').textContent()) ?? '';
       expect(text.trim().length).toBeGreaterThan(0);
+      // The server saw the client go and stopped generating.
+      await until(async () => (await metric('favlo_client_disconnects_total')) > disconnects, 30_000);
     });
 
     it('sends a chat with Enter and shows the streamed reply with tokens/s', async () => {

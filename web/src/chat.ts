@@ -87,6 +87,11 @@ export async function streamChat(o: StreamOptions): Promise<StreamResult> {
       const { value, done } = await reader.read();
       if (done) break;
       for (const ev of parser.push(value)) {
+        // Text already buffered when the user stopped is not shown.
+        if (o.signal.aborted) {
+          void reader.cancel().catch(() => undefined);
+          return { ...state, stopped: true };
+        }
         if (ev.data === '[DONE]') continue;
         let chunk: Chunk;
         try {
