@@ -123,17 +123,28 @@ for (const vp of VIEWPORTS) {
     });
 
     it('sends a chat with Enter and shows the streamed reply with tokens/s', async () => {
+      // A fresh conversation, so the stopped story is not continued.
+      await page.getByRole('button', { name: 'Start a new conversation' }).click();
+      await page.locator('article.msg').first().waitFor({ state: 'detached' });
       const box = page.locator('#chat-input');
       await box.fill('Say hello in one short sentence.');
       const before = await assistant().count();
+      // Record whether text ever shows inside a reply that is still streaming.
+      await page.evaluate(() => {
+        const w = window as unknown as { __streamed?: boolean };
+        w.__streamed = false;
+        new MutationObserver(() => {
+          if ((document.querySelector('article.msg.assistant.streaming .md')?.textContent ?? '').trim()) w.__streamed = true;
+        }).observe(document.body, { subtree: true, childList: true, characterData: true });
+      });
       const done = page.waitForResponse((r) => r.url().endsWith('/v1/chat/completions'));
       await box.press('Enter');
       expect((await done).status()).toBe(200);
       // The user turn shows at once, then the streamed assistant turn.
       await page.locator('article.msg.user', { hasText: 'Say hello in one short sentence.' }).waitFor();
-      const reply = assistant().nth(before);
-      await reply.locator('.stats', { hasText: 'tok/s' }).waitFor({ timeout: 180_000 });
-      await page.waitForFunction(() => !document.querySelector('article.msg.streaming'));
+      const reply = page.locator('article.msg.assistant:not(.streaming)').nth(before);
+      await reply.locator('.stats').waitFor({ timeout: 180_000 });
+      expect(await page.evaluate(() => (window as unknown as { __streamed?: boolean }).__streamed)).toBe(true);
       const stats = (await reply.locator('.stats').textContent()) ?? '';
       expect(stats).toMatch(/\d+ tokens · \d+\.\d tok\/s · (stop|length)/);
       expect(((await reply.locator('.md').textContent()) ?? '').trim().length).toBeGreaterThan(0);
@@ -186,6 +197,28 @@ for (const vp of VIEWPORTS) {
       expect(bg).toBe('rgb(19, 20, 23)');
       await shot('chat-dark');
       await page.emulateMedia({ colorScheme: 'light' });
+    });
+
+    it('renders stored Markdown and code in the browser without running model HTML', async () => {
+      const md =
+        '## Result\n\nRun **this**:\n\n```python\nprint("<b>hi</b>")\n```\n\n- one `x < y`\n- two <img src=x onerror="window.__pwned=1">';
+      await page.evaluate((content) => {
+        localStorage.setItem(
+          'favlo.chat.v1',
+          JSON.stringify({ model: null, messages: [{ role: 'user', content: 'format test' }, { role: 'assistant', content }] }),
+        );
+      }, md);
+      await page.reload();
+      const reply = page.locator('article.msg.assistant').first();
+      await reply.locator('pre code').waitFor();
+      expect(await reply.locator('pre code').textContent()).toBe('print("<b>hi</b>")');
+      expect(await reply.locator('h2').textContent()).toBe('Result');
+      expect(await reply.locator('li').count()).toBe(2);
+      expect(await reply.locator('img, b').count()).toBe(0);
+      expect(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned)).toBeUndefined();
+      await shot('markdown');
+      await page.getByRole('button', { name: 'Start a new conversation' }).click();
+      await page.locator('article.msg').first().waitFor({ state: 'detached' });
     });
 
     it('raised no script error in the page', () => {
