@@ -30,3 +30,6 @@ cargo test --workspace
 
 echo "== end-to-end (official openai SDK against a live favlo serve)"
 python3 -m pytest -q tests/e2e
+
+echo "== web UI (Vitest units, Playwright in Chromium against a live favlo serve)"
+FAVLO_BIN="$FAVLO_BIN" FAVLO_HOME="$FAVLO_HOME" bash tools/ui-test.sh

@@ -5,6 +5,7 @@
 //! can only be made through it, so the daemon always knows, before it loads
 //! anything, what is live, what is pending and what still fits.
 
+pub mod bench;
 pub mod buffer;
 pub mod cpu;
 pub mod device;

@@ -23,10 +23,24 @@ pub struct BenchArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum BenchWhat {
+    /// CPU kernels at realistic shapes beside copy bandwidth and f32 GEMM ceilings.
+    Kernels(KernelBench),
     /// Prefill and decode tokens/s of a chat model at 1 and 2 threads.
     Chat(ChatBench),
     /// Sentences/s of an embeddings model at batch 1, 8, 32, and one-sentence latency.
     Embeddings(EmbBench),
+}
+
+#[derive(Args, Debug)]
+pub struct KernelBench {
+    /// Shorter time budget and fewer shapes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Sections to run: gemv, gemm, attn, norm (default: all).
+    pub sections: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -104,9 +118,19 @@ pub fn run_anchor(script: &str, args: &[String]) -> anyhow::Result<String> {
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.what {
+        BenchWhat::Kernels(b) => kernels(b),
         BenchWhat::Chat(b) => chat(b),
         BenchWhat::Embeddings(b) => embeddings(b),
     }
+}
+
+fn kernels(b: KernelBench) -> anyhow::Result<ExitCode> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(b.threads.unwrap_or(0))
+        .build()?;
+    let sections: Vec<&str> = b.sections.iter().map(String::as_str).collect();
+    pool.install(|| favlo_runtime::bench::kernels(b.quick, &sections))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
