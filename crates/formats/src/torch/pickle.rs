@@ -717,3 +717,59 @@ impl Machine<'_> {
         Ok(self.alloc(Obj::Storage(StorageRef { dtype, key, numel })))
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalars_memo_and_containers() {
+        // {"a": -2 (LONG1), "b": [1.5, True]} built with SETITEMS and APPENDS
+        let mut p = vec![0x80, 2, b'}', b'q', 0, b'('];
+        p.extend_from_slice(&[0x8c, 1, b'a', 0x8a, 1, 0xfe]);
+        p.extend_from_slice(&[0x8c, 1, b'b', b']', b'(', b'G']);
+        p.extend_from_slice(&1.5f64.to_be_bytes());
+        p.extend_from_slice(&[0x88, b'e', b'u', b'.']);
+        let un = unpickle(&p).unwrap();
+        let Some(Obj::Dict(d)) = un.obj(un.root.unwrap()) else {
+            panic!("not a dict")
+        };
+        assert_eq!(d.len(), 2);
+        assert_eq!(un.str(d[0].0), Some("a"));
+        assert_eq!(d[0].1, Value::Int(-2));
+        let Some(Obj::List(l)) = un.obj(d[1].1) else {
+            panic!("not a list")
+        };
+        assert_eq!(l, &vec![Value::Float(1.5), Value::Bool(true)]);
+    }
+
+    #[test]
+    fn stack_global_outside_the_allow_list_is_refused() {
+        let mut p = vec![0x80, 4];
+        p.extend_from_slice(&[0x8c, 8]);
+        p.extend_from_slice(b"builtins");
+        p.extend_from_slice(&[0x8c, 4]);
+        p.extend_from_slice(b"eval");
+        p.push(0x93);
+        let err = unpickle(&p).unwrap_err();
+        assert!(
+            matches!(&err, PickleError::ForbiddenGlobal { module, name, .. } if module == "builtins" && name == "eval"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn underflow_below_a_mark_and_bad_memo_are_errors() {
+        for p in [
+            &[0x80, 2, b'N', b'(', b'0'][..],
+            &[0x80, 2, b'a'][..],
+            &[0x80, 2, b'h', 3][..],
+            &[0x80, 2, b'N', b'N', b'u'][..],
+            &[0x80, 2, b'N', b'X', 0xff, 0xff, 0xff, 0xff][..],
+            &[0x80, 9][..],
+        ] {
+            assert!(unpickle(p).is_err(), "{p:?}");
+        }
+    }
+}
