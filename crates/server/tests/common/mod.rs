@@ -1,0 +1,275 @@
+//! Fakes for router tests: a catalog of three rows and pipelines that echo.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use favlo_pipeline::{
+    Completion, CompletionRequest, Embedding, EmbeddingsPipeline, FinishReason, LanguagePipeline,
+    Ledger, ModelKind, ModelSpec, Owner, PipelineError, PipelineFactory, StopFlag, TokenSink,
+    TokenVocab,
+};
+use favlo_runtime::device::Device;
+use favlo_runtime::ledger::SpanKind;
+use favlo_server::{AppState, Catalog, CatalogRow, ServeConfig, ServerDeps};
+
+pub struct FakeCatalog;
+
+fn row(id: &str, kind: ModelKind, pulled: bool) -> CatalogRow {
+    CatalogRow {
+        id: id.into(),
+        kind,
+        family: "fake".into(),
+        pulled,
+        description: String::new(),
+    }
+}
+
+impl Catalog for FakeCatalog {
+    fn rows(&self) -> Vec<CatalogRow> {
+        vec![
+            row("chat-a", ModelKind::Chat, true),
+            row("chat-b", ModelKind::Chat, true),
+            row("emb", ModelKind::Embeddings, true),
+            row("not-pulled", ModelKind::Chat, false),
+        ]
+    }
+    fn spec(&self, id: &str) -> Result<ModelSpec, String> {
+        let r = self.row(id).ok_or("no row")?;
+        Ok(ModelSpec {
+            id: r.id,
+            family: "fake".into(),
+            kind: r.kind,
+            dir: "/nonexistent".into(),
+            files: vec![],
+            context_length: None,
+            defaults: serde_json::json!({}),
+        })
+    }
+    fn pull(&self, id: &str) -> Result<(), String> {
+        Err(format!("{id} cannot be pulled in tests"))
+    }
+}
+
+/// Vocabulary: every printable ASCII byte as one token, then a few words; last id = EOS.
+pub fn vocab() -> TokenVocab {
+    let mut tokens: Vec<Vec<u8>> = (0x20u8..0x7f).map(|b| vec![b]).collect();
+    for w in [
+        "{\"", "\":", "\"name", "true", "false", "null", "12", "\",\"", "}", "ab",
+    ] {
+        tokens.push(w.as_bytes().to_vec());
+    }
+    tokens.push(Vec::new()); // EOS
+    let eos = (tokens.len() - 1) as u32;
+    TokenVocab {
+        tokens,
+        eos: vec![eos],
+        special: vec![],
+    }
+}
+
+#[derive(Default)]
+pub struct Log {
+    pub opened: Vec<String>,
+    pub closed: Vec<String>,
+    pub tokens_sent: AtomicUsize,
+}
+
+pub struct FakeFactory {
+    pub log: Arc<Mutex<Log>>,
+}
+
+struct FakeChat {
+    id: String,
+    log: Arc<Mutex<Log>>,
+    _weights: favlo_runtime::buffer::Buffer<f32>,
+    vocab: Arc<TokenVocab>,
+}
+
+impl Drop for FakeChat {
+    fn drop(&mut self) {
+        self.log.lock().unwrap().closed.push(self.id.clone());
+    }
+}
+
+impl LanguagePipeline for FakeChat {
+    fn complete(
+        &mut self,
+        req: &CompletionRequest,
+        sink: &mut dyn TokenSink,
+        stop: &StopFlag,
+    ) -> Result<Completion, PipelineError> {
+        let last = req
+            .messages
+            .last()
+            .map(|m| m.content.clone())
+            .unwrap_or_default();
+        let mut text = String::new();
+        let mut n = 0;
+        if let Some(g) = &req.grammar {
+            // Greedy over the fake vocab: the longest allowed token, eos when complete.
+            let mut allowed = vec![false; self.vocab.len()];
+            let mut rng = req.sampling.seed.unwrap_or(7);
+            for _ in 0..3000 {
+                let mut m = g.mask();
+                m.allowed(&mut allowed)?;
+                let eos = self.vocab.eos[0] as usize;
+                if allowed[eos] {
+                    break;
+                }
+                // A seeded random "model" that likes to close things: 70% of the
+                // time it picks among tokens holding a quote or a closing bracket.
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let all: Vec<usize> = (0..allowed.len()).filter(|&i| allowed[i]).collect();
+                let closers: Vec<usize> = all
+                    .iter()
+                    .copied()
+                    .filter(|&i| {
+                        self.vocab.tokens[i]
+                            .iter()
+                            .any(|b| matches!(b, b'"' | b'}' | b']'))
+                    })
+                    .collect();
+                let r = (rng >> 33) as usize;
+                let from = if !closers.is_empty() && r % 10 < 7 {
+                    &closers
+                } else {
+                    &all
+                };
+                let pick = from.get((r / 10) % from.len().max(1)).copied();
+                let Some(pick) = pick else {
+                    return Err(PipelineError::internal("dead end"));
+                };
+                m.commit(pick as u32)?;
+                drop(m);
+                let piece = String::from_utf8_lossy(&self.vocab.tokens[pick]).into_owned();
+                sink.token(&piece, None)?;
+                text.push_str(&piece);
+                n += 1;
+            }
+            return Ok(Completion {
+                text,
+                finish_reason: FinishReason::Stop,
+                prompt_tokens: 3,
+                completion_tokens: n,
+                logprobs: vec![],
+                prefill_ms: 0.0,
+                decode_ms: 0.0,
+            });
+        }
+        let reply = if last.contains("weather") && req.tools.is_some() {
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>".to_string()
+        } else if last == "forever" {
+            "x".repeat(100_000)
+        } else {
+            format!("echo: {last}")
+        };
+        let max = req.max_tokens.unwrap_or(usize::MAX);
+        let mut finish = FinishReason::Stop;
+        for ch in reply.chars() {
+            if n >= max {
+                finish = FinishReason::Length;
+                break;
+            }
+            if stop.is_raised() {
+                break;
+            }
+            let lp = req.logprobs.then(|| favlo_pipeline::TokenLogprob {
+                token: ch.to_string(),
+                logprob: -0.5,
+                bytes: ch.to_string().into_bytes(),
+                top: vec![],
+            });
+            sink.token(&ch.to_string(), lp)?;
+            self.log
+                .lock()
+                .unwrap()
+                .tokens_sent
+                .fetch_add(1, Ordering::Relaxed);
+            text.push(ch);
+            n += 1;
+            if last == "forever" {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+        Ok(Completion {
+            text,
+            finish_reason: finish,
+            prompt_tokens: 5,
+            completion_tokens: n,
+            logprobs: vec![],
+            prefill_ms: 1.0,
+            decode_ms: 1.0,
+        })
+    }
+    fn context_length(&self) -> usize {
+        512
+    }
+    fn vocab(&self) -> Option<Arc<TokenVocab>> {
+        Some(self.vocab.clone())
+    }
+}
+
+struct FakeEmb;
+impl EmbeddingsPipeline for FakeEmb {
+    fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Embedding>, PipelineError> {
+        Ok(texts
+            .iter()
+            .map(|t| Embedding {
+                vector: vec![t.len() as f32, 1.0, -2.0, 0.5],
+                tokens: t.split_whitespace().count() + 2,
+                truncated: false,
+            })
+            .collect())
+    }
+    fn dimensions(&self) -> usize {
+        4
+    }
+    fn max_tokens(&self) -> usize {
+        128
+    }
+    fn supports_truncation(&self) -> bool {
+        true
+    }
+}
+
+impl PipelineFactory for FakeFactory {
+    fn open_language(
+        &self,
+        spec: &ModelSpec,
+        ledger: &Arc<Ledger>,
+        owner: &Owner,
+    ) -> Result<Box<dyn LanguagePipeline>, PipelineError> {
+        self.log.lock().unwrap().opened.push(spec.id.clone());
+        let w = ledger
+            .alloc::<f32>(owner, SpanKind::Resident, 1024)
+            .map_err(PipelineError::internal)?;
+        Ok(Box::new(FakeChat {
+            id: spec.id.clone(),
+            log: self.log.clone(),
+            _weights: w,
+            vocab: Arc::new(vocab()),
+        }))
+    }
+    fn open_embeddings(
+        &self,
+        _spec: &ModelSpec,
+        _ledger: &Arc<Ledger>,
+        _owner: &Owner,
+    ) -> Result<Arc<dyn EmbeddingsPipeline>, PipelineError> {
+        Ok(Arc::new(FakeEmb))
+    }
+}
+
+pub fn state_with(config: ServeConfig) -> (Arc<AppState>, Arc<Mutex<Log>>, Arc<Ledger>) {
+    let log = Arc::new(Mutex::new(Log::default()));
+    let ledger = Ledger::with_fixed_budget(Device::Cpu, 1 << 30, None);
+    let deps = ServerDeps {
+        catalog: Arc::new(FakeCatalog),
+        factory: Arc::new(FakeFactory { log: log.clone() }),
+        ledger: ledger.clone(),
+    };
+    (AppState::new(config, deps), log, ledger)
+}
