@@ -10,3 +10,6 @@ pub mod buffer;
 pub mod cpu;
 pub mod device;
 pub mod ledger;
+
+#[cfg(feature = "cuda")]
+pub mod cuda;

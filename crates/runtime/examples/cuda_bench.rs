@@ -1,0 +1,153 @@
+//! CUDA GEMV benchmark: MXFP4/MXFP8 at 8192×8192 and 4096×14336 against the
+//! device-to-device copy bandwidth measured in the same run.
+//!
+//! Bytes counted per GEMV: packed data plane + scale plane + x (f32) read; y's write
+//! (rows·4 bytes) is left out. Copy bandwidth counts bytes read + written. Each timed
+//! repetition runs the GEMV once over each of several copies of the weight whose total
+//! is ≥ 512 MB, so the 60 MB L2 cannot hold them (no cache-resident timing). Before
+//! timing, the first 64 rows of one copy are checked against the CPU reference.
+//!
+//! Run: `cargo run --release -p favlo-runtime --features cuda --example cuda_bench`
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use favlo_mx::{ElementFormat, MxLayout, MxView};
+use favlo_runtime::cpu::{WeightRef, reference};
+use favlo_runtime::cuda::{CudaContext, CudaKernels, MxDevice, copy_bandwidth_gbps, time_ms};
+use favlo_runtime::ledger::{Owner, SpanKind};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Random packed bytes: data codes uniform (FP8 NaN codes 0x7F/0xFF avoided), scales
+/// E8M0 in 2^-8..2^6 on the real blocks, zero on padding.
+fn random_packed(layout: MxLayout, rng: &mut StdRng) -> Vec<u8> {
+    let mut b = vec![0u8; layout.total_bytes()];
+    let real_bytes = layout.cols
+        * match layout.format {
+            ElementFormat::Fp4E2M1 => 1,
+            _ => 2,
+        }
+        / 2;
+    for r in 0..layout.rows {
+        let row = &mut b[r * layout.data_row_bytes()..][..real_bytes];
+        rng.fill(row);
+        if layout.format == ElementFormat::Fp8E4M3 {
+            row.iter_mut()
+                .filter(|v| (**v & 0x7f) == 0x7f)
+                .for_each(|v| *v &= 0xfe);
+        }
+        let s = &mut b[layout.scale_offset() + r * layout.scale_row_bytes()..]
+            [..layout.cols.div_ceil(32)];
+        s.iter_mut()
+            .for_each(|v| *v = rng.random_range(119u8..=133));
+    }
+    b
+}
+
+fn main() {
+    let ctx = match CudaContext::open(0, None) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cuda_bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let t0 = std::time::Instant::now();
+    let k = CudaKernels::load(&ctx).expect("kernels");
+    println!(
+        "device cuda:{} {} (sm_{}{}, NVRTC arch {}), ledger budget {:.1} GiB; kernels loaded in {:.0} ms (cache hits {:?})",
+        ctx.ordinal(),
+        ctx.name(),
+        ctx.compute_capability().0,
+        ctx.compute_capability().1,
+        ctx.arch(),
+        ctx.ledger().budget() as f64 / (1u64 << 30) as f64,
+        t0.elapsed().as_secs_f64() * 1e3,
+        k.cache_hits
+    );
+    let copy = copy_bandwidth_gbps(&ctx, 1 << 30, 20).expect("copy");
+    println!("device-to-device copy (1 GiB, read+write): {copy:.0} GB/s");
+
+    let mut rng = StdRng::seed_from_u64(42);
+    let mut rows_out = Vec::new();
+    for (format, n, kk) in [
+        (ElementFormat::Fp4E2M1, 8192, 8192),
+        (ElementFormat::Fp8E4M3, 8192, 8192),
+        (ElementFormat::Fp4E2M1, 4096, 14336),
+        (ElementFormat::Fp8E4M3, 4096, 14336),
+    ] {
+        let layout = MxLayout {
+            format,
+            rows: n,
+            cols: kk,
+        };
+        let host = random_packed(layout, &mut rng);
+        let copies = (512usize << 20).div_ceil(layout.total_bytes()).max(2);
+        let owner = Owner::mint("cuda-bench-gemv");
+        let ws: Vec<MxDevice> = (0..copies)
+            .map(|_| MxDevice::upload(&ctx, &owner, MxView::new(layout, &host).unwrap()).unwrap())
+            .collect();
+        let x: Vec<f32> = (0..kk).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let xd = ctx
+            .upload(
+                &owner,
+                SpanKind::Scratch,
+                &CudaKernels::padded_x(layout, &x),
+            )
+            .unwrap();
+        let mut yd = ctx.alloc::<f32>(&owner, SpanKind::Scratch, n).unwrap();
+
+        // Correctness on the big shape: first 64 rows against the f64 reference.
+        k.gemv_mx(&ws[0], &xd, &mut yd).unwrap();
+        let got = ctx.download(&yd).unwrap();
+        let sub = MxLayout {
+            format,
+            rows: 64,
+            cols: kk,
+        };
+        let mut sub_bytes = vec![0u8; sub.total_bytes()];
+        sub_bytes[..sub.scale_offset()].copy_from_slice(&host[..sub.scale_offset()]);
+        sub_bytes[sub.scale_offset()..]
+            .copy_from_slice(&host[layout.scale_offset()..][..64 * layout.scale_row_bytes()]);
+        let want = reference::linear(
+            &x,
+            &WeightRef::Mx(MxView::new(sub, &sub_bytes).unwrap()),
+            None,
+        );
+        let max = want.iter().fold(0f64, |a, b| a.max(b.abs()));
+        let err = got[..64]
+            .iter()
+            .zip(&want)
+            .fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
+        let rel = err / max;
+
+        let ms = time_ms(&ctx, 2, 15, || {
+            for w in &ws {
+                k.gemv_mx(w, &xd, &mut yd)?;
+            }
+            Ok(())
+        })
+        .unwrap()
+            / copies as f64;
+        let bytes = layout.total_bytes() as f64 + (layout.padded_cols() * 4) as f64;
+        let gbps = bytes / (ms * 1e-3) / 1e9;
+        let line = format!(
+            "| {:?} | {n}×{kk} | {:.1} MB | {:.1} µs | {gbps:.0} | {:.0}% | {rel:.1e} |",
+            format,
+            bytes / 1e6,
+            ms * 1e3,
+            100.0 * gbps / copy
+        );
+        println!("{line}");
+        rows_out.push(line);
+        drop((ws, xd, yd));
+        ctx.sweep(&owner).expect("sweep");
+    }
+    println!("\ncopy bandwidth {copy:.0} GB/s");
+    println!(
+        "| format | N×K | bytes/GEMV | time | GB/s | % of copy | max rel err (64 rows vs CPU ref) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for l in rows_out {
+        println!("{l}");
+    }
+}

@@ -1,0 +1,304 @@
+//! One CUDA device: its context and stream, and device buffers accounted in a ledger.
+//!
+//! Key design choice: every device allocation first takes a ledger span, so the
+//! ledger's `room()` is the single answer to "does this fit on the GPU". The ledger's
+//! budget is the device's free memory from `cuMemGetInfo` at open time (nothing is
+//! ours yet, so free + ours = free), capped by `max_memory`.
+//!
+//! Interim, until the lead adds `Device::Cuda` and a host-less span to the ledger:
+//! the ledger is built with `Ledger::with_fixed_budget(Device::Cpu, free, cap)`, and a
+//! device buffer's span is a ledger `Reservation` of its byte size held for the
+//! buffer's lifetime (it counts in `pending`, so `room()` is exact). Because
+//! `Ledger::sweep` drops reservations, [`CudaContext::sweep`] first checks this
+//! context's own tally of live device buffers per owner and reports a leak itself.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{self as drv, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+
+use super::{CudaError, driver_err};
+use crate::device::Device;
+use crate::ledger::{Ledger, Owner, Reservation, SpanKind};
+
+/// Live device buffers per owner: (count, bytes).
+type Tally = Mutex<HashMap<String, (usize, u64)>>;
+
+/// An open CUDA device.
+pub struct CudaContext {
+    ordinal: usize,
+    name: String,
+    cc: (i32, i32),
+    ctx: Arc<drv::CudaContext>,
+    stream: Arc<CudaStream>,
+    ledger: Arc<Ledger>,
+    tally: Arc<Tally>,
+}
+
+impl std::fmt::Debug for CudaContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaContext")
+            .field("ordinal", &self.ordinal)
+            .field("name", &self.name)
+            .field("cc", &self.cc)
+            .finish()
+    }
+}
+
+/// Checks that the driver and NVRTC libraries can be loaded, without panicking.
+pub(crate) fn check_libraries() -> Result<(), CudaError> {
+    // SAFETY: these only try `dlopen` on candidate names.
+    if !unsafe { drv::sys::is_culib_present() } {
+        return Err(CudaError::Unavailable {
+            reason: "libcuda (the NVIDIA driver library) was not found".into(),
+        });
+    }
+    // SAFETY: as above.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(CudaError::Unavailable {
+            reason: "libnvrtc (CUDA's run-time compiler) was not found; add its directory to LD_LIBRARY_PATH".into(),
+        });
+    }
+    Ok(())
+}
+
+impl CudaContext {
+    /// Whether CUDA can be used here: `Ok(device count)` or why not.
+    pub fn probe() -> Result<usize, CudaError> {
+        check_libraries()?;
+        let n = drv::CudaContext::device_count().map_err(|e| CudaError::Unavailable {
+            reason: format!("cuDeviceGetCount failed: {e:?}"),
+        })?;
+        if n <= 0 {
+            return Err(CudaError::Unavailable {
+                reason: "the driver reports no CUDA device".into(),
+            });
+        }
+        Ok(n as usize)
+    }
+
+    /// Opens device `ordinal`; the ledger's budget is its free memory, capped at `max_memory`.
+    pub fn open(ordinal: usize, max_memory: Option<u64>) -> Result<Arc<CudaContext>, CudaError> {
+        let count = Self::probe()?;
+        if ordinal >= count {
+            return Err(CudaError::Unavailable {
+                reason: format!("cuda:{ordinal} asked for, but only {count} device(s) exist"),
+            });
+        }
+        let ctx = drv::CudaContext::new(ordinal).map_err(|e| CudaError::Unavailable {
+            reason: format!("cannot create a context on cuda:{ordinal}: {e:?}"),
+        })?;
+        // One stream, so the per-buffer event tracking cudarc offers is not needed.
+        // SAFETY: called before any buffer exists.
+        unsafe { ctx.disable_event_tracking() };
+        let name = ctx.name().map_err(driver_err("cuDeviceGetName"))?;
+        let cc = ctx
+            .compute_capability()
+            .map_err(driver_err("cuDeviceGetAttribute"))?;
+        let (free, _total) = ctx.mem_get_info().map_err(driver_err("cuMemGetInfo"))?;
+        let stream = ctx.default_stream();
+        // Interim: Device::Cuda is the lead's to add to the ledger; see the module docs.
+        let ledger = Ledger::with_fixed_budget(Device::Cpu, free as u64, max_memory);
+        Ok(Arc::new(CudaContext {
+            ordinal,
+            name,
+            cc,
+            ctx,
+            stream,
+            ledger,
+            tally: Arc::new(Mutex::new(HashMap::new())),
+        }))
+    }
+
+    /// Device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+    /// Device name as the driver reports it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Compute capability (major, minor).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.cc
+    }
+    /// The NVRTC target: `sm_90a` on Hopper (arch-specific features), else `sm_XY`.
+    pub fn arch(&self) -> String {
+        let (ma, mi) = self.cc;
+        if ma == 9 && mi == 0 {
+            "sm_90a".into()
+        } else {
+            format!("sm_{ma}{mi}")
+        }
+    }
+    /// The ledger accounting this device's memory.
+    pub fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
+    }
+    /// The stream every launch and copy goes on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+    pub(crate) fn raw(&self) -> &Arc<drv::CudaContext> {
+        &self.ctx
+    }
+    /// The device's current (free, total) bytes from `cuMemGetInfo`.
+    pub fn mem_info(&self) -> Result<(u64, u64), CudaError> {
+        let (f, t) = self
+            .ctx
+            .mem_get_info()
+            .map_err(driver_err("cuMemGetInfo"))?;
+        Ok((f as u64, t as u64))
+    }
+
+    /// A zeroed device buffer of `len` elements, if its span fits the ledger.
+    pub fn alloc<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        owner: &Owner,
+        kind: SpanKind,
+        len: usize,
+    ) -> Result<DeviceBuffer<T>, CudaError> {
+        let _ = kind; // the interim span (a reservation) has no kind; see module docs
+        let bytes = (len as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+        let span = self.ledger.reserve(owner, bytes)?;
+        let slice = self
+            .stream
+            .alloc_zeros::<T>(len)
+            .map_err(driver_err("cuMemAlloc"))?;
+        {
+            let mut t = self.tally.lock().unwrap_or_else(|e| e.into_inner());
+            let e = t.entry(owner.as_str().to_string()).or_insert((0, 0));
+            e.0 += 1;
+            e.1 += bytes;
+        }
+        Ok(DeviceBuffer {
+            slice,
+            _span: span,
+            owner: owner.as_str().to_string(),
+            bytes,
+            tally: Arc::clone(&self.tally),
+        })
+    }
+
+    /// A device buffer holding a copy of `data`.
+    pub fn upload<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        owner: &Owner,
+        kind: SpanKind,
+        data: &[T],
+    ) -> Result<DeviceBuffer<T>, CudaError> {
+        let mut buf = self.alloc::<T>(owner, kind, data.len())?;
+        self.stream
+            .memcpy_htod(data, &mut buf.slice)
+            .map_err(driver_err("cuMemcpyHtoD"))?;
+        Ok(buf)
+    }
+
+    /// Copies `data` into an existing buffer (`data.len()` ≤ its length).
+    pub fn write<T: DeviceRepr>(
+        &self,
+        buf: &mut DeviceBuffer<T>,
+        data: &[T],
+    ) -> Result<(), CudaError> {
+        if data.len() > buf.len() {
+            return Err(CudaError::Shape {
+                op: "write",
+                detail: format!("{} values into a buffer of {}", data.len(), buf.len()),
+            });
+        }
+        let mut view = buf.slice.slice_mut(0..data.len());
+        self.stream
+            .memcpy_htod(data, &mut view)
+            .map_err(driver_err("cuMemcpyHtoD"))
+    }
+
+    /// The buffer's contents, copied to the host (synchronizes the stream).
+    pub fn download<T: DeviceRepr + Default + Clone>(
+        &self,
+        buf: &DeviceBuffer<T>,
+    ) -> Result<Vec<T>, CudaError> {
+        self.stream
+            .clone_dtoh(&buf.slice)
+            .map_err(driver_err("cuMemcpyDtoH"))
+    }
+
+    /// Waits for all queued work; surfaces asynchronous kernel faults.
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        self.stream
+            .synchronize()
+            .map_err(driver_err("cuStreamSynchronize"))
+    }
+
+    /// Confirms that `owner` holds no device buffer any more, then sweeps the ledger.
+    pub fn sweep(&self, owner: &Owner) -> Result<u64, CudaError> {
+        self.synchronize()?;
+        let held = {
+            let t = self.tally.lock().unwrap_or_else(|e| e.into_inner());
+            t.get(owner.as_str()).copied().unwrap_or((0, 0))
+        };
+        if held.0 > 0 {
+            return Err(CudaError::Leaked {
+                owner: owner.to_string(),
+                ordinal: self.ordinal,
+                buffers: held.0,
+                bytes: held.1,
+            });
+        }
+        Ok(self.ledger.sweep(owner)?)
+    }
+}
+
+/// Device memory of `len` elements of `T`, accounted in the ledger until dropped.
+pub struct DeviceBuffer<T> {
+    pub(crate) slice: CudaSlice<T>,
+    _span: Reservation,
+    owner: String,
+    bytes: u64,
+    tally: Arc<Tally>,
+}
+
+impl<T> DeviceBuffer<T> {
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.slice.len()
+    }
+    /// True when it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.slice.len() == 0
+    }
+    /// Bytes accounted.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    /// The underlying cudarc slice (for launching kernels outside this module).
+    pub fn slice(&self) -> &CudaSlice<T> {
+        &self.slice
+    }
+    /// Mutable access to the underlying slice.
+    pub fn slice_mut(&mut self) -> &mut CudaSlice<T> {
+        &mut self.slice
+    }
+}
+
+impl<T> std::fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("owner", &self.owner)
+            .field("len", &self.slice.len())
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
+
+impl<T> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        let mut t = self.tally.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = t.get_mut(&self.owner) {
+            e.0 = e.0.saturating_sub(1);
+            e.1 = e.1.saturating_sub(self.bytes);
+            if e.0 == 0 {
+                t.remove(&self.owner);
+            }
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! The CUDA backend (feature `cuda`): a device context whose memory is accounted in
+//! the ledger, NVRTC-compiled kernels cached on disk, and launch wrappers.
+//!
+//! Key design choice: nothing links against CUDA. `cudarc` loads `libcuda` and
+//! `libnvrtc` at run time; before any call into them, [`CudaContext::open`] checks
+//! that both libraries can be found and otherwise returns
+//! [`CudaError::Unavailable`], so a build with this feature still runs (and the caller
+//! falls back to the CPU) on machines with no NVIDIA driver.
+
+mod compile;
+mod context;
+mod kernels;
+mod timing;
+
+pub use compile::{CompiledKernel, cache_dir, compile_cubin, nvrtc_version};
+pub use context::{CudaContext, DeviceBuffer};
+pub use kernels::{CudaKernels, MxDevice, rope_tables};
+pub use timing::{copy_bandwidth_gbps, time_ms};
+
+use crate::ledger::LedgerError;
+
+/// Errors of the CUDA backend.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    /// The driver or NVRTC library is missing, or no device answers.
+    #[error("CUDA is unavailable: {reason}")]
+    Unavailable { reason: String },
+    /// A driver call failed.
+    #[error("CUDA driver call {op} failed: {message}")]
+    Driver { op: &'static str, message: String },
+    /// NVRTC refused a kernel source.
+    #[error("NVRTC could not compile {kernel} for {arch}: {log}")]
+    Compile {
+        kernel: String,
+        arch: String,
+        log: String,
+    },
+    /// The on-disk kernel cache could not be written (reading failures just recompile).
+    #[error("kernel cache {path}: {message}")]
+    Cache { path: String, message: String },
+    /// The ledger refused the device allocation.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// Device buffers of `owner` were still alive at sweep time.
+    #[error("owner {owner} still holds {buffers} device buffers ({bytes} bytes) on cuda:{ordinal}")]
+    Leaked {
+        owner: String,
+        ordinal: usize,
+        buffers: usize,
+        bytes: u64,
+    },
+    /// Operand sizes do not agree.
+    #[error("{op}: {detail}")]
+    Shape { op: &'static str, detail: String },
+}
+
+pub(crate) fn driver_err(op: &'static str) -> impl Fn(cudarc::driver::DriverError) -> CudaError {
+    move |e| CudaError::Driver {
+        op,
+        message: format!("{e:?}"),
+    }
+}
