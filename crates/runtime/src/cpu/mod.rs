@@ -12,6 +12,7 @@
 
 mod activation;
 mod attention;
+pub mod conv;
 mod embedding;
 mod linear;
 mod matmul;
@@ -24,6 +25,7 @@ mod weight;
 
 pub use activation::{add, erf, gelu, gelu_tanh, silu, softmax, swiglu};
 pub use attention::{AttnShape, attention_causal, attention_full};
+pub use conv::{BatchNorm, ConvTranspose2d, batch_norm, conv_transpose2d, relu, tanh};
 pub use embedding::embedding;
 pub use linear::linear;
 pub use matmul::matmul;
