@@ -7,6 +7,7 @@
 
 mod cmd;
 mod factory;
+mod ui;
 
 use std::process::ExitCode;
 

@@ -15,6 +15,7 @@ mod routes;
 mod scheduler;
 mod stop;
 pub mod tools;
+pub mod ui;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +44,8 @@ pub struct ServerDeps {
     pub factory: Arc<dyn PipelineFactory>,
     /// The process ledger.
     pub ledger: Arc<Ledger>,
+    /// The web UI's files (`None`: no UI, `/` is a 404).
+    pub ui: Option<ui::UiAssets>,
 }
 
 /// Shared state of the routes.
@@ -61,6 +64,8 @@ pub struct AppState {
     pub pull_lock: tokio::sync::Mutex<()>,
     /// Start time.
     pub started: Instant,
+    /// The web UI's files.
+    pub ui: Option<ui::UiAssets>,
     next_id: AtomicU64,
 }
 
@@ -86,6 +91,7 @@ impl AppState {
             metrics,
             pull_lock: tokio::sync::Mutex::new(()),
             started: Instant::now(),
+            ui: deps.ui,
             next_id: AtomicU64::new(1),
         })
     }
@@ -102,10 +108,22 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/embeddings", post(routes::embeddings::embeddings))
         .route("/v1/memory", get(routes::info::memory))
         .route("/metrics", get(routes::info::metrics))
-        .fallback(|req: Request| async move { ApiError::route_not_found(req.uri().path()) })
+        .fallback(fallback)
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn_with_state(state.clone(), frame))
         .with_state(state)
+}
+
+/// Unknown routes: the web UI for GETs outside the API, a JSON 404 otherwise.
+async fn fallback(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    let path = req.uri().path();
+    if req.method() == axum::http::Method::GET
+        && !ui::is_api_path(path)
+        && let Some(resp) = state.ui.and_then(|assets| ui::serve(assets, path))
+    {
+        return resp;
+    }
+    ApiError::route_not_found(path).into_response()
 }
 
 /// Request id, API key check, access log, error counting.

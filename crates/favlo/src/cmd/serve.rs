@@ -83,6 +83,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             llama_format: args.runtime.weights()?,
         }),
         ledger,
+        ui: Some(crate::ui::ASSETS),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -270,6 +270,7 @@ pub fn state_with(config: ServeConfig) -> (Arc<AppState>, Arc<Mutex<Log>>, Arc<L
         catalog: Arc::new(FakeCatalog),
         factory: Arc::new(FakeFactory { log: log.clone() }),
         ledger: ledger.clone(),
+        ui: None,
     };
     (AppState::new(config, deps), log, ledger)
 }
