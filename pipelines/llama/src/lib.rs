@@ -2,8 +2,8 @@
 //!
 //! Key design choices:
 //! - Checkpoints are GGUF (any block type formats can dequantize) or Hugging Face
-//!   safetensors; every tensor is decoded once at load and re-stored as MXFP8
-//!   (default), MXFP4 or f32 in ledger buffers, so one set of runtime kernels
+//!   safetensors; every tensor is decoded once at load and re-stored as f16
+//!   (default), MXFP8, MXFP4 or f32 in ledger buffers, so one set of runtime kernels
 //!   serves every source.
 //! - The context length is the one memory knob: the KV cache is sized to what
 //!   the ledger's room allows (see [`runtime::open`]).
