@@ -187,3 +187,47 @@ fn smollm2_f32_agrees_with_llama_cpp() {
         assert!(overlap >= 3, "a top-5 overlap of only {overlap}");
     }
 }
+
+#[test]
+fn smollm2_complete_streams_the_greedy_answer() {
+    use favlo_pipeline::{CollectSink, CompletionRequest, LanguagePipeline, StopFlag};
+    let Some(path) = model_path() else { return };
+    let ledger = Ledger::new(Device::Cpu, None);
+    let owner = Owner::mint("smollm2-test");
+    let opts = OpenOptions {
+        max_context: Some(512),
+        ..OpenOptions::default()
+    };
+    let mut rt = open(&path, &ledger, &owner, &opts).unwrap();
+    let c = &cases()[3];
+    let mut req = CompletionRequest::new(vec![ChatMessage::new(Role::User, c.prompt.clone())]);
+    req.sampling.temperature = 0.0;
+    req.max_tokens = Some(12);
+    req.logprobs = true;
+    req.top_logprobs = 2;
+    let mut sink = CollectSink::default();
+    let out = rt.complete(&req, &mut sink, &StopFlag::new()).unwrap();
+    let tok = rt.tokenizer().unwrap();
+    // Same 12 greedy ids as llama.cpp on this prompt, decoded to text.
+    assert_eq!(out.text, tok.decode(&c.greedy[..12], false).unwrap());
+    assert_eq!(sink.text, out.text);
+    assert_eq!(
+        (out.completion_tokens, out.logprobs.len(), out.prompt_tokens),
+        (12, 12, c.ids.len())
+    );
+    assert!(
+        out.logprobs
+            .iter()
+            .all(|l| l.logprob <= 0.0 && l.top.len() == 2)
+    );
+    // A closed sink ends the request and leaves the runtime usable.
+    let mut closed = CollectSink {
+        close_after: Some(2),
+        ..CollectSink::default()
+    };
+    assert!(rt.complete(&req, &mut closed, &StopFlag::new()).is_err());
+    let again = rt
+        .complete(&req, &mut CollectSink::default(), &StopFlag::new())
+        .unwrap();
+    assert_eq!(again.text, out.text);
+}
