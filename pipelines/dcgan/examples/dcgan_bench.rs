@@ -1,0 +1,64 @@
+//! Times the DCGAN pipelines on the real checkpoint: ms per image (batch 1 and
+//! 8) and ms per video frame (2 s at 12 fps, generate only and with pack).
+//!
+//! `RAYON_NUM_THREADS=2 cargo run --example dcgan_bench -p favlo-dcgan -- /path/weights.tar`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use favlo_dcgan::{DcganImage, DcganVideo, Generator};
+use favlo_pipeline::{Control, MediaPipeline};
+use favlo_runtime::device::Device;
+use favlo_runtime::ledger::{Ledger, Owner};
+use serde_json::json;
+
+fn main() {
+    let path = PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .or_else(|| std::env::var("FAVLO_TEST_DCGAN_WEIGHTS").ok())
+            .expect("usage: dcgan_bench /path/weights.tar"),
+    );
+    let ledger = Ledger::new(Device::Cpu, None);
+    let owner = Owner::mint("dcgan-bench");
+    println!("threads: {}", rayon::current_num_threads());
+    let t = Instant::now();
+    let mut img = DcganImage::new(Generator::open(&path, &ledger, &owner).unwrap());
+    println!("open: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+    let c = Control::new();
+    for n in [1u64, 8] {
+        let job = img.parse("b", &json!({"n": n, "seed": 1})).unwrap();
+        img.generate(&job, None, &c).unwrap(); // warm-up
+        let reps = 20;
+        let t = Instant::now();
+        for _ in 0..reps {
+            img.generate(&job, None, &c).unwrap();
+        }
+        let ms = t.elapsed().as_secs_f64() * 1e3 / (reps as f64 * n as f64);
+        println!("image n={n}: {ms:.2} ms per image (generate)");
+    }
+    drop(img);
+    let mut vid = DcganVideo::new(Generator::open(&path, &ledger, &owner).unwrap());
+    let job = vid
+        .parse("v", &json!({"seconds": 2, "fps": 12, "seed": 1}))
+        .unwrap();
+    vid.generate(&job, None, &c).unwrap();
+    let reps = 5;
+    let (mut gen_s, mut pack_s) = (0f64, 0f64);
+    for _ in 0..reps {
+        let t = Instant::now();
+        let out = vid.generate(&job, None, &c).unwrap();
+        gen_s += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let file = vid.pack(&job, out).unwrap();
+        pack_s += t.elapsed().as_secs_f64();
+        assert!(file.bytes.len() > 1000);
+    }
+    let frames = (24 * reps) as f64;
+    println!(
+        "video 2 s @ 12 fps: {:.2} ms per frame generate, {:.2} ms per frame JPEG+AVI",
+        gen_s * 1e3 / frames,
+        pack_s * 1e3 / frames
+    );
+}
