@@ -12,7 +12,9 @@
 
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 use favlo_runtime::cpu::{WeightRef, reference};
-use favlo_runtime::cuda::{CudaContext, CudaKernels, MxDevice, copy_bandwidth_gbps, time_ms};
+use favlo_runtime::cuda::{
+    CudaContext, CudaKernels, GemvDecode, MxDevice, copy_bandwidth_gbps, time_ms,
+};
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -97,54 +99,56 @@ fn main() {
         let mut yd = ctx.alloc::<f32>(&owner, SpanKind::Scratch, n).unwrap();
 
         // Correctness on the big shape: first 64 rows against the f64 reference.
-        k.gemv_mx(&ws[0], &xd, &mut yd).unwrap();
-        let got = ctx.download(&yd).unwrap();
-        let sub = MxLayout {
-            format,
-            rows: 64,
-            cols: kk,
-        };
-        let mut sub_bytes = vec![0u8; sub.total_bytes()];
-        sub_bytes[..sub.scale_offset()].copy_from_slice(&host[..sub.scale_offset()]);
-        sub_bytes[sub.scale_offset()..]
-            .copy_from_slice(&host[layout.scale_offset()..][..64 * layout.scale_row_bytes()]);
-        let want = reference::linear(
-            &x,
-            &WeightRef::Mx(MxView::new(sub, &sub_bytes).unwrap()),
-            None,
-        );
-        let max = want.iter().fold(0f64, |a, b| a.max(b.abs()));
-        let err = got[..64]
-            .iter()
-            .zip(&want)
-            .fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
-        let rel = err / max;
+        for decode in [GemvDecode::F16x2, GemvDecode::F32Bits] {
+            k.gemv_mx_with(&ws[0], &xd, &mut yd, decode).unwrap();
+            let got = ctx.download(&yd).unwrap();
+            let sub = MxLayout {
+                format,
+                rows: 64,
+                cols: kk,
+            };
+            let mut sub_bytes = vec![0u8; sub.total_bytes()];
+            sub_bytes[..sub.scale_offset()].copy_from_slice(&host[..sub.scale_offset()]);
+            sub_bytes[sub.scale_offset()..]
+                .copy_from_slice(&host[layout.scale_offset()..][..64 * layout.scale_row_bytes()]);
+            let want = reference::linear(
+                &x,
+                &WeightRef::Mx(MxView::new(sub, &sub_bytes).unwrap()),
+                None,
+            );
+            let max = want.iter().fold(0f64, |a, b| a.max(b.abs()));
+            let err = got[..64]
+                .iter()
+                .zip(&want)
+                .fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
+            let rel = err / max;
 
-        let ms = time_ms(&ctx, 2, 15, || {
-            for w in &ws {
-                k.gemv_mx(w, &xd, &mut yd)?;
-            }
-            Ok(())
-        })
-        .unwrap()
-            / copies as f64;
-        let bytes = layout.total_bytes() as f64 + (layout.padded_cols() * 4) as f64;
-        let gbps = bytes / (ms * 1e-3) / 1e9;
-        let line = format!(
-            "| {:?} | {n}×{kk} | {:.1} MB | {:.1} µs | {gbps:.0} | {:.0}% | {rel:.1e} |",
-            format,
-            bytes / 1e6,
-            ms * 1e3,
-            100.0 * gbps / copy
-        );
-        println!("{line}");
-        rows_out.push(line);
+            let ms = time_ms(&ctx, 2, 15, || {
+                for w in &ws {
+                    k.gemv_mx_with(w, &xd, &mut yd, decode)?;
+                }
+                Ok(())
+            })
+            .unwrap()
+                / copies as f64;
+            let bytes = layout.total_bytes() as f64 + (layout.padded_cols() * 4) as f64;
+            let gbps = bytes / (ms * 1e-3) / 1e9;
+            let line = format!(
+                "| {:?} {decode:?} | {n}×{kk} | {:.1} MB | {:.1} µs | {gbps:.0} | {:.0}% | {rel:.1e} |",
+                format,
+                bytes / 1e6,
+                ms * 1e3,
+                100.0 * gbps / copy
+            );
+            println!("{line}");
+            rows_out.push(line);
+        }
         drop((ws, xd, yd));
         ctx.sweep(&owner).expect("sweep");
     }
     println!("\ncopy bandwidth {copy:.0} GB/s");
     println!(
-        "| format | N×K | bytes/GEMV | time | GB/s | % of copy | max rel err (64 rows vs CPU ref) |"
+        "| format, decode | N×K | bytes/GEMV | time | GB/s | % of copy | max rel err (64 rows vs CPU ref) |"
     );
     println!("|---|---|---|---|---|---|---|");
     for l in rows_out {

@@ -5,6 +5,15 @@
 // `rows` rows of `scale_row_bytes` E8M0 bytes, one per 32 consecutive values.
 // FP4 packs two values per byte, element 0 in the low nibble.
 //
+// Two decode variants of each kernel (same memory path, checked by the same tests):
+//   *_bits: elements decoded one by one straight to f32 bit patterns (shifts + masks);
+//           the value is the true one times 2^-120 (FP8) / 2^-126 (FP4), so x is
+//           pre-scaled by 2^64 on load to keep products out of the subnormal range.
+//   *_h2:   default; two elements per 32-bit op: FP4 nibbles are moved into f16x2 bit
+//           patterns with 2 shifts + 2 masks per pair (value times 2^-14, exact),
+//           FP8 pairs use the hardware cvt.rn.f16x2.e4m3x2 (exact); then each half is
+//           widened to f32 and accumulated with f32 FMAs like the CPU path.
+//
 // Design: one block of 4 warps computes ROWS = 4 output rows; the warps split K
 // (warp w takes 512-byte chunks w, w+4, ...), each lane loads 16 bytes of every row
 // per chunk with a non-caching 16-byte load, so one x value read from L1 serves 4
@@ -31,6 +40,49 @@ __device__ __forceinline__ float e8m0(unsigned s) {
     if (s == 0u) return __int_as_float(0x00400000);
     if (s == 255u) return __int_as_float(0x7fc00000);
     return __int_as_float((int)(s << 23));
+}
+
+// f16x2 bit pattern -> two f32 (lo, hi).
+__device__ __forceinline__ float2 h2f(unsigned v) {
+    float2 r;
+    asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"
+        : "=f"(r.x), "=f"(r.y) : "r"(v));
+    return r;
+}
+
+// Two E4M3 bytes (low 16 bits of v) -> f16x2 (byte 0 in the low half), exact.
+__device__ __forceinline__ unsigned e4m3x2(unsigned v) {
+    unsigned r;
+    asm("{.reg .b16 t;\n\tcvt.u16.u32 t, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, t;}" : "=r"(r) : "r"(v));
+    return r;
+}
+
+__device__ __forceinline__ float fp8_dot4_h2(unsigned w, float4 x) {
+    float2 a = h2f(e4m3x2(w));
+    float2 b = h2f(e4m3x2(w >> 16));
+    float s = a.x * x.x;
+    s = fmaf(a.y, x.y, s);
+    s = fmaf(b.x, x.z, s);
+    s = fmaf(b.y, x.w, s);
+    return s;
+}
+
+// Eight E2M1 values (nibble j = element j) -> four f16x2 pairs (0,4) (1,5) (2,6) (3,7),
+// each value times 2^-14.
+__device__ __forceinline__ float fp4_dot8_h2(unsigned w, float4 x0, float4 x1) {
+    float2 p04 = h2f(((w << 9) & 0x0e000e00u) | ((w << 12) & 0x80008000u));
+    float2 p15 = h2f(((w << 5) & 0x0e000e00u) | ((w << 8) & 0x80008000u));
+    float2 p26 = h2f(((w << 1) & 0x0e000e00u) | ((w << 4) & 0x80008000u));
+    float2 p37 = h2f(((w >> 3) & 0x0e000e00u) | (w & 0x80008000u));
+    float s = p04.x * x0.x;
+    s = fmaf(p15.x, x0.y, s);
+    s = fmaf(p26.x, x0.z, s);
+    s = fmaf(p37.x, x0.w, s);
+    s = fmaf(p04.y, x1.x, s);
+    s = fmaf(p15.y, x1.y, s);
+    s = fmaf(p26.y, x1.z, s);
+    s = fmaf(p37.y, x1.w, s);
+    return s;
 }
 
 // Four E4M3 values of one 32-bit word -> f32 times 2^-120 (exact, subnormals too).
@@ -74,6 +126,10 @@ __device__ __forceinline__ float4 ldx(const float* x, int k) {
     return v;
 }
 
+__device__ __forceinline__ float4 ldx_plain(const float* x, int k) {
+    return __ldg(reinterpret_cast<const float4*>(x + k));
+}
+
 __device__ __forceinline__ void finish(float acc[ROWS], float* y, int row0, int rows) {
     __shared__ float part[WARPS][ROWS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -94,7 +150,7 @@ __device__ __forceinline__ void finish(float acc[ROWS], float* y, int row0, int 
 }
 
 // One lane's chunk of an FP8 row: 16 values = half a scale block.
-extern "C" __global__ void __launch_bounds__(128) gemv_mxfp8(
+extern "C" __global__ void __launch_bounds__(128) gemv_mxfp8_bits(
     const unsigned char* __restrict__ w, const float* __restrict__ x, float* __restrict__ y,
     int rows, int data_row_bytes, long long scale_offset, int scale_row_bytes) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -131,8 +187,45 @@ extern "C" __global__ void __launch_bounds__(128) gemv_mxfp8(
     finish(acc, y, row0, rows);
 }
 
+extern "C" __global__ void __launch_bounds__(128) gemv_mxfp8(
+    const unsigned char* __restrict__ w, const float* __restrict__ x, float* __restrict__ y,
+    int rows, int data_row_bytes, long long scale_offset, int scale_row_bytes) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int row0 = blockIdx.x * ROWS;
+    float acc[ROWS];
+    const unsigned char* rp[ROWS];
+    const unsigned char* sp[ROWS];
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+        acc[i] = 0.f;
+        int r = min(row0 + i, rows - 1);
+        rp[i] = w + (long long)r * data_row_bytes;
+        sp[i] = w + scale_offset + (long long)r * scale_row_bytes;
+    }
+    const float back = 1.0f;  // the f16 values are exact
+    for (int b = warp * 512 + lane * 16; b < data_row_bytes; b += WARPS * 512) {
+        uint4 q[ROWS];
+        unsigned char s[ROWS];
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i) {
+            q[i] = ld_stream(reinterpret_cast<const uint4*>(rp[i] + b));
+            s[i] = __ldg(sp[i] + (b >> 5));
+        }
+        float4 x0 = ldx_plain(x, b), x1 = ldx_plain(x, b + 4), x2 = ldx_plain(x, b + 8), x3 = ldx_plain(x, b + 12);
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i) {
+            float d = fp8_dot4_h2(q[i].x, x0);
+            d += fp8_dot4_h2(q[i].y, x1);
+            d += fp8_dot4_h2(q[i].z, x2);
+            d += fp8_dot4_h2(q[i].w, x3);
+            acc[i] = fmaf(d * back, e8m0(s[i]), acc[i]);
+        }
+    }
+    finish(acc, y, row0, rows);
+}
+
 // One lane's chunk of an FP4 row: 32 values = one scale block.
-extern "C" __global__ void __launch_bounds__(128) gemv_mxfp4(
+extern "C" __global__ void __launch_bounds__(128) gemv_mxfp4_bits(
     const unsigned char* __restrict__ w, const float* __restrict__ x, float* __restrict__ y,
     int rows, int data_row_bytes, long long scale_offset, int scale_row_bytes) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -165,6 +258,45 @@ extern "C" __global__ void __launch_bounds__(128) gemv_mxfp4(
             d += fp4_dot8(q[i].y, x2, x3);
             d += fp4_dot8(q[i].z, x4, x5);
             d += fp4_dot8(q[i].w, x6, x7);
+            acc[i] = fmaf(d * back, e8m0(s[i]), acc[i]);
+        }
+    }
+    finish(acc, y, row0, rows);
+}
+
+extern "C" __global__ void __launch_bounds__(128) gemv_mxfp4(
+    const unsigned char* __restrict__ w, const float* __restrict__ x, float* __restrict__ y,
+    int rows, int data_row_bytes, long long scale_offset, int scale_row_bytes) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int row0 = blockIdx.x * ROWS;
+    float acc[ROWS];
+    const unsigned char* rp[ROWS];
+    const unsigned char* sp[ROWS];
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+        acc[i] = 0.f;
+        int r = min(row0 + i, rows - 1);
+        rp[i] = w + (long long)r * data_row_bytes;
+        sp[i] = w + scale_offset + (long long)r * scale_row_bytes;
+    }
+    const float back = 16384.0f;  // 2^14
+    for (int b = warp * 512 + lane * 16; b < data_row_bytes; b += WARPS * 512) {
+        uint4 q[ROWS];
+        unsigned char s[ROWS];
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i) {
+            q[i] = ld_stream(reinterpret_cast<const uint4*>(rp[i] + b));
+            s[i] = __ldg(sp[i] + (b >> 4));
+        }
+        const int k = b * 2;
+        float4 x0 = ldx_plain(x, k), x1 = ldx_plain(x, k + 4), x2 = ldx_plain(x, k + 8), x3 = ldx_plain(x, k + 12);
+        float4 x4 = ldx_plain(x, k + 16), x5 = ldx_plain(x, k + 20), x6 = ldx_plain(x, k + 24), x7 = ldx_plain(x, k + 28);
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i) {
+            float d = fp4_dot8_h2(q[i].x, x0, x1);
+            d += fp4_dot8_h2(q[i].y, x2, x3);
+            d += fp4_dot8_h2(q[i].z, x4, x5);
+            d += fp4_dot8_h2(q[i].w, x6, x7);
             acc[i] = fmaf(d * back, e8m0(s[i]), acc[i]);
         }
     }

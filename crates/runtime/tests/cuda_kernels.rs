@@ -13,7 +13,7 @@ use std::sync::Arc;
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cpu::{RopeLayout, WeightRef, reference};
 use favlo_runtime::cuda::{
-    CudaContext, CudaError, CudaKernels, MxDevice, compile_cubin, rope_tables,
+    CudaContext, CudaError, CudaKernels, GemvDecode, MxDevice, compile_cubin, rope_tables,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
@@ -116,15 +116,20 @@ fn check_gemv(
             &CudaKernels::padded_x(layout, &x),
         )
         .unwrap();
-    let mut yd = ctx
-        .upload(&owner, SpanKind::Scratch, &vec![f32::NAN; rows])
-        .unwrap();
-    k.gemv_mx(&wd, &xd, &mut yd).unwrap();
-    let got = ctx.download(&yd).unwrap();
-    let e = max_rel(&got, &want);
-    eprintln!("gemv {format:?} {rows}x{cols}: max rel err {e:.3e}");
-    assert!(e <= 1e-5, "gemv {format:?} {rows}x{cols}: {e:.3e}");
-    drop((wd, xd, yd));
+    for decode in [GemvDecode::F16x2, GemvDecode::F32Bits] {
+        let mut yd = ctx
+            .upload(&owner, SpanKind::Scratch, &vec![f32::NAN; rows])
+            .unwrap();
+        k.gemv_mx_with(&wd, &xd, &mut yd, decode).unwrap();
+        let got = ctx.download(&yd).unwrap();
+        let e = max_rel(&got, &want);
+        eprintln!("gemv {format:?} {decode:?} {rows}x{cols}: max rel err {e:.3e}");
+        assert!(
+            e <= 1e-5,
+            "gemv {format:?} {decode:?} {rows}x{cols}: {e:.3e}"
+        );
+    }
+    drop((wd, xd));
     ctx.sweep(&owner).unwrap();
 }
 

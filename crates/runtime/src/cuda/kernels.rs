@@ -40,11 +40,23 @@ impl MxDevice {
     }
 }
 
+/// Which in-register decode a GEMV uses (both read memory the same way; see gemv_mx.cu).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemvDecode {
+    /// Two elements per 32-bit op through f16x2 bit patterns (the default).
+    F16x2,
+    /// One element at a time straight to f32 bit patterns (the first version, kept
+    /// for comparison in `cuda_bench`).
+    F32Bits,
+}
+
 /// The loaded kernel set of one context.
 pub struct CudaKernels {
     ctx: Arc<CudaContext>,
     gemv_fp8: CudaFunction,
     gemv_fp4: CudaFunction,
+    gemv_fp8_bits: CudaFunction,
+    gemv_fp4_bits: CudaFunction,
     rms_norm: CudaFunction,
     softmax: CudaFunction,
     silu: CudaFunction,
@@ -87,6 +99,8 @@ impl CudaKernels {
         Ok(CudaKernels {
             gemv_fp8: f(&gemv, "gemv_mxfp8")?,
             gemv_fp4: f(&gemv, "gemv_mxfp4")?,
+            gemv_fp8_bits: f(&gemv, "gemv_mxfp8_bits")?,
+            gemv_fp4_bits: f(&gemv, "gemv_mxfp4_bits")?,
             rms_norm: f(&ops, "rms_norm")?,
             softmax: f(&ops, "softmax")?,
             silu: f(&ops, "silu")?,
@@ -105,12 +119,27 @@ impl CudaKernels {
         x: &DeviceBuffer<f32>,
         y: &mut DeviceBuffer<f32>,
     ) -> Result<(), CudaError> {
+        self.gemv_mx_with(w, x, y, GemvDecode::F16x2)
+    }
+
+    /// [`Self::gemv_mx`] with an explicit decode variant.
+    pub fn gemv_mx_with(
+        &self,
+        w: &MxDevice,
+        x: &DeviceBuffer<f32>,
+        y: &mut DeviceBuffer<f32>,
+        decode: GemvDecode,
+    ) -> Result<(), CudaError> {
         let op = "gemv_mx";
         let l = w.layout;
-        let f = match l.format {
-            ElementFormat::Fp8E4M3 => &self.gemv_fp8,
-            ElementFormat::Fp4E2M1 => &self.gemv_fp4,
-            ElementFormat::Fp8E5M2 => return Err(shape(op, "E5M2 has no CUDA GEMV yet".into())),
+        let f = match (l.format, decode) {
+            (ElementFormat::Fp8E4M3, GemvDecode::F16x2) => &self.gemv_fp8,
+            (ElementFormat::Fp4E2M1, GemvDecode::F16x2) => &self.gemv_fp4,
+            (ElementFormat::Fp8E4M3, GemvDecode::F32Bits) => &self.gemv_fp8_bits,
+            (ElementFormat::Fp4E2M1, GemvDecode::F32Bits) => &self.gemv_fp4_bits,
+            (ElementFormat::Fp8E5M2, _) => {
+                return Err(shape(op, "E5M2 has no CUDA GEMV yet".into()));
+            }
         };
         if w.bytes.len() != l.total_bytes() || x.len() < l.padded_cols() || y.len() < l.rows {
             return Err(shape(

@@ -14,7 +14,7 @@ mod timing;
 
 pub use compile::{CompiledKernel, cache_dir, compile_cubin, nvrtc_version};
 pub use context::{CudaContext, DeviceBuffer};
-pub use kernels::{CudaKernels, MxDevice, rope_tables};
+pub use kernels::{CudaKernels, GemvDecode, MxDevice, rope_tables};
 pub use timing::{copy_bandwidth_gbps, time_ms};
 
 use crate::ledger::LedgerError;
