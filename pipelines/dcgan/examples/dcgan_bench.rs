@@ -1,6 +1,8 @@
 //! Times the DCGAN pipelines on the real checkpoint: ms per image (batch 1 and
 //! 8) and ms per video frame (2 s at 12 fps, generate only and with pack).
 //!
+//! With `DCGAN_BENCH_OUT=dir` it also writes `dir/walk.avi`.
+//!
 //! `RAYON_NUM_THREADS=2 cargo run --example dcgan_bench -p favlo-dcgan -- /path/weights.tar`
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
@@ -54,6 +56,9 @@ fn main() {
         let file = vid.pack(&job, out).unwrap();
         pack_s += t.elapsed().as_secs_f64();
         assert!(file.bytes.len() > 1000);
+        if let Ok(dir) = std::env::var("DCGAN_BENCH_OUT") {
+            std::fs::write(PathBuf::from(dir).join("walk.avi"), &file.bytes).unwrap();
+        }
     }
     let frames = (24 * reps) as f64;
     println!(
