@@ -45,7 +45,33 @@ pub fn parse(text: &str, id_prefix: &str) -> Parsed {
     }
     content.push_str(rest);
     out.content = content.trim().to_owned();
+    if out.calls.is_empty()
+        && let Some(call) = bare_call(&out.content, &format!("{id_prefix}0"))
+    {
+        out.content.clear();
+        out.calls.push(call);
+    }
     out
+}
+
+/// Small models sometimes answer a tool request with the call's JSON alone,
+/// bare or in a ```json fence, instead of inside the tags. The whole reply must
+/// be one object with a `name` and `arguments` (or `parameters`), so ordinary
+/// JSON answers stay content.
+fn bare_call(content: &str, id: &str) -> Option<ToolCall> {
+    let body = content.trim();
+    let body = match body.strip_prefix("```") {
+        Some(fenced) => fenced
+            .strip_suffix("```")?
+            .trim_start_matches("json")
+            .trim(),
+        None => body,
+    };
+    let v: Value = serde_json::from_str(body).ok()?;
+    if v.get("arguments").or_else(|| v.get("parameters")).is_none() {
+        return None;
+    }
+    call_from_json(body, id)
 }
 
 fn call_from_json(body: &str, id: &str) -> Option<ToolCall> {
@@ -87,6 +113,24 @@ mod tests {
         let args: Value = serde_json::from_str(&p.calls[0].arguments).unwrap();
         assert_eq!(args["city"], "Paris");
         assert_eq!(p.calls[1].arguments, "{}");
+    }
+
+    #[test]
+    fn bare_and_fenced_calls() {
+        let fenced = "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\"city\": \"Paris\"}\n}\n```";
+        let p = parse(fenced, "c");
+        assert_eq!(p.calls.len(), 1);
+        assert_eq!(p.calls[0].name, "get_weather");
+        assert!(p.content.is_empty());
+        let bare = parse("{\"name\": \"t\", \"parameters\": {}}", "c");
+        assert_eq!(bare.calls.len(), 1);
+        // Plain JSON answers and prose around JSON stay content.
+        assert!(parse("{\"name\": \"Ada\"}", "c").calls.is_empty());
+        assert!(
+            parse("Here: {\"name\": \"t\", \"arguments\": {}}", "c")
+                .calls
+                .is_empty()
+        );
     }
 
     #[test]

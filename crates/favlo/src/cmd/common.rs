@@ -12,8 +12,8 @@ pub struct RuntimeArgs {
     /// Cap on the memory the ledger may hand out: 32GiB, 512MiB, 8g, 100m, or bytes.
     #[arg(long, env = "FAVLO_MAX_MEMORY")]
     pub max_memory: Option<String>,
-    /// Storage of language-model matrices: mxfp8, mxfp4 or f32.
-    #[arg(long, default_value = "mxfp8")]
+    /// Storage of language-model matrices: f16 (default), mxfp8, mxfp4 or f32.
+    #[arg(long, default_value = "f16")]
     pub weights: String,
 }
 
@@ -34,7 +34,7 @@ impl RuntimeArgs {
     pub fn weights(&self) -> anyhow::Result<favlo_llama::WeightFormat> {
         favlo_llama::WeightFormat::parse(&self.weights).with_context(|| {
             format!(
-                "unknown --weights {:?}: use mxfp8, mxfp4 or f32",
+                "unknown --weights {:?}: use f16 (default), mxfp8, mxfp4 or f32",
                 self.weights
             )
         })

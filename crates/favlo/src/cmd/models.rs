@@ -50,7 +50,10 @@ pub fn run(args: ModelsArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if !args.json {
-        println!("{:<30} {:<11} {:<8} {:<7} DESCRIPTION", "ID", "KIND", "FAMILY", "PULLED");
+        println!(
+            "{:<30} {:<11} {:<8} {:<7} DESCRIPTION",
+            "ID", "KIND", "FAMILY", "PULLED"
+        );
     }
     for row in registry.rows() {
         let pulled = is_pulled(&home, row);
