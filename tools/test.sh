@@ -11,6 +11,8 @@ echo "== cargo fmt"
 cargo fmt --all --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== the CUDA backend builds (its tests run on a GPU machine, they skip here)"
+cargo clippy -p favlo-runtime --features cuda --all-targets -- -D warnings
 echo "== build"
 cargo build -p favlo
 FAVLO_BIN="$PWD/target/debug/favlo"
@@ -27,6 +29,7 @@ export FAVLO_TEST_DCGAN_WEIGHTS="$(model dcgan-faces --file weights.tar)"
 
 echo "== cargo test"
 cargo test --workspace
+cargo test -p favlo-runtime --features cuda --test cuda_kernels
 
 echo "== end-to-end (official openai SDK against a live favlo serve)"
 python3 -m pytest -q tests/e2e

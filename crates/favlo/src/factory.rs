@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use favlo_hub::{Home, ModelKind as HubKind, Progress, Registry, is_pulled};
 use favlo_pipeline::{
-    EmbeddingsPipeline, LanguagePipeline, Ledger, ModelKind, ModelSpec, Owner, PipelineError,
-    PipelineFactory,
+    EmbeddingsPipeline, LanguagePipeline, Ledger, MediaPipeline, ModelKind, ModelSpec, Owner,
+    PipelineError, PipelineFactory,
 };
 use favlo_server::{Catalog, CatalogRow};
 
@@ -55,6 +55,19 @@ impl PipelineFactory for Factory {
                 Ok(Arc::from(p))
             }
             other => Err(unknown_family(spec, other)),
+        }
+    }
+
+    fn open_media(
+        &self,
+        spec: &ModelSpec,
+        ledger: &Arc<Ledger>,
+        owner: &Owner,
+    ) -> Result<Box<dyn MediaPipeline>, PipelineError> {
+        match (spec.family.as_str(), spec.kind) {
+            ("dcgan", ModelKind::Image) => favlo_dcgan::open_image(spec, ledger, owner),
+            ("dcgan", ModelKind::Video) => favlo_dcgan::open_video(spec, ledger, owner),
+            (other, _) => Err(unknown_family(spec, other)),
         }
     }
 }

@@ -68,9 +68,7 @@ fn bare_call(content: &str, id: &str) -> Option<ToolCall> {
         None => body,
     };
     let v: Value = serde_json::from_str(body).ok()?;
-    if v.get("arguments").or_else(|| v.get("parameters")).is_none() {
-        return None;
-    }
+    v.get("arguments").or_else(|| v.get("parameters"))?;
     call_from_json(body, id)
 }
 
