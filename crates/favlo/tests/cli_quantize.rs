@@ -76,3 +76,31 @@ fn quantize_prints_table_and_refuses_overwrite() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
     assert!(run(&["--force"]).status.success());
 }
+
+#[test]
+fn quantize_int8_writes_i8_weights_with_scales() {
+    let out = tempfile::tempdir().unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_favlo"))
+        .arg("quantize")
+        .arg(fixture())
+        .arg(out.path())
+        .args(["--format", "int8"])
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    let st = SafeTensors::open(&out.path().join("model.safetensors")).unwrap();
+    let name = "encoder.layer.0.attention.self.query.weight";
+    let info = st.info(name).unwrap();
+    assert_eq!(info.dtype, safetensors::Dtype::I8);
+    // Dequantized rows stay within half a quantization step of the source.
+    let (src, shape) = SafeTensors::open(&fixture()).unwrap().tensor_f32(name).unwrap();
+    let (q, _) = st.tensor_f32(name).unwrap();
+    let (scales, _) = st.tensor_f32(&format!("{name}_scale")).unwrap();
+    let k = shape[1];
+    for (r, scale) in scales.iter().enumerate() {
+        for c in 0..k {
+            let back = q[r * k + c] * scale;
+            assert!((back - src[r * k + c]).abs() <= scale * 0.5 + 1e-7, "row {r} col {c}");
+        }
+    }
+}

@@ -18,7 +18,8 @@ pub struct QuantizeArgs {
     /// folder's config/tokenizer files).
     pub output: PathBuf,
     /// Format of the linear weight matrices: mxfp8, mxfp4, mxfp8-e5m2, bf16
-    /// (append `:ocp` for the OCP spec's scale rule instead of `ceil`).
+    /// (append `:ocp` for the OCP spec's scale rule instead of `ceil`), or
+    /// int8 (per-channel symmetric, for BERT-family embedding models).
     #[arg(long, default_value = "mxfp8")]
     pub format: String,
     /// Per-matrix override, `PATTERN=FORMAT` (`*` matches any run of
@@ -89,6 +90,9 @@ fn copy_side_files(input: &Path, output: &Path) -> anyhow::Result<()> {
 }
 
 pub fn run(args: QuantizeArgs) -> anyhow::Result<ExitCode> {
+    if args.format.eq_ignore_ascii_case("int8") {
+        return int8(&args);
+    }
     let default = StoreAs::parse(&args.format)
         .with_context(|| format!("unknown --format {:?}", args.format))?;
     let rules = parse_rules(&args.rules)?;
@@ -142,6 +146,28 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<ExitCode> {
         serde_json::to_string_pretty(&json)?,
     )?;
     eprintln!("wrote {}", target.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The embeddings family's int8 checkpoint (per-output-row symmetric scales).
+fn int8(args: &QuantizeArgs) -> anyhow::Result<ExitCode> {
+    if !args.rules.is_empty() {
+        bail!("--rule applies to MX formats; int8 quantizes every encoder linear weight");
+    }
+    let target = args.output.join("model.safetensors");
+    if target.exists() && !args.force {
+        bail!("{} exists; pass --force to replace it", target.display());
+    }
+    let r = favlo_bert::quantize_int8(&args.input, &args.output)?;
+    println!(
+        "{} linear weights to int8, {} tensors kept f32, {} bytes in, {} bytes out ({:.1}%)",
+        r.quantized,
+        r.kept,
+        r.bytes_in,
+        r.bytes_out,
+        100.0 * r.bytes_out as f64 / r.bytes_in.max(1) as f64
+    );
+    eprintln!("wrote {}", r.checkpoint.display());
     Ok(ExitCode::SUCCESS)
 }
 
