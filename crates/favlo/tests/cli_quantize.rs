@@ -87,20 +87,30 @@ fn quantize_int8_writes_i8_weights_with_scales() {
         .args(["--format", "int8"])
         .output()
         .unwrap();
-    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
     let st = SafeTensors::open(&out.path().join("model.safetensors")).unwrap();
     let name = "encoder.layer.0.attention.self.query.weight";
     let info = st.info(name).unwrap();
     assert_eq!(info.dtype, safetensors::Dtype::I8);
     // Dequantized rows stay within half a quantization step of the source.
-    let (src, shape) = SafeTensors::open(&fixture()).unwrap().tensor_f32(name).unwrap();
+    let (src, shape) = SafeTensors::open(&fixture())
+        .unwrap()
+        .tensor_f32(name)
+        .unwrap();
     let (q, _) = st.tensor_f32(name).unwrap();
     let (scales, _) = st.tensor_f32(&format!("{name}_scale")).unwrap();
     let k = shape[1];
     for (r, scale) in scales.iter().enumerate() {
         for c in 0..k {
             let back = q[r * k + c] * scale;
-            assert!((back - src[r * k + c]).abs() <= scale * 0.5 + 1e-7, "row {r} col {c}");
+            assert!(
+                (back - src[r * k + c]).abs() <= scale * 0.5 + 1e-7,
+                "row {r} col {c}"
+            );
         }
     }
 }
