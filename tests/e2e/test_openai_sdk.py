@@ -79,6 +79,36 @@ def test_tool_call_round_trip(client):
     assert r2.choices[0].message.content
 
 
+def test_forced_tool_choice_whole_and_stream(client):
+    """tool_choice naming a function (or "required") constrains the reply to one
+    call whose arguments satisfy the function's parameter schema."""
+    params = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+              "required": ["city", "days"]}
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": params}},
+             {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+    msgs = hi("Weather in Oslo for 3 days?")
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    r = client.chat.completions.create(model=CHAT, messages=msgs, tools=tools, tool_choice=named,
+                                       temperature=0, max_tokens=64)
+    call = r.choices[0].message.tool_calls[0]
+    assert r.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), params)
+    r = client.chat.completions.create(model=CHAT, messages=msgs, tools=tools[:1], tool_choice="required",
+                                       temperature=0, max_tokens=64)
+    assert r.choices[0].message.tool_calls[0].function.name == "get_weather"
+    chunks = list(client.chat.completions.create(model=CHAT, messages=msgs, tools=tools, tool_choice=named,
+                                                 temperature=0, max_tokens=64, stream=True))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    calls = [tc for d in deltas for tc in (d.tool_calls or [])]
+    assert calls and calls[0].function.name == "get_weather"
+    args = "".join(tc.function.arguments or "" for tc in calls)
+    jsonschema.validate(json.loads(args), params)
+    assert not "".join(d.content or "" for d in deltas).strip()
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=CHAT, messages=msgs, tools=tools, max_tokens=8,
+                                       tool_choice={"type": "function", "function": {"name": "nope"}})
+
+
 def test_json_schema_output(client):
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
               "required": ["name", "age"]}

@@ -61,6 +61,7 @@ pub async fn chat_completions(
             .map(|d| d.as_secs())
             .unwrap_or(0),
         tools: parsed.tools_active,
+        forced: parsed.tools_forced,
         logprobs: want_logprobs,
     };
     if parsed.stream {
@@ -83,6 +84,8 @@ struct Ctx {
     model: String,
     created: u64,
     tools: bool,
+    /// The whole reply is one forced tool call: hold it all for the parser.
+    forced: bool,
     logprobs: bool,
 }
 
@@ -283,12 +286,13 @@ fn stream_reply(
     rx: mpsc::UnboundedReceiver<ChatEvent>,
     include_usage: bool,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, std::convert::Infallible>>> {
+    let in_tool = ctx.forced;
     let st = StreamState {
         rx,
         ctx,
         include_usage,
         held: String::new(),
-        in_tool: false,
+        in_tool,
         started: false,
         done: false,
     };

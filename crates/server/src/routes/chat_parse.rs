@@ -29,6 +29,9 @@ pub struct ParsedChat {
     pub include_usage: bool,
     /// Tools are active (parse `<tool_call>` blocks).
     pub tools_active: bool,
+    /// `tool_choice` is `"required"` or names a function: the reply is
+    /// constrained to one call's JSON (see [`forced_call_schema`]).
+    pub tools_forced: bool,
     /// Compiled `response_format`.
     pub format: Option<(GrammarSpec, Arc<Compiled>)>,
 }
@@ -148,8 +151,24 @@ pub fn parse_chat(body: &Value) -> Result<ParsedChat, ApiError> {
         req.top_logprobs = k as usize;
     }
     let (tools, tools_active) = parse_tools(o)?;
+    let forced = match (&tools, get(o, "tool_choice")) {
+        (Some(t), Some(choice)) => forced_call_schema(t, choice)?,
+        _ => None,
+    };
     req.tools = tools;
-    let format = parse_response_format(o)?;
+    let mut format = parse_response_format(o)?;
+    let tools_forced = forced.is_some();
+    if let Some(schema) = forced {
+        if format.is_some() {
+            return Err(ApiError::invalid(
+                "response_format cannot be combined with a required tool_choice",
+                Some("response_format"),
+            ));
+        }
+        let compiled = Compiled::from_schema(&schema)
+            .map_err(|e| ApiError::invalid(format!("tool parameters: {e}"), Some("tools")))?;
+        format = Some((GrammarSpec::JsonSchema(schema), Arc::new(compiled)));
+    }
     Ok(ParsedChat {
         model,
         request: req,
@@ -157,8 +176,60 @@ pub fn parse_chat(body: &Value) -> Result<ParsedChat, ApiError> {
         stream,
         include_usage,
         tools_active,
+        tools_forced,
         format,
     })
+}
+
+/// For a named `tool_choice` (or `"required"` with a single tool), the JSON
+/// schema of the one call the model must write: `{"name": <the name>,
+/// "arguments": <that function's parameters>}`; the reply is then parsed as a
+/// bare call. `None` otherwise: `"required"` over several tools is served like
+/// `"auto"`, because the constraint engine cannot make the arguments' schema
+/// depend on the name chosen before them.
+fn forced_call_schema(tools: &Value, choice: &Value) -> Result<Option<Value>, ApiError> {
+    let funcs: Vec<&Value> = tools
+        .as_array()
+        .map(|a| a.iter().filter_map(|t| t.get("function")).collect())
+        .unwrap_or_default();
+    let name_of = |f: &&Value| f.get("name").and_then(Value::as_str).map(str::to_owned);
+    let chosen: Vec<&Value> = match choice {
+        Value::String(s) if s == "required" && funcs.len() == 1 => funcs,
+        Value::Object(c) => {
+            let want = c
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str);
+            let hit: Vec<&Value> = funcs
+                .into_iter()
+                .filter(|f| name_of(f).as_deref() == want)
+                .collect();
+            if hit.is_empty() {
+                return Err(ApiError::invalid(
+                    format!(
+                        "tool_choice names {:?}, which is not in tools",
+                        want.unwrap_or("")
+                    ),
+                    Some("tool_choice"),
+                ));
+            }
+            hit
+        }
+        _ => return Ok(None),
+    };
+    let names: Vec<String> = chosen.iter().filter_map(name_of).collect();
+    let arguments = match chosen.as_slice() {
+        [one] => one
+            .get("parameters")
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({"type": "object"})),
+        _ => serde_json::json!({"type": "object"}),
+    };
+    Ok(Some(serde_json::json!({
+        "type": "object",
+        "properties": {"name": {"enum": names}, "arguments": arguments},
+        "required": ["name", "arguments"],
+    })))
 }
 
 /// Fill what the client left out from the row's defaults.
