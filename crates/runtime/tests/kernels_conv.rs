@@ -4,26 +4,14 @@
 //! Tolerance: max |a - b| / max |b| ≤ 1e-5.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use favlo_runtime::cpu::conv::reference;
 use favlo_runtime::cpu::{self, BatchNorm, ConvTranspose2d};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-fn rand_vec(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| (rng.random_range(-1.0f32..1.0) + 0.01) * scale)
-        .collect()
-}
-
-fn rel_err(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let max = want.iter().fold(0f64, |a, b| a.max(b.abs()));
-    let err = got
-        .iter()
-        .zip(want)
-        .fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
-    err / max.max(1e-30)
-}
+use common::{rand_vec, rel_err};
 
 #[test]
 fn conv_transpose2d_matches_reference() {

@@ -3,27 +3,20 @@
 //! on every ISA this CPU has. Tolerance: max |y - y_ref| / max |y_ref| ≤ 1e-5.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cpu::{self, WeightRef, reference, simd};
 use half::{bf16, f16};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+/// Unscaled inputs in (−0.99, 1.01).
 fn rand_vec(rng: &mut StdRng, n: usize) -> Vec<f32> {
-    (0..n)
-        .map(|_| rng.random_range(-1.0f32..1.0) + 0.01)
-        .collect()
+    common::rand_vec(rng, n, 1.0)
 }
 
-fn rel_err(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let max = want.iter().fold(0f64, |a, b| a.max(b.abs()));
-    let err = got
-        .iter()
-        .zip(want)
-        .fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
-    err / max.max(1e-30)
-}
+use common::rel_err;
 
 enum Kind {
     F32,

@@ -3,27 +3,15 @@
 //! Tolerances: max |a - b| / max |b| ≤ 1e-5 (matmul, embedding ≤ 1e-6) unless stated.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cpu::{self, Rope, RopeLayout, WeightRef, reference, simd};
 use half::{bf16, f16};
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
-fn rand_vec(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| (rng.random_range(-1.0f32..1.0) + 0.01) * scale)
-        .collect()
-}
-
-fn rel_err(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let max = want.iter().fold(0f64, |a, b| a.max(b.abs()));
-    let err = got
-        .iter()
-        .zip(want)
-        .fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
-    err / max.max(1e-30)
-}
+use common::{rand_vec, rel_err};
 
 /// Elementwise relative error, for functions whose outputs span many magnitudes.
 fn max_elem_rel(got: &[f32], want: &[f64], floor: f64) -> f64 {
