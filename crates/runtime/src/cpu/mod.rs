@@ -12,12 +12,15 @@
 
 mod activation;
 mod attention;
+mod channels;
 pub mod conv;
+mod conv1d;
 mod embedding;
 mod linear;
 mod matmul;
 mod norm;
 pub mod reference;
+mod rel_attention;
 mod rope;
 mod sampling;
 pub mod simd;
@@ -25,11 +28,14 @@ mod weight;
 
 pub use activation::{add, erf, gelu, gelu_tanh, silu, softmax, swiglu};
 pub use attention::{AttnShape, attention_causal, attention_full};
+pub use channels::{gated_tanh_sigmoid, layer_norm_channels, leaky_relu};
 pub use conv::{BatchNorm, ConvTranspose2d, batch_norm, conv_transpose2d, relu, tanh};
+pub use conv1d::{Conv1d, ConvTranspose1d, conv_transpose1d, conv1d, conv1d_depthwise};
 pub use embedding::embedding;
 pub use linear::linear;
 pub use matmul::matmul;
 pub use norm::{layer_norm, rms_norm};
+pub use rel_attention::{RelAttnShape, attention_rel_window};
 pub use rope::{Rope, RopeLayout};
 pub use sampling::{argmax, top_k};
 pub use weight::WeightRef;
