@@ -1,0 +1,193 @@
+//! The VITS synthesizer (`SynthesizerTrn.infer`) on the CPU kernels: text
+//! encoder → stochastic durations → length regulation and prior sample →
+//! reverse flow → HiFi-GAN.
+//!
+//! Key design choice: one sentence per call, no batching and no masks; every
+//! tensor is a ledger buffer that lives only for the call, so a voice at rest
+//! holds only its weights. Noise is an input (seeded stream or caller tensors),
+//! so the whole call is a pure function of (ids, scales, noise).
+
+pub mod decoder;
+pub mod duration;
+pub mod encoder;
+pub mod flow;
+pub mod spline;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use favlo_runtime::ledger::{Ledger, Owner};
+
+use crate::config::Scales;
+use crate::error::VitsError;
+use crate::noise::Normals;
+use crate::weights::{Loader, Workspace};
+
+pub use decoder::Decoder;
+pub use duration::DurationPredictor;
+pub use encoder::TextEncoder;
+pub use flow::Flow;
+
+/// Where a sentence's noise comes from.
+#[derive(Debug)]
+pub enum Noise<'a> {
+    /// The seeded stream (see [`crate::noise`]).
+    Stream(&'a mut Normals),
+    /// Caller tensors: `dp` `[2, T]` and `z` `[C, F]` standard normals (before
+    /// scaling by `noise_w` / `noise_scale`).
+    Given {
+        /// Duration noise.
+        dp: &'a [f32],
+        /// Prior noise.
+        z: &'a [f32],
+    },
+}
+
+/// Intermediate tensors of one call, for tests and diagnostics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Trace {
+    /// Prior means `[C, T]`.
+    pub m_p: Vec<f32>,
+    /// Prior log-sds `[C, T]`.
+    pub logs_p: Vec<f32>,
+    /// Log durations `[T]`.
+    pub logw: Vec<f32>,
+    /// Frames per phoneme `[T]` (`ceil(exp(logw) · length_scale)`).
+    pub w_ceil: Vec<f32>,
+    /// Flow output `[C, F]` (the decoder's input).
+    pub z: Vec<f32>,
+}
+
+/// A loaded VITS voice.
+#[derive(Debug)]
+pub struct Vits {
+    enc: TextEncoder,
+    dp: DurationPredictor,
+    flow: Flow,
+    dec: Decoder,
+    ws: Workspace,
+}
+
+impl Vits {
+    /// Loads every weight of `onnx` into `owner`'s resident spans.
+    pub fn open(onnx: &Path, ledger: &Arc<Ledger>, owner: &Owner) -> Result<Self, VitsError> {
+        let l = Loader::open(onnx, ledger, owner)?;
+        let with_path = |e: VitsError| match e {
+            VitsError::Graph { what, reason, .. } => VitsError::Graph {
+                path: onnx.to_path_buf(),
+                what,
+                reason,
+            },
+            other => other,
+        };
+        Ok(Vits {
+            enc: TextEncoder::load(&l).map_err(with_path)?,
+            dp: DurationPredictor::load(&l).map_err(with_path)?,
+            flow: Flow::load(&l).map_err(with_path)?,
+            dec: Decoder::load(&l).map_err(with_path)?,
+            ws: Workspace::new(ledger, owner),
+        })
+    }
+
+    /// Samples per frame.
+    pub fn hop(&self) -> usize {
+        self.dec.hop()
+    }
+
+    /// Scratch bytes a sentence of `frames` frames needs at its peak (the
+    /// decoder's widest stage: six buffers plus the padded input).
+    pub fn scratch_bytes(&self, frames: usize) -> u64 {
+        (4 * 7 * self.dec.peak_per_frame() * frames) as u64
+    }
+
+    /// Frames per phoneme for `logw`: `ceil(exp(logw) · length_scale)`.
+    pub fn frames_of(logw: &[f32], length_scale: f32) -> Vec<f32> {
+        logw.iter()
+            .map(|l| (l.exp() * length_scale).ceil())
+            .collect()
+    }
+
+    /// Synthesizes one sentence of phoneme ids; `max_frames` bounds the length
+    /// (the working set the voice was fitted for).
+    pub fn synthesize(
+        &self,
+        ids: &[i64],
+        scales: Scales,
+        noise: Noise<'_>,
+        max_frames: usize,
+        mut trace: Option<&mut Trace>,
+    ) -> Result<Vec<f32>, VitsError> {
+        let ws = &self.ws;
+        let t = ids.len();
+        if t == 0 {
+            return Ok(Vec::new());
+        }
+        let e = self.enc.run(ws, ids)?;
+        // Duration noise now; the prior's noise once the frame count is known.
+        let (dp_noise, z_src) = match noise {
+            Noise::Stream(s) => (s.take(2 * t), Noise::Stream(s)),
+            Noise::Given { dp, z } => {
+                if dp.len() != 2 * t {
+                    return Err(VitsError::Noise {
+                        name: "dp",
+                        expected: 2 * t,
+                        found: dp.len(),
+                    });
+                }
+                (dp.to_vec(), Noise::Given { dp, z })
+            }
+        };
+        let scaled: Vec<f32> = dp_noise.iter().map(|v| v * scales.noise_w).collect();
+        let logw = self.dp.run(ws, &e.x, t, &scaled)?;
+        let w_ceil = Self::frames_of(&logw, scales.length_scale);
+        let frames = (w_ceil.iter().map(|v| *v as f64).sum::<f64>().max(1.0)) as usize;
+        if frames > max_frames {
+            return Err(VitsError::Request {
+                message: format!(
+                    "a sentence of {frames} frames is longer than the {max_frames} frames this voice was fitted for; split the text into shorter sentences"
+                ),
+                field: Some("text"),
+            });
+        }
+        let c = self.flow.channels();
+        let eps = match z_src {
+            Noise::Stream(s) => s.take(c * frames),
+            Noise::Given { z, .. } => {
+                if z.len() != c * frames {
+                    return Err(VitsError::Noise {
+                        name: "z",
+                        expected: c * frames,
+                        found: z.len(),
+                    });
+                }
+                z.to_vec()
+            }
+        };
+        // Length regulation and the prior sample z_p = m + ε·exp(logs)·noise_scale.
+        let mut z = ws.buf(c * frames)?;
+        let mut f0 = 0usize;
+        for (j, w) in w_ceil.iter().enumerate() {
+            let n = (*w as usize).min(frames - f0.min(frames));
+            for ch in 0..c {
+                let (m, ls) = (e.m[ch * t + j], e.logs[ch * t + j]);
+                let row = ch * frames;
+                for f in f0..f0 + n {
+                    z[row + f] = m + eps[row + f] * ls.exp() * scales.noise_scale;
+                }
+            }
+            f0 += n;
+        }
+        if let Some(tr) = trace.as_deref_mut() {
+            tr.m_p = e.m.to_vec();
+            tr.logs_p = e.logs.to_vec();
+            tr.logw = logw.clone();
+            tr.w_ceil = w_ceil.clone();
+        }
+        drop(e);
+        self.flow.reverse(ws, &mut z, frames)?;
+        if let Some(tr) = trace {
+            tr.z = z.to_vec();
+        }
+        self.dec.run(ws, &z, frames)
+    }
+}
