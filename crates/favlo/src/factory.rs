@@ -58,6 +58,31 @@ impl PipelineFactory for Factory {
         }
     }
 
+    fn parse_media(
+        &self,
+        spec: &ModelSpec,
+        id: &str,
+        body: &serde_json::Value,
+    ) -> Result<favlo_pipeline::MediaJob, PipelineError> {
+        use favlo_pipeline::{MediaJob, MediaKind};
+        let (kind, params) = match (spec.family.as_str(), spec.kind) {
+            ("dcgan", ModelKind::Image) => (
+                MediaKind::Image,
+                favlo_dcgan::request::image_params(id, body)?,
+            ),
+            ("dcgan", ModelKind::Video) => (
+                MediaKind::Video,
+                favlo_dcgan::request::video_params(id, body)?,
+            ),
+            (other, _) => return Err(unknown_family(spec, other)),
+        };
+        Ok(MediaJob {
+            id: id.to_string(),
+            kind,
+            params,
+        })
+    }
+
     fn open_media(
         &self,
         spec: &ModelSpec,

@@ -27,7 +27,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the daemon: OpenAI HTTP API on 127.0.0.1:8129 (pulls the default models on first start).
+    /// Run the daemon: OpenAI HTTP API and MCP (/mcp) on 127.0.0.1:8129 (pulls the default models on first start).
     Serve(cmd::serve::ServeArgs),
     /// One streamed chat completion in the terminal, with prefill/decode tokens/s.
     Complete(cmd::complete::CompleteArgs),
@@ -37,6 +37,8 @@ enum Command {
     Pull(cmd::pull::PullArgs),
     /// List the registry's models and what is pulled; print a model's folder.
     Models(cmd::models::ModelsArgs),
+    /// Take or release the machine lock (the daemon yields the device while it is held).
+    Lock(cmd::lock::LockArgs),
     /// Pack a safetensors checkpoint's linear weights to MXFP8/MXFP4 and print the error table.
     Quantize(cmd::quantize::QuantizeArgs),
 }
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
         Command::Pull(args) => cmd::pull::run(args),
         Command::Models(args) => cmd::models::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),
+        Command::Lock(args) => cmd::lock::run(args),
     };
     match result {
         Ok(code) => code,

@@ -92,6 +92,25 @@ pub trait PipelineFactory: Send + Sync {
         owner: &Owner,
     ) -> Result<Arc<dyn EmbeddingsPipeline>, PipelineError>;
 
+    /// Validate a media request body for `spec` without opening anything:
+    /// the job the pipeline's own `parse` would make (seed resolved), or
+    /// `InvalidRequest` naming the field. The default: no media families.
+    fn parse_media(
+        &self,
+        spec: &ModelSpec,
+        id: &str,
+        body: &serde_json::Value,
+    ) -> Result<crate::media::MediaJob, PipelineError> {
+        let _ = (id, body);
+        Err(PipelineError::invalid(
+            format!(
+                "model {} ({}) has no media pipeline in this build",
+                spec.id, spec.family
+            ),
+            Some("model"),
+        ))
+    }
+
     /// Open a media model. The default: no media families are linked.
     fn open_media(
         &self,

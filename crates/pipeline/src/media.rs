@@ -11,7 +11,7 @@
 
 use std::any::Any;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -100,6 +100,7 @@ pub enum Signal {
 pub struct Control {
     preempt: Arc<AtomicBool>,
     cancel: Arc<AtomicBool>,
+    passed: Arc<AtomicUsize>,
 }
 
 impl Control {
@@ -123,6 +124,12 @@ impl Control {
         self.preempt.store(false, Ordering::Release);
     }
 
+    /// Stage boundaries passed since this control was made (the scheduler's
+    /// progress: a boundary is checked after each finished stage).
+    pub fn passed(&self) -> usize {
+        self.passed.load(Ordering::Acquire)
+    }
+
     /// The pending signal, cancel first.
     pub fn signal(&self) -> Option<Signal> {
         if self.cancel.load(Ordering::Acquire) {
@@ -139,7 +146,10 @@ impl Control {
     /// cancel `Err(Cancel)`. Use `control.check(|| ...)?` inside `generate`.
     pub fn check(&self, hold: impl FnOnce() -> MediaHold) -> Result<(), MediaPaused> {
         match self.signal() {
-            None => Ok(()),
+            None => {
+                self.passed.fetch_add(1, Ordering::AcqRel);
+                Ok(())
+            }
             Some(Signal::Cancel) => Err(MediaPaused::Cancel),
             Some(Signal::Preempt) => Err(MediaPaused::Preempt(hold())),
         }
@@ -207,6 +217,12 @@ pub trait MediaPipeline: Send {
         hold: Option<MediaHold>,
         control: &Control,
     ) -> Result<MediaOutput, MediaError>;
+
+    /// How many stages `job` has (for progress), when the pipeline knows.
+    fn stages(&self, job: &MediaJob) -> Option<usize> {
+        let _ = job;
+        None
+    }
 
     /// Encode the output as a file.
     fn pack(&self, job: &MediaJob, output: MediaOutput) -> Result<MediaFile, PipelineError>;

@@ -52,6 +52,11 @@ pub struct ServeConfig {
     pub queue_capacity: usize,
     /// Unpulled model handling.
     pub pull: PullPolicy,
+    /// Extra `Host` names `/mcp` accepts (loopback and the bound host always).
+    pub mcp_allowed_hosts: Vec<String>,
+    /// Extra browser origins `/mcp` accepts (`http://localhost:*` and the
+    /// loopback addresses always).
+    pub mcp_allowed_origins: Vec<String>,
 }
 
 impl Default for ServeConfig {
@@ -66,6 +71,8 @@ impl Default for ServeConfig {
             shutdown_grace: Duration::from_secs(10),
             queue_capacity: 16,
             pull: PullPolicy::Auto,
+            mcp_allowed_hosts: Vec::new(),
+            mcp_allowed_origins: Vec::new(),
         }
     }
 }

@@ -10,6 +10,9 @@ mod config;
 mod error;
 mod extract;
 pub mod json;
+pub mod lock;
+pub mod mcp;
+pub mod media;
 mod metrics;
 mod routes;
 mod scheduler;
@@ -17,9 +20,10 @@ mod stop;
 pub mod tools;
 pub mod ui;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -33,7 +37,7 @@ pub use catalog::{Catalog, CatalogRow};
 pub use config::{PullPolicy, ServeConfig, is_loopback};
 pub use error::{ApiError, ServerError};
 pub use metrics::Metrics;
-pub use scheduler::{Residency, Scheduler};
+pub use scheduler::{Residency, Scheduler, SchedulerDeps};
 
 /// What the binary provides.
 #[derive(Clone)]
@@ -46,6 +50,9 @@ pub struct ServerDeps {
     pub ledger: Arc<Ledger>,
     /// The web UI's files (`None`: no UI, `/` is a 404).
     pub ui: Option<ui::UiAssets>,
+    /// The Favlo home: media files (`<home>/<kind>/<id>.<ext>`),
+    /// `settings.json`, the machine lock.
+    pub home: PathBuf,
 }
 
 /// Shared state of the routes.
@@ -77,12 +84,14 @@ impl AppState {
     /// Build the state and start the workers.
     pub fn new(config: ServeConfig, deps: ServerDeps) -> Arc<AppState> {
         let metrics = Arc::new(Metrics::default());
-        let scheduler = Scheduler::start(
-            deps.factory,
-            deps.ledger.clone(),
-            metrics.clone(),
-            config.queue_capacity,
-        );
+        let scheduler = Scheduler::start(SchedulerDeps {
+            factory: deps.factory,
+            ledger: deps.ledger.clone(),
+            metrics: metrics.clone(),
+            capacity: config.queue_capacity,
+            store: media::MediaStore::new(&deps.home),
+            lock: Some(lock::MachineLock::new(&deps.home)),
+        });
         Arc::new(AppState {
             config,
             catalog: deps.catalog,
@@ -108,6 +117,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/embeddings", post(routes::embeddings::embeddings))
         .route("/v1/memory", get(routes::info::memory))
         .route("/metrics", get(routes::info::metrics))
+        .nest_service("/mcp", mcp::service(state.clone()))
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn_with_state(state.clone(), frame))
@@ -146,7 +156,7 @@ async fn frame(State(state): State<Arc<AppState>>, mut req: Request, next: Next)
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     req.extensions_mut().insert(RequestId(rid.clone()));
-    let needs_key = path.starts_with("/v1/") || path == "/metrics";
+    let needs_key = path.starts_with("/v1/") || path == "/metrics" || path == "/mcp";
     let mut resp = match (&state.config.api_key, needs_key) {
         (Some(key), true) if !authorized(&req, key) => ApiError::unauthorized().into_response(),
         _ => next.run(req).await,
@@ -198,6 +208,7 @@ pub async fn serve(config: ServeConfig, deps: ServerDeps) -> Result<(), ServerEr
     let state = AppState::new(config, deps);
     tracing::info!(addr = %local, "favlo serve listening");
     let app = router(state.clone());
+    tokio::spawn(sweep_media(state.clone()));
     let grace = state.config.shutdown_grace;
     let served = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown_signal().await;
@@ -206,6 +217,28 @@ pub async fn serve(config: ServeConfig, deps: ServerDeps) -> Result<(), ServerEr
     let result = served.await;
     state.scheduler.shutdown();
     result.map_err(ServerError::from)
+}
+
+/// Every minute: delete media files past their lifetime and forget their jobs.
+async fn sweep_media(state: Arc<AppState>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tick.tick().await;
+        let s = state.clone();
+        let swept = tokio::task::spawn_blocking(move || {
+            let store = s.scheduler.store();
+            let ttl = store.ttl();
+            for (_, id) in store.sweep(ttl, SystemTime::now()) {
+                s.scheduler.jobs().forget(&id);
+            }
+            let cutoff = media::jobs::now_s().saturating_sub(ttl.as_secs());
+            s.scheduler.jobs().forget_older(cutoff);
+        })
+        .await;
+        if let Err(e) = swept {
+            tracing::error!(error = %e, "the media sweep failed");
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -51,6 +51,10 @@ impl MediaPipeline for DcganImage {
         })
     }
 
+    fn stages(&self, _job: &MediaJob) -> Option<usize> {
+        Some(Self::stages())
+    }
+
     /// Checks `control` after every layer but the last (the work of a stage has
     /// finished by then); a cancel is also honoured before the first. A call that
     /// resumes always completes at least one layer, so a job makes progress under

@@ -55,6 +55,12 @@ impl MediaPipeline for DcganVideo {
         })
     }
 
+    fn stages(&self, job: &MediaJob) -> Option<usize> {
+        param(&job.params, "frames")
+            .ok()
+            .map(|f| Self::stages(f as usize))
+    }
+
     /// Checks `control` after every chunk but the last; a cancel also before the
     /// first. A resuming call always renders at least one chunk.
     fn generate(

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod common;
 pub mod complete;
+pub mod lock;
 pub mod models;
 pub mod pull;
 pub mod quantize;

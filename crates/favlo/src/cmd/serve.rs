@@ -43,6 +43,12 @@ pub struct ServeArgs {
     /// Seconds a non-streaming request may take, queueing included.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
+    /// Extra `Host` header values /mcp accepts (DNS-rebinding protection; loopback always).
+    #[arg(long = "mcp-allow-host", value_name = "HOST")]
+    pub mcp_allow_host: Vec<String>,
+    /// Extra browser origins /mcp accepts, e.g. `https://app.example:443` (loopback always).
+    #[arg(long = "mcp-allow-origin", value_name = "ORIGIN")]
+    pub mcp_allow_origin: Vec<String>,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
 }
@@ -75,8 +81,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         request_timeout: Duration::from_secs(args.timeout),
         queue_capacity: args.queue,
         pull: args.pull,
+        mcp_allowed_hosts: args.mcp_allow_host,
+        mcp_allowed_origins: args.mcp_allow_origin,
         ..ServeConfig::default()
     };
+    let media_home = home.root().to_path_buf();
     let deps = ServerDeps {
         catalog: Arc::new(HubCatalog { home, registry }),
         factory: Arc::new(Factory {
@@ -84,6 +93,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }),
         ledger,
         ui: Some(crate::ui::ASSETS),
+        home: media_home,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -52,6 +52,13 @@ pub async fn chat_completions(
         SubmitError::Closed => {
             ApiError::unavailable("the server is shutting down", "shutting_down")
         }
+        SubmitError::Locked(h) => ApiError::unavailable(
+            format!(
+                "the machine is locked by pid {} ({} on {}); chat resumes after `favlo lock release`",
+                h.pid, h.command, h.pipeline
+            ),
+            "machine_locked",
+        ),
     })?;
     let ctx = Ctx {
         id: format!("chatcmpl-{}", rid.0),

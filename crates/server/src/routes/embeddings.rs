@@ -111,7 +111,7 @@ pub async fn embeddings(
         })
         .map_err(|e| match e {
             SubmitError::Full => ApiError::queue_full(state.scheduler.capacity()),
-            SubmitError::Closed => {
+            SubmitError::Closed | SubmitError::Locked(_) => {
                 ApiError::unavailable("the server is shutting down", "shutting_down")
             }
         })?;

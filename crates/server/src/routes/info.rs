@@ -18,10 +18,13 @@ use crate::error::ApiError;
 /// `GET /health`.
 pub async fn health(State(state): State<Arc<AppState>>) -> Json<Value> {
     let r = state.scheduler.residency();
+    let locked = state.scheduler.locked();
     Json(json!({
         "status": "ok",
         "resident": r.resident,
         "embeddings": r.embeddings,
+        "open_requests": state.scheduler.open_requests(),
+        "locked": locked.map(|h| json!({"pid": h.pid, "command": h.command, "pipeline": h.pipeline})),
         "uptime_s": state.started.elapsed().as_secs(),
     }))
 }
@@ -69,25 +72,7 @@ pub async fn model(
 
 /// `GET /v1/memory`: the ledger.
 pub async fn memory(State(state): State<Arc<AppState>>) -> Json<Value> {
-    let s = state.ledger.snapshot();
-    let owners: Vec<Value> = s
-        .owners
-        .iter()
-        .map(|o| {
-            let kinds: serde_json::Map<String, Value> = o
-                .kinds
-                .iter()
-                .map(|(k, b)| (k.as_str().to_owned(), json!(b)))
-                .collect();
-            json!({"owner": o.owner, "bytes": o.bytes, "spans": o.spans, "kinds": kinds})
-        })
-        .collect();
-    let r = state.scheduler.residency();
-    Json(json!({
-        "device": s.device.to_string(), "budget": s.budget, "cap": s.cap, "live": s.live,
-        "pending": s.pending, "room": s.room, "owners": owners,
-        "resident": r.resident, "embeddings": r.embeddings,
-    }))
+    Json(crate::mcp::memory_json(&state))
 }
 
 /// `GET /metrics`: Prometheus text.

@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use favlo_pipeline::{
-    Completion, CompletionRequest, Embedding, EmbeddingsPipeline, FinishReason, LanguagePipeline,
-    Ledger, ModelKind, ModelSpec, Owner, PipelineError, PipelineFactory, StopFlag, TokenSink,
-    TokenVocab,
+    Completion, CompletionRequest, Control, Embedding, EmbeddingsPipeline, FinishReason,
+    LanguagePipeline, Ledger, MediaError, MediaFile, MediaHold, MediaJob, MediaKind, MediaOutput,
+    MediaPipeline, ModelKind, ModelSpec, Owner, PipelineError, PipelineFactory, StopFlag,
+    TokenSink, TokenVocab,
 };
 use favlo_runtime::device::Device;
 use favlo_runtime::ledger::SpanKind;
@@ -31,6 +32,7 @@ impl Catalog for FakeCatalog {
             row("chat-a", ModelKind::Chat, true),
             row("chat-b", ModelKind::Chat, true),
             row("emb", ModelKind::Embeddings, true),
+            row("img", ModelKind::Image, true),
             row("not-pulled", ModelKind::Chat, false),
         ]
     }
@@ -261,6 +263,132 @@ impl PipelineFactory for FakeFactory {
     ) -> Result<Arc<dyn EmbeddingsPipeline>, PipelineError> {
         Ok(Arc::new(FakeEmb))
     }
+    fn parse_media(
+        &self,
+        _spec: &ModelSpec,
+        id: &str,
+        body: &serde_json::Value,
+    ) -> Result<MediaJob, PipelineError> {
+        fake_media_parse(id, body)
+    }
+    fn open_media(
+        &self,
+        spec: &ModelSpec,
+        ledger: &Arc<Ledger>,
+        owner: &Owner,
+    ) -> Result<Box<dyn MediaPipeline>, PipelineError> {
+        self.log.lock().unwrap().opened.push(spec.id.clone());
+        let w = ledger
+            .alloc::<f32>(owner, SpanKind::Resident, 256)
+            .map_err(PipelineError::internal)?;
+        Ok(Box::new(FakeMedia {
+            id: spec.id.clone(),
+            log: self.log.clone(),
+            _weights: w,
+        }))
+    }
+}
+
+/// `{steps: 1..=50, seed?, stage_ms?}`: a stage-by-stage hash chain.
+pub fn fake_media_parse(id: &str, body: &serde_json::Value) -> Result<MediaJob, PipelineError> {
+    let steps = body
+        .get("steps")
+        .map_or(Some(4), serde_json::Value::as_u64)
+        .filter(|s| (1..=50).contains(s))
+        .ok_or_else(|| {
+            PipelineError::invalid("steps must be an integer from 1 to 50", Some("steps"))
+        })?;
+    let seed = body
+        .get("seed")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(1);
+    let ms = body
+        .get("stage_ms")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(50);
+    Ok(MediaJob {
+        id: id.into(),
+        kind: MediaKind::Image,
+        params: serde_json::json!({"steps": steps, "seed": seed, "stage_ms": ms,
+                                   "size": "1x1", "response_format": "png"}),
+    })
+}
+
+/// The uninterrupted result of a fake job.
+pub fn fake_media_value(seed: u64, steps: u64) -> u64 {
+    (0..steps).fold(seed, |acc, s| {
+        acc.wrapping_mul(6364136223846793005).wrapping_add(s + 1)
+    })
+}
+
+pub struct FakeMedia {
+    id: String,
+    log: Arc<Mutex<Log>>,
+    _weights: favlo_runtime::buffer::Buffer<f32>,
+}
+
+impl MediaPipeline for FakeMedia {
+    fn parse(&self, id: &str, body: &serde_json::Value) -> Result<MediaJob, PipelineError> {
+        fake_media_parse(id, body)
+    }
+    fn stages(&self, job: &MediaJob) -> Option<usize> {
+        job.params["steps"].as_u64().map(|s| s as usize)
+    }
+    fn generate(
+        &mut self,
+        job: &MediaJob,
+        hold: Option<MediaHold>,
+        control: &Control,
+    ) -> Result<MediaOutput, MediaError> {
+        let steps = job.params["steps"].as_u64().unwrap();
+        let ms = job.params["stage_ms"].as_u64().unwrap();
+        let (mut stage, mut acc) = match hold {
+            Some(h) => (h.stage as u64, *h.state.downcast::<u64>().unwrap()),
+            None => (0, job.params["seed"].as_u64().unwrap()),
+        };
+        while stage < steps {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            acc = acc
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(stage + 1);
+            stage += 1;
+            if stage < steps {
+                let (st, a) = (stage as usize, acc);
+                control.check(|| MediaHold {
+                    stage: st,
+                    state: Box::new(a),
+                })?;
+            }
+        }
+        Ok(MediaOutput::Image {
+            width: 1,
+            height: 1,
+            channels: 3,
+            pixels: acc.to_le_bytes()[..3].to_vec(),
+        })
+    }
+    fn pack(&self, _job: &MediaJob, output: MediaOutput) -> Result<MediaFile, PipelineError> {
+        match output {
+            MediaOutput::Image { pixels, .. } => Ok(MediaFile {
+                mime: "image/png".into(),
+                extension: "png".into(),
+                bytes: pixels,
+            }),
+            _ => Err(PipelineError::internal("not an image")),
+        }
+    }
+    fn close(self: Box<Self>) -> Result<(), PipelineError> {
+        self.log.lock().unwrap().closed.push(self.id.clone());
+        Ok(())
+    }
+}
+
+/// A fresh temporary Favlo home per state (kept for the test process).
+pub fn home() -> std::path::PathBuf {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    std::mem::forget(dir);
+    path
 }
 
 pub fn state_with(config: ServeConfig) -> (Arc<AppState>, Arc<Mutex<Log>>, Arc<Ledger>) {
@@ -271,6 +399,7 @@ pub fn state_with(config: ServeConfig) -> (Arc<AppState>, Arc<Mutex<Log>>, Arc<L
         factory: Arc::new(FakeFactory { log: log.clone() }),
         ledger: ledger.clone(),
         ui: None,
+        home: home(),
     };
     (AppState::new(config, deps), log, ledger)
 }
