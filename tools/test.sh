@@ -31,8 +31,11 @@ echo "== cargo test"
 cargo test --workspace
 cargo test -p favlo-runtime --features cuda --test cuda_kernels
 
-echo "== end-to-end (official openai SDK against a live favlo serve)"
+echo "== end-to-end (official openai and mcp SDKs against a live favlo serve, the preemption harness)"
 python3 -m pytest -q tests/e2e
+echo "== end-to-end (official TypeScript MCP SDK against a live favlo serve)"
+(cd tests/e2e-ts && npm ci --no-audit --no-fund)
+node --test tests/e2e-ts/
 
 echo "== web UI (Vitest units, Playwright in Chromium against a live favlo serve)"
 FAVLO_BIN="$FAVLO_BIN" FAVLO_HOME="$FAVLO_HOME" bash tools/ui-test.sh
