@@ -80,6 +80,8 @@ pub struct JobRecord {
     pub created_at: u64,
     /// Unix seconds of the last change.
     pub updated_at: u64,
+    /// Paused right now: a chat has the device; it resumes by itself.
+    pub paused: bool,
     /// Times a chat paused it.
     pub preemptions: u32,
     /// Last pause: milliseconds from the chat's preempt request to the job
@@ -193,6 +195,7 @@ impl Jobs {
             progress: Progress::default(),
             created_at: now,
             updated_at: now,
+            paused: false,
             preemptions: 0,
             pause_latency_ms: None,
             resume_ms: None,
@@ -266,6 +269,7 @@ impl Jobs {
             e.control.clear_preempt();
             e.control = fresh(&e.control);
             e.record.status = JobStatus::InProgress;
+            e.record.paused = false;
             e.base = e.hold.as_ref().map_or(0, |h| h.stage);
             touch(e);
             return Some(Runnable {
@@ -317,6 +321,7 @@ impl Jobs {
             }
             e.record.progress.stage = hold.stage;
             e.record.preemptions += 1;
+            e.record.paused = true;
             e.record.pause_latency_ms = latency_ms;
             e.hold = Some(hold);
             touch(e);
@@ -387,6 +392,7 @@ impl Jobs {
         e.control.cancel();
         if !running {
             e.record.status = JobStatus::Cancelled;
+            e.record.paused = false;
             e.hold = None;
             touch(e);
             let rec = e.record.clone();
@@ -479,6 +485,7 @@ mod tests {
         let r = jobs.start_next().unwrap();
         assert_eq!(r.job.id, "a");
         assert_eq!(r.hold.unwrap().stage, 2);
+        assert!(!jobs.get("a").unwrap().paused);
         jobs.set_stages("a", Some(5));
         jobs.complete("a");
         let rec = jobs.get("a").unwrap();
