@@ -129,3 +129,46 @@ fn oversized_declaration_is_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+/// An AVI written by FFmpeg (tools/fixtures/codec_avi_fixture.py): JUNK
+/// padding, an audio stream before the video (`00wb` chunks interleaved with
+/// `01dc`). The reader must return exactly the packets FFmpeg's demuxer reads.
+#[test]
+fn ffmpeg_written_avi_matches_ffmpeg_demuxer() {
+    use sha2::{Digest, Sha256};
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
+    let avi = std::fs::read(format!("{dir}ffmpeg_mjpeg.avi")).unwrap();
+    let want = std::fs::read_to_string(format!("{dir}ffmpeg_mjpeg.txt")).unwrap();
+    let field = |k: &str| {
+        want.lines()
+            .find_map(|l| l.strip_prefix(k).and_then(|r| r.strip_prefix(' ')))
+            .unwrap()
+            .to_string()
+    };
+    let p = parse(&avi).unwrap();
+    assert_eq!(p.width.to_string(), field("width"));
+    assert_eq!(p.height.to_string(), field("height"));
+    let (num, den) = field("rate")
+        .split_once('/')
+        .map(|(a, b)| (a.parse::<u64>().unwrap(), b.parse::<u64>().unwrap()))
+        .unwrap();
+    assert_eq!(u64::from(p.rate.rate) * den, num * u64::from(p.rate.scale));
+    let hashes: Vec<String> = want
+        .lines()
+        .filter_map(|l| l.strip_prefix("sha256 "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(hashes.len().to_string(), field("frames"));
+    let got: Vec<String> = p
+        .frames
+        .iter()
+        .map(|f| {
+            Sha256::digest(f)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        })
+        .collect();
+    assert_eq!(got, hashes);
+    assert!(mp4_from_avi(&avi).is_ok());
+}

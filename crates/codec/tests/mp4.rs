@@ -240,23 +240,52 @@ fn odd_macroblock_size_and_ntsc_rate() {
     }
 }
 
-/// FFmpeg (through PyAV) decodes the source AVI and our MP4 independently;
-/// frame count, size and rate must match and every frame must be within
-/// MIN_PSNR_DB of the source. Skips with a note when PyAV is not installed.
-#[test]
-fn ffmpeg_pyav_agrees() {
+/// Runs tools/fixtures/codec_check_mp4.py on a source AVI and our MP4 and
+/// returns its `key value` lines; None when python3 with PyAV is missing.
+fn ffmpeg_check(avi: &std::path::Path, mp4: &std::path::Path) -> Option<String> {
     let have_av = std::process::Command::new("python3")
         .args(["-c", "import av, numpy"])
         .status()
         .is_ok_and(|s| s.success());
     if !have_av {
-        eprintln!("SKIP ffmpeg_pyav_agrees: python3 with PyAV (pip install av numpy) not found");
-        return;
+        return None;
     }
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../tools/fixtures/codec_check_mp4.py"
     );
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(avi)
+        .arg(mp4)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "checker failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(text)
+}
+
+/// One `key value` line of the checker's output.
+fn field(text: &str, k: &str) -> String {
+    text.lines()
+        .find_map(|l| l.strip_prefix(k).and_then(|r| r.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no {k} in {text}"))
+        .to_string()
+}
+
+fn num(text: &str, k: &str) -> f64 {
+    field(text, k).parse().unwrap()
+}
+
+/// FFmpeg (through PyAV) decodes the source AVI and our MP4 independently;
+/// frame count, size and rate must match and every frame must be within
+/// MIN_PSNR_DB of the source. Skips with a note when PyAV is not installed.
+#[test]
+fn ffmpeg_pyav_agrees() {
     let dir = tempfile::tempdir().unwrap();
     // (width, height, rate, scale, frames): the DCGAN shape, a non-macroblock
     // size at NTSC rate, an odd size (padded to even for 4:2:0) and one below
@@ -271,51 +300,61 @@ fn ffmpeg_pyav_agrees() {
         let (avi, mp4) = (dir.path().join("in.avi"), dir.path().join("out.mp4"));
         std::fs::write(&avi, &v.avi).unwrap();
         std::fs::write(&mp4, mp4_from_avi(&v.avi).unwrap()).unwrap();
-        let out = std::process::Command::new("python3")
-            .arg(script)
-            .arg(&avi)
-            .arg(&mp4)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "checker failed: {text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let get = |k: &str| -> f64 {
-            text.lines()
-                .find_map(|l| l.strip_prefix(k).and_then(|r| r.strip_prefix(' ')))
-                .unwrap_or_else(|| panic!("no {k} in {text}"))
-                .parse()
-                .unwrap()
-        };
-        let field = |k: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(k))
-                .unwrap_or("")
-                .trim()
-                .to_string()
+        let Some(text) = ffmpeg_check(&avi, &mp4) else {
+            eprintln!(
+                "SKIP ffmpeg_pyav_agrees: python3 with PyAV (pip install av numpy) not found"
+            );
+            return;
         };
         eprintln!("{w}x{h} @ {rate}/{scale}: {}", text.replace('\n', "; "));
-        assert_eq!(field("codec "), "h264");
-        assert_eq!(field("pix_fmt "), "yuv420p");
-        assert_eq!(get("frames") as usize, n);
-        assert_eq!(get("src_frames") as usize, n);
+        assert_eq!(field(&text, "codec"), "h264");
+        assert_eq!(field(&text, "pix_fmt"), "yuv420p");
+        assert_eq!(num(&text, "frames") as usize, n);
+        assert_eq!(num(&text, "src_frames") as usize, n);
         // H.264 4:2:0 crops in 2-pixel steps: odd sizes decode one pixel larger.
-        assert_eq!(get("width") as u32, w + (w & 1));
-        assert_eq!(get("height") as u32, h + (h & 1));
-        assert_eq!((get("src_width") as u32, get("src_height") as u32), (w, h));
-        let fps = f64::from(rate) / f64::from(scale);
-        assert!(
-            (get("fps") - fps).abs() < 1e-6 * fps,
-            "fps {} vs {fps}",
-            get("fps")
+        assert_eq!(num(&text, "width") as u32, w + (w & 1));
+        assert_eq!(num(&text, "height") as u32, h + (h & 1));
+        assert_eq!(
+            (
+                num(&text, "src_width") as u32,
+                num(&text, "src_height") as u32
+            ),
+            (w, h)
         );
-        let min = get("min_psnr");
+        let fps = f64::from(rate) / f64::from(scale);
+        assert!((num(&text, "fps") - fps).abs() < 1e-6 * fps, "fps {text}");
+        let min = num(&text, "min_psnr");
         assert!(
             min >= MIN_PSNR_DB,
             "{w}x{h}: min PSNR {min:.2} dB < {MIN_PSNR_DB}"
         );
     }
+}
+
+/// The same check on an AVI written by FFmpeg itself
+/// (tools/fixtures/codec_avi_fixture.py: audio stream first, JUNK padding).
+#[test]
+fn ffmpeg_written_avi_round_trip() {
+    let avi =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ffmpeg_mjpeg.avi");
+    let dir = tempfile::tempdir().unwrap();
+    let mp4 = dir.path().join("fixture.mp4");
+    std::fs::write(&mp4, mp4_from_avi(&std::fs::read(&avi).unwrap()).unwrap()).unwrap();
+    let Some(text) = ffmpeg_check(&avi, &mp4) else {
+        eprintln!(
+            "SKIP ffmpeg_written_avi_round_trip: python3 with PyAV (pip install av numpy) not found"
+        );
+        return;
+    };
+    eprintln!("ffmpeg fixture: {}", text.replace('\n', "; "));
+    assert_eq!(
+        (num(&text, "frames"), num(&text, "src_frames")),
+        (10.0, 10.0)
+    );
+    assert_eq!(
+        (num(&text, "width"), num(&text, "height"), num(&text, "fps")),
+        (64.0, 48.0, 15.0)
+    );
+    let min = num(&text, "min_psnr");
+    assert!(min >= MIN_PSNR_DB, "min PSNR {min:.2} dB < {MIN_PSNR_DB}");
 }
