@@ -99,13 +99,16 @@ fn config(width: usize, height: usize, fps: f64) -> EncoderConfig {
     // Bits per pixel per frame: 1.5 up to 256x256 (small generated pictures
     // carry fine grain), falling with the square root of the area above that
     // (1080p gets about 0.26, ~16 Mbit/s at 30 fps); QP is capped at 28.
+    // OpenH264's rate control clips the frame rate to [1, 60] and budgets
+    // bitrate / rate per frame, so the budget uses the same clipped rate.
     let pixels = (width * height).max(1) as f64;
     let bpp = (1.5 * (65_536.0 / pixels).sqrt()).clamp(0.2, 1.5);
-    let bps = (pixels * fps * bpp).clamp(64_000.0, 50_000_000.0);
+    let rc_fps = fps.clamp(1.0, 60.0);
+    let bps = (pixels * rc_fps * bpp).clamp(64_000.0, 50_000_000.0);
     let idr_every = (fps * 2.0).round().clamp(1.0, 600.0) as u32;
     EncoderConfig::new()
         .bitrate(BitRate::from_bps(bps as u32))
-        .max_frame_rate(FrameRate::from_hz(fps as f32))
+        .max_frame_rate(FrameRate::from_hz(rc_fps as f32))
         .rate_control_mode(RateControlMode::Quality)
         .skip_frames(false)
         .qp(QpRange::new(10, 28))

@@ -358,3 +358,33 @@ fn ffmpeg_written_avi_round_trip() {
     let min = num(&text, "min_psnr");
     assert!(min >= MIN_PSNR_DB, "min PSNR {min:.2} dB < {MIN_PSNR_DB}");
 }
+
+/// Frame rates far outside the usual range still encode; the MP4 keeps the
+/// exact rational rate.
+#[test]
+fn extreme_frame_rates() {
+    for (rate, scale) in [
+        (1u32, 10u32),
+        (120, 1),
+        (1000, 1),
+        (90_000, 1),
+        (u32::MAX, 1),
+    ] {
+        let v = test_video(32, 32, 4, rate, scale);
+        let mp4 = mp4_from_avi(&v.avi).unwrap_or_else(|e| panic!("{rate}/{scale}: {e}"));
+        let p = parse(&mp4);
+        assert_eq!(p.samples.len(), 4);
+        let mdhd = find(&p.boxes, b"mdhd");
+        assert_eq!(be32(&mp4, mdhd.start + 12), rate);
+        let stts = find(&p.boxes, b"stts");
+        assert_eq!(be32(&mp4, stts.start + 12), scale);
+    }
+    // One frame per 136 years: the 32-bit media duration overflows; a named error.
+    let v = test_video(32, 32, 4, 1, u32::MAX);
+    assert!(matches!(
+        mp4_from_avi(&v.avi),
+        Err(favlo_codec::CodecError::Mp4TooLarge {
+            what: "media duration"
+        })
+    ));
+}
