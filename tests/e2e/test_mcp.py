@@ -136,3 +136,23 @@ def test_preemption_harness(server, capsys):
     assert media_preempt.main() == 0
     out = capsys.readouterr().out
     assert "same bytes as unpreempted: yes" in out
+
+
+def test_generate_speech_task(server):
+    base, home = server
+
+    async def go():
+        async with Client(base + "/mcp", extensions=[Tasks()]) as c:
+            r = await c.call_tool("generate_speech", {"text": "One sentence. And a second one?", "seed": 4,
+                                                      "response_format": "flac"})
+            s = r.structured_content
+            assert not r.is_error and s["status"] == "completed", s
+            rr = await c.read_resource(s["resource"])
+            assert rr.contents[0].mime_type == "audio/flac"
+            assert base64.b64decode(rr.contents[0].blob)[:4] == b"fLaC"
+            assert any((home / "voice").glob(f"{s['id']}.*"))
+            with pytest.raises(MCPError) as e:
+                await c.call_tool("generate_speech", {"text": ""})
+            assert e.value.error.code == -32602
+
+    run(go())

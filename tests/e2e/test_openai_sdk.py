@@ -167,3 +167,36 @@ def test_raw_errors(server):
         {"model": CHAT, "messages": [{"role": "user", "content": "x" * (64 << 20)}]}))
     assert big.status_code == 413 and "error" in big.json()
     assert requests.post(server + "/v1/embeddings", headers=h, json={"model": EMB, "input": " "}).json()["error"]["param"] == "input"
+
+
+def test_audio_speech_wav_and_flac(client):
+    """/v1/audio/speech runs the Piper voice as a media job: a WAV of speech
+    length with energy (`sox` stats agree when sox is installed), FLAC on
+    request, clear 400s for formats it does not make."""
+    import io, math, shutil, tempfile, wave
+    text = "Hello from Favlo. The voice runs in its own runtime."
+    r = client.audio.speech.create(model="piper-joe-medium", voice="alloy", input=text, response_format="wav")
+    assert r.response.headers["content-type"] == "audio/wav"
+    w = wave.open(io.BytesIO(r.content))
+    n, rate = w.getnframes(), w.getframerate()
+    samples = struct.unpack(f"<{n}h", w.readframes(n))
+    seconds = n / rate
+    rms = math.sqrt(sum(x * x for x in samples) / n) / 32768
+    assert rate == 22050 and w.getnchannels() == 1
+    assert 1.5 < seconds < 10 and rms > 0.01, (seconds, rms)
+    if shutil.which("sox"):
+        with tempfile.NamedTemporaryFile(suffix=".wav") as f:
+            f.write(r.content)
+            f.flush()
+            stat = subprocess.run(["sox", f.name, "-n", "stat"], capture_output=True, text=True).stderr
+        fields = {k.strip(): v.strip() for k, v in (l.split(":", 1) for l in stat.splitlines() if ":" in l)}
+        assert abs(float(fields["Length (seconds)"]) - seconds) < 0.01
+        assert float(fields["RMS     amplitude"]) > 0.01
+    flac = client.audio.speech.create(model="piper-joe-medium", voice="alloy", input=text, response_format="flac")
+    assert flac.content[:4] == b"fLaC" and flac.response.headers["content-type"] == "audio/flac"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.audio.speech.create(model="piper-joe-medium", voice="alloy", input=text, response_format="mp3")
+    assert e.value.body["param"] == "response_format"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.audio.speech.create(model="piper-joe-medium", voice="alloy", input=" ")
+    assert e.value.body["param"] == "input"

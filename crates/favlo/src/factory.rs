@@ -74,6 +74,13 @@ impl PipelineFactory for Factory {
                 MediaKind::Video,
                 favlo_dcgan::request::video_params(id, body)?,
             ),
+            ("vits", ModelKind::Voice) => {
+                let mut json = favlo_vits::onnx_path(spec)?.into_os_string();
+                json.push(".json");
+                let config = favlo_vits::VoiceConfig::open(std::path::Path::new(&json))?;
+                let p = favlo_vits::request::speech_params(id, body, config.scales)?;
+                (MediaKind::Voice, p.to_json())
+            }
             (other, _) => return Err(unknown_family(spec, other)),
         };
         Ok(MediaJob {
@@ -92,6 +99,7 @@ impl PipelineFactory for Factory {
         match (spec.family.as_str(), spec.kind) {
             ("dcgan", ModelKind::Image) => favlo_dcgan::open_image(spec, ledger, owner),
             ("dcgan", ModelKind::Video) => favlo_dcgan::open_video(spec, ledger, owner),
+            ("vits", ModelKind::Voice) => favlo_vits::open_voice(spec, ledger, owner),
             (other, _) => Err(unknown_family(spec, other)),
         }
     }

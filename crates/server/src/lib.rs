@@ -115,6 +115,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models/{id}", get(routes::info::model))
         .route("/v1/chat/completions", post(routes::chat::chat_completions))
         .route("/v1/embeddings", post(routes::embeddings::embeddings))
+        .route("/v1/audio/speech", post(routes::speech::speech))
         .route("/v1/memory", get(routes::info::memory))
         .route("/metrics", get(routes::info::metrics))
         .nest_service("/mcp", mcp::service(state.clone()))

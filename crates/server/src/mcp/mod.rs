@@ -182,7 +182,11 @@ impl ServerHandler for FavloMcp {
                     "ttlMs": task["ttlMs"], "pollIntervalMs": task["pollIntervalMs"],
                 }))?));
             }
-            let done = tools::wait(&self.state, &rec.id)
+            let done = self
+                .state
+                .scheduler
+                .jobs()
+                .wait(&rec.id)
                 .await
                 .ok_or_else(|| McpError::internal_error("the job disappeared", None))?;
             return Ok(CallToolResponse::Complete(tools::finished(

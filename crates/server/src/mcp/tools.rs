@@ -8,7 +8,6 @@
 //! away leaves it running, to be read or cancelled later.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine;
 use favlo_pipeline::{MediaKind, ModelKind};
@@ -148,26 +147,6 @@ pub(super) fn list(state: &AppState) -> Vec<Tool> {
     tools
 }
 
-static NEXT: AtomicU64 = AtomicU64::new(1);
-
-/// A fresh job id: kind prefix, clock and a process counter (`[a-z0-9-]`).
-fn mint_id(kind: MediaKind) -> String {
-    let prefix = match kind {
-        MediaKind::Image => "img",
-        MediaKind::Video => "vid",
-        MediaKind::Music => "mus",
-        MediaKind::Voice => "voc",
-    };
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    format!(
-        "{prefix}-{ms:x}-{:04x}",
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 fn invalid(message: impl Into<String>, param: Option<&str>) -> McpError {
     McpError::invalid_params(message.into(), param.map(|p| json!({"param": p})))
 }
@@ -202,7 +181,7 @@ pub(super) async fn submit(
     let spec = crate::routes::resolve_model(state, &model, tool.model_kind)
         .await
         .map_err(super::api_to_mcp)?;
-    let id = mint_id(tool.kind);
+    let id = crate::media::jobs::mint_id(tool.kind);
     let body = Value::Object(args.clone());
     let factory = state.scheduler.factory().clone();
     let (spec, job) = {
@@ -238,20 +217,6 @@ pub(super) async fn submit(
         })?;
     tracing::info!(job = %rec.id, model = %rec.model, tool = tool.name, "media job queued");
     Ok(rec)
-}
-
-/// Wait until the job reaches a terminal status.
-pub(super) async fn wait(state: &AppState, id: &str) -> Option<JobRecord> {
-    let mut rx = state.scheduler.jobs().watch(id)?;
-    loop {
-        let rec = rx.borrow_and_update().clone();
-        if rec.status.is_terminal() {
-            return Some(rec);
-        }
-        if rx.changed().await.is_err() {
-            return state.scheduler.jobs().get(id);
-        }
-    }
 }
 
 /// The tool result for a finished job: the record as structured content, a

@@ -10,6 +10,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use favlo_pipeline::{Control, MediaHold, MediaJob, MediaKind, ModelSpec, PipelineError};
@@ -119,6 +120,26 @@ impl JobRecord {
             MediaKind::Voice => "voice",
         }
     }
+}
+
+static NEXT: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh job id: kind prefix, clock and a process counter (`[a-z0-9-]`).
+pub fn mint_id(kind: MediaKind) -> String {
+    let prefix = match kind {
+        MediaKind::Image => "img",
+        MediaKind::Video => "vid",
+        MediaKind::Music => "mus",
+        MediaKind::Voice => "voc",
+    };
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    format!(
+        "{prefix}-{ms:x}-{:04x}",
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Unix seconds now.
@@ -246,6 +267,20 @@ impl Jobs {
     /// Watch a job's record change.
     pub fn watch(&self, id: &str) -> Option<watch::Receiver<JobRecord>> {
         lock(&self.table).entries.get(id).map(|e| e.tx.subscribe())
+    }
+
+    /// Wait until the job reaches a terminal status (`None`: no such job).
+    pub async fn wait(&self, id: &str) -> Option<JobRecord> {
+        let mut rx = self.watch(id)?;
+        loop {
+            let rec = rx.borrow_and_update().clone();
+            if rec.status.is_terminal() {
+                return Some(rec);
+            }
+            if rx.changed().await.is_err() {
+                return self.get(id);
+            }
+        }
     }
 
     /// Jobs waiting or paused.

@@ -9,6 +9,7 @@ mod chat_parse;
 pub mod embeddings;
 mod fields;
 pub mod info;
+pub mod speech;
 
 use std::sync::Arc;
 
