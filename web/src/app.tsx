@@ -1,8 +1,8 @@
 // The shell: a tab bar (Chat, Studio, Memory) routed by the URL hash.
 //
-// Key design choice: each view is mounted only while shown, except that the
-// Chat view's streaming state survives tab switches because the conversation
-// lives in the Chat component kept mounted (hidden) once visited.
+// Key design choice: Memory is mounted only while shown (it polls the ledger),
+// while Chat and Studio stay mounted (hidden) once visited, so a reply keeps
+// streaming and media jobs keep being followed across tab switches.
 import { useEffect, useState } from 'preact/hooks';
 import { ChatView } from './views/chat';
 import { StudioView } from './views/studio';
@@ -22,6 +22,10 @@ function fromHash(): Tab {
 
 export function App() {
   const [tab, setTab] = useState<Tab>(fromHash());
+  const [studioSeen, setStudioSeen] = useState(tab === 'studio');
+  useEffect(() => {
+    if (tab === 'studio') setStudioSeen(true);
+  }, [tab]);
   useEffect(() => {
     const on = () => setTab(fromHash());
     addEventListener('hashchange', on);
@@ -56,8 +60,8 @@ export function App() {
         <section id="panel-chat" role="tabpanel" aria-labelledby="tab-chat" hidden={tab !== 'chat'} class="panel">
           <ChatView active={tab === 'chat'} />
         </section>
-        {tab === 'studio' && (
-          <section id="panel-studio" role="tabpanel" aria-labelledby="tab-studio" class="panel">
+        {studioSeen && (
+          <section id="panel-studio" role="tabpanel" aria-labelledby="tab-studio" hidden={tab !== 'studio'} class="panel">
             <StudioView />
           </section>
         )}

@@ -1,14 +1,18 @@
 // A minimal MCP client over streamable HTTP (JSON-RPC 2.0 at POST /mcp).
 //
-// Key design choice: it speaks only what the Studio needs (initialize,
-// tools/list, tools/call) and accepts both reply shapes the transport allows,
-// a JSON body or an SSE stream carrying the JSON-RPC response. A server with
-// no /mcp route is reported as `McpUnavailable`, so the Studio can say so
-// instead of pretending jobs exist.
+// Key design choice: it speaks only what the Studio needs (initialize with the
+// tasks extension, tools/list, tools/call, resources/read) and accepts both
+// reply shapes the transport allows, a JSON body or an SSE stream carrying the
+// JSON-RPC response. It uses session mode (protocol 2025-11-25): the session
+// id the server hands out on `initialize` goes with every later request, and a
+// session the server no longer knows (404) is re-initialized once. A server
+// with no /mcp route at all is reported as `McpUnavailable`, so the Studio can
+// say so instead of pretending jobs exist.
 
 import { SseParser } from './sse';
 
-export const MCP_PROTOCOL_VERSION = '2025-06-18';
+export const MCP_PROTOCOL_VERSION = '2025-11-25';
+export const TASKS_EXTENSION = 'io.modelcontextprotocol/tasks';
 
 export class McpUnavailable extends Error {
   constructor(readonly status: number) {
@@ -21,6 +25,7 @@ export class McpError extends Error {
   constructor(
     message: string,
     readonly code: number,
+    readonly data?: unknown,
   ) {
     super(message);
     this.name = 'McpError';
@@ -33,10 +38,31 @@ export interface McpTool {
   inputSchema?: unknown;
 }
 
+/** What a task-mode `tools/call` answers at once. */
+export interface TaskHandle {
+  taskId: string;
+  status: string;
+  pollIntervalMs?: number;
+}
+
+/** A tool's own result (`tools/call` without a task, `media_status`, ...). */
+export interface ToolResult {
+  content?: unknown[];
+  structuredContent?: unknown;
+  isError?: boolean;
+}
+
+export interface ResourceBlob {
+  uri: string;
+  mimeType: string;
+  /** base64 */
+  blob: string;
+}
+
 interface RpcReply {
   id?: number | string | null;
   result?: unknown;
-  error?: { code: number; message: string };
+  error?: { code: number; message: string; data?: unknown };
 }
 
 /** Pull the JSON-RPC reply with `id` out of a JSON or SSE body. */
@@ -48,7 +74,7 @@ export function replyFromBody(contentType: string, text: string, id: number): Rp
       try {
         candidates.push(JSON.parse(ev.data));
       } catch {
-        /* not JSON */
+        /* a priming event with empty data, or not JSON */
       }
     }
   } else {
@@ -66,9 +92,15 @@ export function replyFromBody(contentType: string, text: string, id: number): Rp
   return null;
 }
 
+function isTaskHandle(v: unknown): v is TaskHandle {
+  const o = v as Record<string, unknown> | null;
+  return typeof o === 'object' && o !== null && o.resultType === 'task' && typeof o.taskId === 'string';
+}
+
 export class McpClient {
   private session: string | null = null;
   private nextId = 1;
+  private ready: Promise<unknown> | null = null;
 
   constructor(
     private readonly url = '/mcp',
@@ -82,35 +114,58 @@ export class McpClient {
       'mcp-protocol-version': MCP_PROTOCOL_VERSION,
     };
     if (this.session) headers['mcp-session-id'] = this.session;
-    const res = await this.fetchImpl(this.url, { method: 'POST', headers, body: JSON.stringify(body), signal });
-    if (res.status === 404 || res.status === 405) throw new McpUnavailable(res.status);
-    return res;
+    return this.fetchImpl(this.url, { method: 'POST', headers, body: JSON.stringify(body), signal });
   }
 
-  async request(method: string, params: unknown, signal?: AbortSignal): Promise<unknown> {
+  private async rpc(method: string, params: unknown, signal?: AbortSignal): Promise<unknown> {
     const id = this.nextId++;
     const res = await this.post({ jsonrpc: '2.0', id, method, params }, signal);
+    if (res.status === 404 || res.status === 405) throw new McpUnavailable(res.status);
     const sid = res.headers.get('mcp-session-id');
     if (sid) this.session = sid;
     const text = await res.text();
     const reply = replyFromBody(res.headers.get('content-type') ?? '', text, id);
     if (!reply) throw new McpError(`no JSON-RPC reply to ${method} (HTTP ${res.status})`, -32603);
-    if (reply.error) throw new McpError(reply.error.message, reply.error.code);
+    if (reply.error) throw new McpError(reply.error.message, reply.error.code, reply.error.data);
     return reply.result;
   }
 
-  async initialize(signal?: AbortSignal): Promise<unknown> {
-    const result = await this.request(
-      'initialize',
-      {
-        protocolVersion: MCP_PROTOCOL_VERSION,
-        capabilities: {},
-        clientInfo: { name: 'favlo-web', version: '0.1.0' },
-      },
-      signal,
-    );
-    await this.post({ jsonrpc: '2.0', method: 'notifications/initialized' }, signal);
-    return result;
+  /** A request inside the session; a session the server forgot is opened again once. */
+  async request(method: string, params: unknown, signal?: AbortSignal): Promise<unknown> {
+    if (!this.ready) await this.initialize(signal);
+    else await this.ready;
+    try {
+      return await this.rpc(method, params, signal);
+    } catch (e) {
+      if (!(e instanceof McpUnavailable) || e.status !== 404 || !this.session) throw e;
+      this.session = null;
+      await this.initialize(signal);
+      return this.rpc(method, params, signal);
+    }
+  }
+
+  /** Open a session advertising the tasks extension (generate tools then answer with a task). */
+  initialize(signal?: AbortSignal): Promise<unknown> {
+    const run = async () => {
+      this.session = null;
+      const result = await this.rpc(
+        'initialize',
+        {
+          protocolVersion: MCP_PROTOCOL_VERSION,
+          capabilities: { extensions: { [TASKS_EXTENSION]: {} } },
+          clientInfo: { name: 'favlo-web', version: '0.1.0' },
+        },
+        signal,
+      );
+      await this.post({ jsonrpc: '2.0', method: 'notifications/initialized' }, signal);
+      return result;
+    };
+    const p = run();
+    this.ready = p;
+    p.catch(() => {
+      if (this.ready === p) this.ready = null;
+    });
+    return p;
   }
 
   async listTools(signal?: AbortSignal): Promise<McpTool[]> {
@@ -121,4 +176,40 @@ export class McpClient {
   callTool(name: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<unknown> {
     return this.request('tools/call', { name, arguments: args }, signal);
   }
+
+  /**
+   * Start a generate tool as a task. The server answers at once with the
+   * task id (the job id). A server that finished inline is an error here.
+   */
+  async startTask(name: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<TaskHandle> {
+    const r = await this.callTool(name, args, signal);
+    if (isTaskHandle(r)) return r;
+    const t = r as ToolResult | null;
+    const msg = t?.isError ? textOf(t) : '';
+    throw new McpError(msg || `${name} did not start a task`, -32603);
+  }
+
+  /** A tool whose result is a record in `structuredContent` (media_status, media_cancel). */
+  async structured(name: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<unknown> {
+    const r = (await this.callTool(name, args, signal)) as ToolResult | null;
+    if (r?.isError) throw new McpError(textOf(r) || `${name} failed`, -32603);
+    if (r?.structuredContent === undefined) throw new McpError(`${name} returned no record`, -32603);
+    return r.structuredContent;
+  }
+
+  async readResource(uri: string, signal?: AbortSignal): Promise<ResourceBlob> {
+    const r = (await this.request('resources/read', { uri }, signal)) as { contents?: unknown[] };
+    const c = (Array.isArray(r?.contents) ? r.contents[0] : null) as Record<string, unknown> | null;
+    if (!c || typeof c.blob !== 'string') throw new McpError(`no binary contents for ${uri}`, -32603);
+    const mimeType = typeof c.mimeType === 'string' ? c.mimeType : 'application/octet-stream';
+    return { uri, mimeType, blob: c.blob };
+  }
+}
+
+/** The text parts of a tool result, joined. */
+export function textOf(r: ToolResult): string {
+  return (r.content ?? [])
+    .map((c) => (c as { type?: string; text?: unknown }).type === 'text' ? String((c as { text?: unknown }).text ?? '') : '')
+    .filter(Boolean)
+    .join('\n');
 }
