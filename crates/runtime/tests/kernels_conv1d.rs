@@ -267,3 +267,47 @@ fn attention_rel_window_matches_reference() {
         assert!(e <= 1e-5, "heads {heads} d {d} t {t} w {w}: rel err {e}");
     }
 }
+
+#[test]
+fn sgemm_matches_reference_on_every_isa() {
+    use favlo_runtime::cpu::simd::{available_isas, set_isa_cap};
+    let mut rng = StdRng::seed_from_u64(16);
+    for isa in available_isas() {
+        set_isa_cap(Some(isa));
+        // (m, n, k, lda pad, ldb pad, ldc pad): micro-tile remainders in m and n.
+        for &(m, n, k, pa, pb, pc) in &[
+            (32, 200, 224, 0, 0, 0),
+            (7, 47, 3, 1, 2, 3),
+            (9, 49, 17, 0, 5, 1),
+            (1, 5, 1, 0, 0, 0),
+            (384, 500, 192, 0, 0, 0),
+        ] {
+            let (lda, ldb, ldc) = (k + pa, n + pb, n + pc);
+            let a = rand_vec(&mut rng, m * lda, 1.0);
+            let b = rand_vec(&mut rng, k * ldb, 1.0);
+            let mut c = vec![f32::NAN; m * ldc];
+            let mut c2 = vec![f32::NAN; m * ldc];
+            cpu::sgemm_nn(m, n, k, &a, lda, &b, ldb, &mut c, ldc);
+            cpu::sgemm_nn_par(m, n, k, &a, lda, &b, ldb, &mut c2, ldc);
+            let mut got = Vec::new();
+            let mut got2 = Vec::new();
+            let mut want = Vec::new();
+            for i in 0..m {
+                for j in 0..n {
+                    got.push(c[i * ldc + j]);
+                    got2.push(c2[i * ldc + j]);
+                    want.push(
+                        (0..k)
+                            .map(|p| a[i * lda + p] as f64 * b[p * ldb + j] as f64)
+                            .sum::<f64>(),
+                    );
+                }
+                // Padding columns of C are never written.
+                assert!(c[i * ldc + n..(i + 1) * ldc].iter().all(|v| v.is_nan()));
+            }
+            let e = rel_err(&got, &want).max(rel_err(&got2, &want));
+            assert!(e <= 1e-5, "{isa:?} m {m} n {n} k {k}: rel err {e}");
+        }
+    }
+    set_isa_cap(None);
+}

@@ -4,10 +4,14 @@
 //! with PyTorch's weight layouts.
 //!
 //! Key design choices:
-//! - No im2col. A dense convolution is `K` GEMMs, one per kernel tap, each
-//!   reading the zero-padded input through `gemm` strides shifted by the tap's
-//!   offset and accumulating into `out`; the only scratch is the padded input
-//!   (`Cin·(L + 2p)`), which the caller owns so a pipeline can account it.
+//! - A dense convolution is an im2col GEMM over time tiles: each tile of output
+//!   columns gathers its `[Cin·K, tile]` columns (zeros where the window leaves
+//!   the input) into a cache-sized scratch and multiplies it by the weight,
+//!   which PyTorch's `[Cout, Cin, K]` layout already stores as `[Cout, Cin·K]`.
+//!   Tiles are spread over rayon workers, each with its own slice of the
+//!   caller-owned scratch ([`Conv1d::scratch_len`]); a tile's result does not
+//!   depend on which worker ran it, so the output is the same at every thread
+//!   count. A 1×1 convolution without padding is one GEMM on the input.
 //! - A transposed convolution is split into its `stride` output phases
 //!   (polyphase): output `t = q·s + r` only sees taps `j ≡ r + p (mod s)`, so each
 //!   phase is a small dense convolution written with output stride `s`. Every
@@ -16,6 +20,11 @@
 //!   release builds the kernel returns without writing (it never panics).
 
 use rayon::prelude::*;
+
+use super::linear::SyncPtr;
+
+/// Target size of one im2col tile, in floats (fits a core's L2 with the weight).
+const TILE_FLOATS: usize = 1 << 17;
 
 /// Geometry of one `nn.Conv1d` with stride 1, one group and symmetric padding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,13 +52,28 @@ impl Conv1d {
         self.out_channels * self.in_channels * self.kernel
     }
 
-    /// Scratch [`conv1d`] needs for an input of `len`: the padded input.
+    /// Output columns per im2col tile: about 128 Ki floats of columns.
+    fn tile(&self, len: usize) -> usize {
+        let rows = (self.in_channels * self.kernel).max(1);
+        ((TILE_FLOATS / rows) / 16 * 16)
+            .clamp(32, 4096)
+            .min(self.out_len(len).max(1))
+    }
+
+    fn direct(&self) -> bool {
+        self.kernel == 1 && self.padding == 0
+    }
+
+    /// Scratch [`conv1d`] needs for an input of `len`: one column tile per
+    /// worker (`min(threads, tiles)` of them); 0 for an unpadded 1×1.
     pub fn scratch_len(&self, len: usize) -> usize {
-        if self.kernel == 1 && self.padding == 0 {
-            0
-        } else {
-            self.in_channels * (len + 2 * self.padding)
+        if self.direct() {
+            return 0;
         }
+        let tile = self.tile(len);
+        let tiles = self.out_len(len).div_ceil(tile);
+        let workers = rayon::current_num_threads().clamp(1, tiles.max(1));
+        workers * self.in_channels * self.kernel * tile
     }
 
     fn is_valid(&self) -> bool {
@@ -115,44 +139,59 @@ pub fn conv1d(
     if !ok || lo == 0 {
         return;
     }
-    let (src, lp): (&[f32], usize) = if shape.scratch_len(len) == 0 {
-        (x, len)
-    } else {
-        let lp = len + 2 * shape.padding;
-        pad_into(x, cin, len, shape.padding, shape.padding, scratch);
-        (&scratch[..cin * lp], lp)
-    };
-    let par = parallelism(2 * cout * cin * lo);
-    for tap in 0..k {
-        let off = tap * shape.dilation;
-        // SAFETY: lengths checked above. dst(co, t) = out[co·lo + t];
-        // lhs(co, ci) = weight[co·cin·k + ci·k + tap]; rhs(ci, t) = src[ci·lp + off + t]
-        // with off + lo − 1 < lp because lo = lp − d·(k − 1).
-        unsafe {
-            gemm::gemm(
-                cout,
-                lo,
-                cin,
-                out.as_mut_ptr(),
-                1,
-                lo as isize,
-                tap > 0,
-                weight.as_ptr().add(tap),
-                k as isize,
-                (cin * k) as isize,
-                src.as_ptr().add(off),
-                1,
-                lp as isize,
-                1.0f32,
-                1.0f32,
-                false,
-                false,
-                false,
-                par,
-            );
-        }
+    if shape.direct() {
+        // lo == len: out[Cout, len] = W[Cout, Cin] · x[Cin, len].
+        super::sgemm_nn_par(cout, lo, cin, weight, cin, x, len, out, lo);
+        add_bias(out, bias, cout, lo);
+        return;
     }
-    add_bias(out, bias, cout, lo);
+    let tile = shape.tile(len);
+    let rows = cin * k;
+    let tiles = lo.div_ceil(tile);
+    let workers = (scratch.len() / (rows * tile)).clamp(1, tiles);
+    let dst = SyncPtr(out.as_mut_ptr());
+    let work = |(w, cols): (usize, &mut [f32])| {
+        for ti in (w..tiles).step_by(workers) {
+            let t0 = ti * tile;
+            let n = tile.min(lo - t0);
+            // cols[(ci·K + tap)·tile + j] = x[ci, t0 + j + tap·d − p] (0 outside).
+            for ci in 0..cin {
+                let xs = &x[ci * len..(ci + 1) * len];
+                for tap in 0..k {
+                    let row = &mut cols[(ci * k + tap) * tile..][..n];
+                    let start = (t0 + tap * shape.dilation) as isize - shape.padding as isize;
+                    let j0 = (-start).clamp(0, n as isize) as usize;
+                    let j1 = (len as isize - start).clamp(j0 as isize, n as isize) as usize;
+                    row[..j0].fill(0.0);
+                    if j1 > j0 {
+                        let s0 = (start + j0 as isize) as usize;
+                        row[j0..j1].copy_from_slice(&xs[s0..s0 + (j1 - j0)]);
+                    }
+                    row[j1..].fill(0.0);
+                }
+            }
+            // SAFETY: lengths checked above; this tile writes only columns
+            // t0..t0+n of every row of out, disjoint from every other tile.
+            unsafe {
+                let o = dst.ptr().add(t0);
+                super::sgemm::sgemm_nn_raw(cout, n, rows, weight, rows, cols, tile, o, lo);
+                if let Some(b) = bias {
+                    for (co, bv) in b.iter().enumerate().take(cout) {
+                        let r = std::slice::from_raw_parts_mut(o.add(co * lo), n);
+                        r.iter_mut().for_each(|v| *v += bv);
+                    }
+                }
+            }
+        }
+    };
+    let chunks = scratch[..workers * rows * tile]
+        .chunks_exact_mut(rows * tile)
+        .enumerate();
+    if workers > 1 {
+        chunks.par_bridge().for_each(work);
+    } else {
+        chunks.for_each(work);
+    }
 }
 
 /// Depthwise `out[C, Lo] = Conv1d(x[C, len], groups = C) (+ bias)` with `weight`

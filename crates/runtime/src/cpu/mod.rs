@@ -23,6 +23,7 @@ pub mod reference;
 mod rel_attention;
 mod rope;
 mod sampling;
+mod sgemm;
 pub mod simd;
 mod weight;
 
@@ -38,4 +39,5 @@ pub use norm::{layer_norm, rms_norm};
 pub use rel_attention::{RelAttnShape, attention_rel_window};
 pub use rope::{Rope, RopeLayout};
 pub use sampling::{argmax, top_k};
+pub use sgemm::{sgemm_nn, sgemm_nn_par};
 pub use weight::WeightRef;
