@@ -53,7 +53,8 @@ pub fn wav_from_samples(
     Ok(cursor.into_inner())
 }
 
-/// FLAC of a PCM WAV with integer samples of 8 to 24 bits (16 is the usual).
+/// FLAC of a PCM WAV with integer samples of 8 to 24 bits (16 is the usual),
+/// at most 8 channels and 96 kHz (flacenc's limits; beyond them `Flac` errors).
 pub fn flac_from_wav(wav: &[u8]) -> Result<Vec<u8>, CodecError> {
     let reader = hound::WavReader::new(Cursor::new(wav))?;
     let spec = reader.spec();

@@ -15,6 +15,9 @@ use crate::h264::Stream;
 const MOVIE_TIMESCALE: u32 = 1000;
 /// The identity transform of `mvhd`/`tkhd` (16.16 and 2.30 fixed point).
 const MATRIX: [u32; 9] = [0x0001_0000, 0, 0, 0, 0x0001_0000, 0, 0, 0, 0x4000_0000];
+/// ITU-T H.273 code point 6 (SMPTE 170M / BT.601 525) for primaries,
+/// transfer and matrix, as `VuiConfig::bt601` writes into the SPS.
+const COLOUR_SMPTE170M: u16 = 6;
 /// Profiles whose `avcC` carries the chroma/bit-depth extension (14496-15 5.3.3.1.2).
 const HIGH_PROFILES: [u8; 4] = [100, 110, 122, 144];
 
@@ -209,6 +212,19 @@ fn avc1(w: &mut W, t: &Track<'_>) -> Result<(), CodecError> {
         w.u8(0); // numOfSequenceParameterSetExt
     }
     w.close(c)?;
+    // The colour description the SPS's VUI also carries (BT.601 / SMPTE 170M,
+    // limited range), for players that read only the container; square pixels.
+    let colr = w.open(b"colr");
+    w.bytes(b"nclx");
+    for code in [COLOUR_SMPTE170M; 3] {
+        w.u16(code); // colour_primaries, transfer_characteristics, matrix_coefficients
+    }
+    w.u8(0); // full_range_flag = 0, reserved
+    w.close(colr)?;
+    let pasp = w.open(b"pasp");
+    w.u32(1);
+    w.u32(1);
+    w.close(pasp)?;
     w.close(at)
 }
 

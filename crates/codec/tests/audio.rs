@@ -162,3 +162,52 @@ fn flac_rejects_bad_wavs() {
     let wav = wav_from_samples(8000, 1, &tone(500, 1, 8000, 1)).unwrap();
     assert!(flac_from_wav(&wav[..wav.len() / 2]).is_err());
 }
+
+fn int_wav(channels: u16, rate: u32, bits: u16, frames: usize, seed: u64) -> (Vec<u8>, Vec<i32>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let max = 1i32 << (bits - 1);
+    let spec = hound::WavSpec {
+        channels,
+        sample_rate: rate,
+        bits_per_sample: bits,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut cur = Cursor::new(Vec::new());
+    let mut w = hound::WavWriter::new(&mut cur, spec).unwrap();
+    let mut want = Vec::new();
+    for i in 0..frames * channels as usize {
+        let s = ((i as f64 * 0.003).sin() * f64::from(max) * 0.7) as i32
+            + rng.random_range(-max / 64..max / 64);
+        if bits == 8 {
+            w.write_sample(s as i8).unwrap();
+        } else {
+            w.write_sample(s).unwrap();
+        }
+        want.push(s);
+    }
+    w.finalize().unwrap();
+    (cur.into_inner(), want)
+}
+
+/// The edges of what FLAC (and flacenc) take: 8-bit and 8-channel streams
+/// convert bit-exactly; 9 channels and rates above 96 kHz (flacenc's limit)
+/// are named `CodecError::Flac` errors, not panics.
+#[test]
+fn flac_limits() {
+    for (channels, rate, bits) in [(1u16, 8_000u32, 8u16), (8, 48_000, 16), (2, 96_000, 24)] {
+        let (wav, want) = int_wav(channels, rate, bits, 3000, u64::from(rate));
+        let (info, got) = claxon_ints(&flac_from_wav(&wav).unwrap());
+        assert_eq!(
+            (info.channels, info.bits_per_sample, info.sample_rate),
+            (u32::from(channels), u32::from(bits), rate)
+        );
+        assert_eq!(got, want, "{channels} ch {bits} bit");
+    }
+    for (channels, rate) in [(9u16, 48_000u32), (2, 192_000)] {
+        let (wav, _) = int_wav(channels, rate, 16, 1000, 1);
+        assert!(
+            matches!(flac_from_wav(&wav), Err(CodecError::Flac { .. })),
+            "{channels} ch {rate} Hz"
+        );
+    }
+}

@@ -185,6 +185,10 @@ fn structure_and_decode_64x64() {
         (be16(&mp4, avc1.start + 24), be16(&mp4, avc1.start + 26)),
         (64, 64)
     );
+    let colr = find(&p.boxes, b"colr");
+    assert_eq!(&mp4[colr.start..colr.end], b"nclx\0\x06\0\x06\0\x06\0");
+    let pasp = find(&p.boxes, b"pasp");
+    assert_eq!((be32(&mp4, pasp.start), be32(&mp4, pasp.start + 4)), (1, 1));
     let hdlr = find(&p.boxes, b"hdlr");
     assert_eq!(&mp4[hdlr.start + 8..hdlr.start + 12], b"vide");
 
@@ -309,6 +313,9 @@ fn ffmpeg_pyav_agrees() {
         eprintln!("{w}x{h} @ {rate}/{scale}: {}", text.replace('\n', "; "));
         assert_eq!(field(&text, "codec"), "h264");
         assert_eq!(field(&text, "pix_fmt"), "yuv420p");
+        assert_eq!(field(&text, "profile"), "Constrained Baseline");
+        // BT.601 (SMPTE 170M) primaries/transfer/matrix, limited range.
+        assert_eq!(field(&text, "colour"), "6 6 6 1");
         assert_eq!(num(&text, "frames") as usize, n);
         assert_eq!(num(&text, "src_frames") as usize, n);
         // H.264 4:2:0 crops in 2-pixel steps: odd sizes decode one pixel larger.
