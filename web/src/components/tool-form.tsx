@@ -1,11 +1,12 @@
 // The form of one generate tool: its schema's parameters, a model picker of
 // the pulled models of its kind, and a Generate button.
 //
-// Key design choice: inputs are uncontrolled text kept in one record keyed by
-// parameter name, and checked with `buildArgs` (the schema's own bounds) on
-// submit, so the message names the parameter the way the label does. Enter in
-// a text box submits and Shift+Enter adds a line, as in the chat composer.
-import { useMemo, useState } from 'preact/hooks';
+// Key design choice: inputs hold plain text keyed by parameter name; on
+// submit the text is read from the inputs themselves and checked with
+// `buildArgs` (the schema's own bounds), so the message names the parameter
+// the way its label does. Enter in a text box submits and Shift+Enter adds a
+// line, as in the chat composer.
+import { useMemo, useRef, useState } from 'preact/hooks';
 import type { ModelRow } from '../api';
 import { buildArgs, fieldsFromSchema, type Field } from '../tool-form';
 
@@ -80,8 +81,20 @@ export function ToolForm({ tool, title, schema, models, busy, error, onSubmit }:
   const [model, setModel] = useState<string>('');
   const chosen = pulled.some((m) => m.id === model) ? model : (pulled[0]?.id ?? '');
 
+  const form = useRef<HTMLFormElement>(null);
+
+  /** The values as the inputs hold them now (a keystroke may not have re-rendered yet). */
+  const current = (): Record<string, string> => {
+    const out: Record<string, string> = { ...values };
+    for (const f of fields) {
+      const el = form.current?.elements.namedItem(f.name);
+      if (el && 'value' in el) out[f.name] = String(el.value);
+    }
+    return out;
+  };
+
   const submit = () => {
-    const built = buildArgs(fields, values);
+    const built = buildArgs(fields, current());
     if (!built.ok) {
       setProblem({ field: built.field, message: built.message });
       document.getElementById(`${tool}-${built.field}`)?.focus();
@@ -100,6 +113,7 @@ export function ToolForm({ tool, title, schema, models, busy, error, onSubmit }:
 
   return (
     <form
+      ref={form}
       class="tool-form"
       aria-label={`${title} parameters`}
       noValidate

@@ -57,7 +57,7 @@ function errorText(e: unknown): string {
   return (e as Error).message;
 }
 
-export function StudioView({ client: given }: { client?: McpClient } = {}) {
+export function StudioView({ client: given, pollMs = 500 }: { client?: McpClient; pollMs?: number } = {}) {
   const client = useMemo(() => given ?? new McpClient(), [given]);
   const [rows, setRows] = useState<ModelRow[] | null>(null);
   const [error, setError] = useState<string | null>(null);
@@ -99,7 +99,7 @@ export function StudioView({ client: given }: { client?: McpClient } = {}) {
       if (polls.current.has(id)) return;
       const ctl = new AbortController();
       polls.current.set(id, ctl);
-      pollJob(client, id, (record) => update(id, (j) => ({ ...j, record })), { signal: ctl.signal })
+      pollJob(client, id, (record) => update(id, (j) => ({ ...j, record })), { signal: ctl.signal, intervalMs: pollMs })
         .then((final) => {
           polls.current.delete(id);
           if (final.status === 'completed' && final.resource) void readResult(id, final.resource);
@@ -110,7 +110,7 @@ export function StudioView({ client: given }: { client?: McpClient } = {}) {
           update(id, (j) => ({ ...j, resultError: `Lost track of this job: ${errorText(e)}` }));
         });
     },
-    [client, update, readResult],
+    [client, update, readResult, pollMs],
   );
 
   useEffect(() => {
