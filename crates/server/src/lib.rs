@@ -220,22 +220,38 @@ pub async fn serve(config: ServeConfig, deps: ServerDeps) -> Result<(), ServerEr
     result.map_err(ServerError::from)
 }
 
+/// Delete media files whose age has reached the lifetime in `settings.json`
+/// and forget their jobs (and terminal jobs older than it); returns the files'
+/// ids. Blocking (disk).
+pub fn sweep_expired(state: &AppState, now: SystemTime) -> Vec<String> {
+    let store = state.scheduler.store();
+    let ttl = store.ttl();
+    let gone: Vec<String> = store
+        .sweep(ttl, now)
+        .into_iter()
+        .map(|(_, id)| id)
+        .collect();
+    for id in &gone {
+        state.scheduler.jobs().forget(id);
+    }
+    let now_s = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    state
+        .scheduler
+        .jobs()
+        .forget_older(now_s.saturating_sub(ttl.as_secs()));
+    gone
+}
+
 /// Every minute: delete media files past their lifetime and forget their jobs.
 async fn sweep_media(state: Arc<AppState>) {
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     loop {
         tick.tick().await;
         let s = state.clone();
-        let swept = tokio::task::spawn_blocking(move || {
-            let store = s.scheduler.store();
-            let ttl = store.ttl();
-            for (_, id) in store.sweep(ttl, SystemTime::now()) {
-                s.scheduler.jobs().forget(&id);
-            }
-            let cutoff = media::jobs::now_s().saturating_sub(ttl.as_secs());
-            s.scheduler.jobs().forget_older(cutoff);
-        })
-        .await;
+        let swept = tokio::task::spawn_blocking(move || sweep_expired(&s, SystemTime::now())).await;
         if let Err(e) = swept {
             tracing::error!(error = %e, "the media sweep failed");
         }

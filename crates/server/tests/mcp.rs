@@ -417,6 +417,77 @@ async fn chat_preempts_a_job_that_resumes_to_the_same_bytes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_preemptions_same_bytes_and_expiry() {
+    let (state, _, _) = common::state_with(ServeConfig::default());
+    let app = router(state.clone());
+    let mut s = Session::open(&app, true).await;
+    let v = s
+        .call(
+            "tools/call",
+            json!({"name": "generate_image", "arguments": {"steps": 40, "seed": 5, "stage_ms": 25}}),
+        )
+        .await;
+    let id = v["result"]["taskId"].as_str().unwrap().to_string();
+    let chat = json!({"model": "chat-b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+    for round in 0..3 {
+        let t0 = Instant::now();
+        loop {
+            let rec = state.scheduler.jobs().get(&id).unwrap();
+            if rec.status == favlo_server::media::JobStatus::InProgress && !rec.paused {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "round {round}: {rec:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let req = Request::builder()
+            .method("POST")
+            .uri("/v1/chat/completions")
+            .header("content-type", "application/json")
+            .body(Body::from(chat.to_string()))
+            .unwrap();
+        assert_eq!(
+            app.clone().oneshot(req).await.unwrap().status(),
+            StatusCode::OK
+        );
+    }
+    let rec = state.scheduler.jobs().wait(&id).await.unwrap();
+    assert_eq!(
+        rec.status,
+        favlo_server::media::JobStatus::Completed,
+        "{rec:?}"
+    );
+    assert!(rec.preemptions >= 3, "{rec:?}");
+    assert!(rec.pause_latency_ms.unwrap() <= 1000, "{rec:?}");
+    let (bytes, _) = state
+        .scheduler
+        .store()
+        .read(favlo_pipeline::MediaKind::Image, &id, None)
+        .unwrap();
+    assert_eq!(bytes, expected_bytes(5, 40));
+
+    // Expiry: with a lifetime of 60 s, a sweep an hour later removes the file and the job.
+    let root = state.scheduler.store().root().to_path_buf();
+    std::fs::write(root.join("settings.json"), r#"{"media_ttl_seconds": 60}"#).unwrap();
+    let later = std::time::SystemTime::now() + Duration::from_secs(3600);
+    let gone = favlo_server::sweep_expired(&state, later);
+    assert_eq!(gone, vec![id.clone()]);
+    assert!(state.scheduler.jobs().get(&id).is_none());
+    let e = s
+        .call(
+            "resources/read",
+            json!({"uri": format!("favlo://images/{id}")}),
+        )
+        .await;
+    assert_eq!(e["error"]["code"], -32002, "{e}");
+    let e = s.call("tasks/get", json!({"taskId": id})).await;
+    assert!(e["error"].is_object(), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_machine_lock_turns_chat_away() {
     let (state, _, _) = common::state_with(ServeConfig::default());
     let app = router(state.clone());
