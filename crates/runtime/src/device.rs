@@ -1,8 +1,8 @@
 //! The devices Favlo can run on.
 //!
 //! Key design choice: one small `Copy` enum that every layer passes by value. The
-//! CPU is the only backend built today; the enum stays open so CUDA (and later
-//! Metal) land as new variants without changing any signature.
+//! enum stays open so further backends (Metal) land as new variants without changing
+//! any signature.
 
 use std::fmt;
 
@@ -12,6 +12,8 @@ use std::fmt;
 pub enum Device {
     /// Host memory and the CPU kernels in [`crate::cpu`].
     Cpu,
+    /// An NVIDIA GPU by driver ordinal (the `cuda` feature's backend).
+    Cuda(u32),
 }
 
 impl Device {
@@ -20,9 +22,13 @@ impl Device {
     /// CPU: `MemAvailable` from `/proc/meminfo` (reclaimable pages included). On
     /// systems without that file the answer falls back to 0, which makes every
     /// uncapped `room()` zero: a clear refusal rather than a guess.
+    ///
+    /// CUDA: 0 here, because this module does not talk to the driver; a CUDA ledger
+    /// is built with [`crate::ledger::Ledger::with_free_source`] over `cuMemGetInfo`.
     pub fn available_bytes(&self) -> u64 {
         match self {
             Device::Cpu => read_mem_available().unwrap_or(0),
+            Device::Cuda(_) => 0,
         }
     }
 }
@@ -31,6 +37,7 @@ impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(n) => write!(f, "cuda:{n}"),
         }
     }
 }
@@ -56,6 +63,13 @@ mod tests {
         let text = "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   1234 kB\n";
         assert_eq!(parse_mem_available(text), Some(1234 * 1024));
         assert_eq!(parse_mem_available("MemTotal: 5 kB\n"), None);
+    }
+
+    #[test]
+    fn display_names_the_ordinal() {
+        assert_eq!(Device::Cpu.to_string(), "cpu");
+        assert_eq!(Device::Cuda(3).to_string(), "cuda:3");
+        assert_eq!(Device::Cuda(0).available_bytes(), 0);
     }
 
     #[test]

@@ -151,11 +151,26 @@ struct Inner {
     pending: u64,
 }
 
+/// A callback that reports the bytes a device can still hand out right now (for
+/// CUDA: `cuMemGetInfo`'s free figure). The ledger adds what it already holds.
+pub type FreeBytes = Arc<dyn Fn() -> u64 + Send + Sync>;
+
 /// Where the ledger's budget comes from.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 enum BudgetSource {
     Device(Device),
     Fixed(u64),
+    Probe(FreeBytes),
+}
+
+impl fmt::Debug for BudgetSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BudgetSource::Device(d) => write!(f, "Device({d})"),
+            BudgetSource::Fixed(b) => write!(f, "Fixed({b})"),
+            BudgetSource::Probe(_) => f.write_str("Probe"),
+        }
+    }
 }
 
 /// The process-wide memory ledger. Always shared as `Arc<Ledger>`.
@@ -211,6 +226,24 @@ impl Ledger {
         })
     }
 
+    /// A ledger whose free bytes come from `free` each time the budget is read (a
+    /// device driver's figure, e.g. `cuMemGetInfo`). The budget is that free figure
+    /// plus this ledger's live bytes (which the driver already counts as used), so
+    /// `room()` = free − pending: every span must be taken before its memory is
+    /// allocated and released after it is freed.
+    pub fn with_free_source(
+        device: Device,
+        free: FreeBytes,
+        max_memory: Option<u64>,
+    ) -> Arc<Ledger> {
+        Arc::new(Ledger {
+            device,
+            source: BudgetSource::Probe(free),
+            cap: max_memory,
+            inner: Mutex::new(Inner::default()),
+        })
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A poisoned lock only means another thread panicked while holding it; the
         // counters are updated atomically under the lock, so they are still valid.
@@ -228,9 +261,13 @@ impl Ledger {
     }
 
     fn budget_locked(&self, inner: &Inner) -> u64 {
-        let free = match self.source {
+        let free = match &self.source {
             BudgetSource::Device(d) => d.available_bytes(),
-            BudgetSource::Fixed(b) => return self.capped(b),
+            BudgetSource::Fixed(b) => return self.capped(*b),
+            // Live spans are already out of the driver's free figure; pending bytes
+            // are not (nothing is allocated for them yet), so only live is added back
+            // and a reservation lowers `room()` by its size.
+            BudgetSource::Probe(f) => return self.capped(f().saturating_add(inner.live)),
         };
         // What the device can still give plus what we already hold.
         self.capped(
@@ -334,46 +371,7 @@ impl Ledger {
             elem_bytes: std::mem::size_of::<T>(),
         };
         let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(fail)? as u64;
-        let id = {
-            let mut inner = self.lock();
-            // Bytes drawn from a reservation are already counted in `pending`.
-            let drawn = match from.and_then(|r| inner.reservations.get_mut(&r)) {
-                Some((_, left)) => {
-                    let d = (*left).min(bytes);
-                    *left -= d;
-                    d
-                }
-                None => 0,
-            };
-            inner.pending -= drawn;
-            let extra = bytes - drawn;
-            let room = self.room_locked(&inner);
-            if extra > room {
-                // Put the drawn bytes back before refusing.
-                if let Some((_, left)) = from.and_then(|r| inner.reservations.get_mut(&r)) {
-                    *left += drawn;
-                }
-                inner.pending += drawn;
-                return Err(LedgerError::NoRoom {
-                    owner: owner.to_string(),
-                    kind,
-                    need: bytes,
-                    room,
-                });
-            }
-            let id = inner.next_id;
-            inner.next_id += 1;
-            inner.live += bytes;
-            inner.spans.insert(
-                id,
-                Span {
-                    owner: owner.clone(),
-                    kind,
-                    bytes,
-                },
-            );
-            id
-        };
+        let id = self.open_span(owner, kind, bytes, from)?;
         match Buffer::zeroed(len) {
             Some(data) => Ok(Buffer::new(Arc::clone(self), id, data)),
             None => {
@@ -381,6 +379,72 @@ impl Ledger {
                 Err(fail())
             }
         }
+    }
+
+    /// Records a span of `bytes` for `owner` (drawing from reservation `from` first)
+    /// if it fits in `room()`; returns its id.
+    fn open_span(
+        &self,
+        owner: &Owner,
+        kind: SpanKind,
+        bytes: u64,
+        from: Option<u64>,
+    ) -> Result<u64, LedgerError> {
+        let mut inner = self.lock();
+        // Bytes drawn from a reservation are already counted in `pending`.
+        let drawn = match from.and_then(|r| inner.reservations.get_mut(&r)) {
+            Some((_, left)) => {
+                let d = (*left).min(bytes);
+                *left -= d;
+                d
+            }
+            None => 0,
+        };
+        inner.pending -= drawn;
+        let extra = bytes - drawn;
+        let room = self.room_locked(&inner);
+        if extra > room {
+            // Put the drawn bytes back before refusing.
+            if let Some((_, left)) = from.and_then(|r| inner.reservations.get_mut(&r)) {
+                *left += drawn;
+            }
+            inner.pending += drawn;
+            return Err(LedgerError::NoRoom {
+                owner: owner.to_string(),
+                kind,
+                need: bytes,
+                room,
+            });
+        }
+        let id = inner.next_id;
+        inner.next_id += 1;
+        inner.live += bytes;
+        inner.spans.insert(
+            id,
+            Span {
+                owner: owner.clone(),
+                kind,
+                bytes,
+            },
+        );
+        Ok(id)
+    }
+
+    /// A host-less span: `bytes` of memory that lives elsewhere (a device buffer)
+    /// accounted as `live` under `owner` and `kind` until the guard drops. The caller
+    /// takes the span *before* allocating the memory it stands for.
+    pub fn span(
+        self: &Arc<Self>,
+        owner: &Owner,
+        kind: SpanKind,
+        bytes: u64,
+    ) -> Result<SpanGuard, LedgerError> {
+        let id = self.open_span(owner, kind, bytes, None)?;
+        Ok(SpanGuard {
+            ledger: Arc::clone(self),
+            id,
+            bytes,
+        })
     }
 
     /// Returns a span's bytes; called by `Buffer`'s `Drop`.
@@ -495,6 +559,41 @@ impl Reservation {
             .reservations
             .get(&self.id)
             .map_or(0, |(_, b)| *b)
+    }
+}
+
+impl Reservation {
+    /// A host-less span (see [`Ledger::span`]) drawing its bytes from this reservation first.
+    pub fn span(&self, kind: SpanKind, bytes: u64) -> Result<SpanGuard, LedgerError> {
+        let id = self
+            .ledger
+            .open_span(&self.owner, kind, bytes, Some(self.id))?;
+        Ok(SpanGuard {
+            ledger: Arc::clone(&self.ledger),
+            id,
+            bytes,
+        })
+    }
+}
+
+/// A live host-less span; dropping it returns its bytes to the ledger.
+#[derive(Debug)]
+pub struct SpanGuard {
+    ledger: Arc<Ledger>,
+    id: u64,
+    bytes: u64,
+}
+
+impl SpanGuard {
+    /// Bytes accounted.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for SpanGuard {
+    fn drop(&mut self) {
+        self.ledger.release(self.id);
     }
 }
 

@@ -244,11 +244,24 @@ fn device_memory_goes_through_the_ledger() {
     );
     assert!(free <= total);
     let owner = Owner::mint("cuda-test-ledger");
+    assert_eq!(ctx.ledger().device().to_string(), "cuda:0");
     let before = ctx.ledger().room();
+    let live0 = ctx.ledger().live();
     let a = ctx
         .alloc::<f32>(&owner, SpanKind::Resident, 1 << 20)
         .unwrap();
-    assert_eq!(ctx.ledger().room(), before - (4 << 20));
+    // The buffer is a live span of its kind (not a pending reservation); room follows
+    // cuMemGetInfo, which drops by at least the buffer (allocation granularity).
+    assert_eq!(ctx.ledger().live(), live0 + (4 << 20));
+    assert_eq!(ctx.ledger().pending(), 0);
+    let snap = ctx.ledger().snapshot();
+    let mine = snap
+        .owners
+        .iter()
+        .find(|o| o.owner == owner.to_string())
+        .unwrap();
+    assert_eq!(mine.kinds[&SpanKind::Resident], 4 << 20);
+    assert!(ctx.ledger().room() <= before - (4 << 20));
     // A live buffer at sweep time is a leak.
     match ctx.sweep(&owner) {
         Err(CudaError::Leaked {
@@ -258,7 +271,11 @@ fn device_memory_goes_through_the_ledger() {
     }
     drop(a);
     assert_eq!(ctx.sweep(&owner).unwrap(), 0);
-    assert_eq!(ctx.ledger().room(), before);
+    assert_eq!(ctx.ledger().live(), live0);
+    // After the synchronize in sweep the pool has returned the memory (release
+    // threshold 0), so room is back within the allocation granularity (2 MiB).
+    let after = ctx.ledger().room();
+    assert!(after + (2 << 20) >= before, "room {before} -> {after}");
     // More than the budget is refused by the ledger, before the driver is asked.
     let big = ctx.alloc::<u8>(&owner, SpanKind::Scratch, budget as usize + 1);
     assert!(matches!(big, Err(CudaError::Ledger(_))), "{big:?}");

@@ -214,3 +214,81 @@ fn concurrent_alloc_and_sweep_keep_totals() {
     assert_eq!((snap.live, snap.pending), (0, 0));
     assert!(snap.owners.is_empty());
 }
+
+/// A device ledger over a fake driver: free bytes come from a callback (as
+/// `cuMemGetInfo` does for CUDA), and device buffers are host-less spans.
+#[test]
+fn free_source_and_hostless_spans() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // The fake device: 100 MiB total, `used` of it taken by whoever allocates.
+    let used = Arc::new(AtomicU64::new(0));
+    let probe = Arc::clone(&used);
+    let ledger = Ledger::with_free_source(
+        Device::Cuda(1),
+        Arc::new(move || 100 * MIB - probe.load(Ordering::SeqCst)),
+        None,
+    );
+    assert_eq!(ledger.device(), Device::Cuda(1));
+    assert_eq!(ledger.budget(), 100 * MIB);
+    let owner = Owner::mint("gpu-model");
+    // Span first, then the "driver" allocation, as the CUDA context does.
+    let w = ledger.span(&owner, SpanKind::Resident, 30 * MIB).unwrap();
+    used.fetch_add(30 * MIB, Ordering::SeqCst);
+    // Budget = free (70) + live (30): unchanged; room = 70.
+    assert_eq!(ledger.budget(), 100 * MIB);
+    assert_eq!(ledger.live(), 30 * MIB);
+    assert_eq!(ledger.pending(), 0);
+    assert_eq!(ledger.room(), 70 * MIB);
+    // Another process takes 20 MiB: our room shrinks, our budget too.
+    used.fetch_add(20 * MIB, Ordering::SeqCst);
+    assert_eq!(ledger.room(), 50 * MIB);
+    // A reservation's span draws from it: pending falls as live rises. Pending bytes
+    // are not out of the driver's free figure yet, so they lower room by themselves.
+    let r = ledger.reserve(&owner, 10 * MIB).unwrap();
+    assert_eq!(ledger.room(), 40 * MIB);
+    assert_eq!(ledger.budget(), 100 * MIB - 20 * MIB);
+    let kv = r.span(SpanKind::Scratch, 4 * MIB).unwrap();
+    used.fetch_add(4 * MIB, Ordering::SeqCst);
+    assert_eq!((ledger.live(), ledger.pending()), (34 * MIB, 6 * MIB));
+    assert_eq!(r.remaining(), 6 * MIB);
+    assert_eq!(ledger.room(), 40 * MIB);
+    let snap = ledger.snapshot();
+    assert_eq!(snap.device.to_string(), "cuda:1");
+    assert_eq!(snap.owners.len(), 1);
+    assert_eq!(snap.owners[0].kinds[&SpanKind::Resident], 30 * MIB);
+    assert_eq!(snap.owners[0].kinds[&SpanKind::Scratch], 4 * MIB);
+    assert_eq!(snap.owners[0].spans, 2);
+    // More than the room is refused before any allocation, with the kind named.
+    let err = ledger
+        .span(&owner, SpanKind::Private, 41 * MIB)
+        .unwrap_err();
+    assert!(
+        matches!(err, LedgerError::NoRoom { kind: SpanKind::Private, need, room, .. } if need == 41 * MIB && room == 40 * MIB),
+        "{err:?}"
+    );
+    // Live spans at sweep are a leak; dropping them (and the memory) clears it.
+    assert!(matches!(
+        ledger.sweep(&owner),
+        Err(LedgerError::Leaked { spans: 2, bytes, .. }) if bytes == 34 * MIB
+    ));
+    assert_eq!(ledger.pending(), 0, "sweep dropped the reservation's rest");
+    assert_eq!(r.remaining(), 0);
+    drop((w, kv, r));
+    used.fetch_sub(34 * MIB, Ordering::SeqCst);
+    assert_eq!(ledger.live(), 0);
+    assert_eq!(ledger.sweep(&owner), Ok(0));
+    assert_eq!(ledger.room(), 80 * MIB);
+}
+
+#[test]
+fn free_source_respects_the_cap() {
+    let ledger = Ledger::with_free_source(Device::Cuda(0), Arc::new(|| 8 * MIB), Some(5 * MIB));
+    assert_eq!(ledger.budget(), 5 * MIB);
+    let owner = Owner::mint("capped");
+    let a = ledger.span(&owner, SpanKind::Scratch, 5 * MIB).unwrap();
+    assert_eq!(a.bytes(), 5 * MIB);
+    assert_eq!(ledger.room(), 0);
+    assert!(ledger.span(&owner, SpanKind::Scratch, 1).is_err());
+    drop(a);
+    assert_eq!(ledger.room(), 5 * MIB);
+}

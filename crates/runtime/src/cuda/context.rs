@@ -5,24 +5,21 @@
 //! budget is the device's free memory from `cuMemGetInfo` at open time (nothing is
 //! ours yet, so free + ours = free), capped by `max_memory`.
 //!
-//! Interim, until the lead adds `Device::Cuda` and a host-less span to the ledger:
-//! the ledger is built with `Ledger::with_fixed_budget(Device::Cpu, free, cap)`, and a
-//! device buffer's span is a ledger `Reservation` of its byte size held for the
-//! buffer's lifetime (it counts in `pending`, so `room()` is exact). Because
-//! `Ledger::sweep` drops reservations, [`CudaContext::sweep`] first checks this
-//! context's own tally of live device buffers per owner and reports a leak itself.
+//! The ledger is `Ledger::with_free_source(Device::Cuda(ordinal), ..)`: its free
+//! figure is `cuMemGetInfo`'s, read whenever the budget is, so budget = device free +
+//! this ledger's live + pending, and another process taking memory shrinks `room()`.
+//! A device buffer holds a host-less ledger span ([`crate::ledger::SpanGuard`]) of
+//! its byte size and kind, so it shows in the ledger as `live` under its owner, and
+//! `sweep` (after a stream synchronize, so asynchronous frees have completed) reports
+//! any survivor as a leak.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cudarc::driver::{self as drv, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 
 use super::{CudaError, driver_err};
 use crate::device::Device;
-use crate::ledger::{Ledger, Owner, Reservation, SpanKind};
-
-/// Live device buffers per owner: (count, bytes).
-type Tally = Mutex<HashMap<String, (usize, u64)>>;
+use crate::ledger::{Ledger, LedgerError, Owner, SpanGuard, SpanKind};
 
 /// An open CUDA device.
 pub struct CudaContext {
@@ -32,7 +29,6 @@ pub struct CudaContext {
     ctx: Arc<drv::CudaContext>,
     stream: Arc<CudaStream>,
     ledger: Arc<Ledger>,
-    tally: Arc<Tally>,
 }
 
 impl std::fmt::Debug for CudaContext {
@@ -95,10 +91,13 @@ impl CudaContext {
         let cc = ctx
             .compute_capability()
             .map_err(driver_err("cuDeviceGetAttribute"))?;
-        let (free, _total) = ctx.mem_get_info().map_err(driver_err("cuMemGetInfo"))?;
+        ctx.mem_get_info().map_err(driver_err("cuMemGetInfo"))?;
         let stream = ctx.default_stream();
-        // Interim: Device::Cuda is the lead's to add to the ledger; see the module docs.
-        let ledger = Ledger::with_fixed_budget(Device::Cpu, free as u64, max_memory);
+        let probe_ctx = Arc::clone(&ctx);
+        // A failing cuMemGetInfo reads as "nothing free": a refusal, not a guess.
+        let free = Arc::new(move || probe_ctx.mem_get_info().map_or(0, |(f, _)| f as u64));
+        let device = Device::Cuda(u32::try_from(ordinal).unwrap_or(u32::MAX));
+        let ledger = Ledger::with_free_source(device, free, max_memory);
         Ok(Arc::new(CudaContext {
             ordinal,
             name,
@@ -106,7 +105,6 @@ impl CudaContext {
             ctx,
             stream,
             ledger,
-            tally: Arc::new(Mutex::new(HashMap::new())),
         }))
     }
 
@@ -158,25 +156,16 @@ impl CudaContext {
         kind: SpanKind,
         len: usize,
     ) -> Result<DeviceBuffer<T>, CudaError> {
-        let _ = kind; // the interim span (a reservation) has no kind; see module docs
         let bytes = (len as u64).saturating_mul(std::mem::size_of::<T>() as u64);
-        let span = self.ledger.reserve(owner, bytes)?;
+        let span = self.ledger.span(owner, kind, bytes)?;
         let slice = self
             .stream
             .alloc_zeros::<T>(len)
             .map_err(driver_err("cuMemAlloc"))?;
-        {
-            let mut t = self.tally.lock().unwrap_or_else(|e| e.into_inner());
-            let e = t.entry(owner.as_str().to_string()).or_insert((0, 0));
-            e.0 += 1;
-            e.1 += bytes;
-        }
         Ok(DeviceBuffer {
             slice,
-            _span: span,
+            span,
             owner: owner.as_str().to_string(),
-            bytes,
-            tally: Arc::clone(&self.tally),
         })
     }
 
@@ -232,29 +221,27 @@ impl CudaContext {
     /// Confirms that `owner` holds no device buffer any more, then sweeps the ledger.
     pub fn sweep(&self, owner: &Owner) -> Result<u64, CudaError> {
         self.synchronize()?;
-        let held = {
-            let t = self.tally.lock().unwrap_or_else(|e| e.into_inner());
-            t.get(owner.as_str()).copied().unwrap_or((0, 0))
-        };
-        if held.0 > 0 {
-            return Err(CudaError::Leaked {
-                owner: owner.to_string(),
+        self.ledger.sweep(owner).map_err(|e| match e {
+            LedgerError::Leaked {
+                owner,
+                spans,
+                bytes,
+            } => CudaError::Leaked {
+                owner,
                 ordinal: self.ordinal,
-                buffers: held.0,
-                bytes: held.1,
-            });
-        }
-        Ok(self.ledger.sweep(owner)?)
+                buffers: spans,
+                bytes,
+            },
+            other => CudaError::Ledger(other),
+        })
     }
 }
 
 /// Device memory of `len` elements of `T`, accounted in the ledger until dropped.
 pub struct DeviceBuffer<T> {
     pub(crate) slice: CudaSlice<T>,
-    _span: Reservation,
+    span: SpanGuard,
     owner: String,
-    bytes: u64,
-    tally: Arc<Tally>,
 }
 
 impl<T> DeviceBuffer<T> {
@@ -268,7 +255,7 @@ impl<T> DeviceBuffer<T> {
     }
     /// Bytes accounted.
     pub fn bytes(&self) -> u64 {
-        self.bytes
+        self.span.bytes()
     }
     /// The underlying cudarc slice (for launching kernels outside this module).
     pub fn slice(&self) -> &CudaSlice<T> {
@@ -285,20 +272,7 @@ impl<T> std::fmt::Debug for DeviceBuffer<T> {
         f.debug_struct("DeviceBuffer")
             .field("owner", &self.owner)
             .field("len", &self.slice.len())
-            .field("bytes", &self.bytes)
+            .field("bytes", &self.span.bytes())
             .finish()
-    }
-}
-
-impl<T> Drop for DeviceBuffer<T> {
-    fn drop(&mut self) {
-        let mut t = self.tally.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = t.get_mut(&self.owner) {
-            e.0 = e.0.saturating_sub(1);
-            e.1 = e.1.saturating_sub(self.bytes);
-            if e.0 == 0 {
-                t.remove(&self.owner);
-            }
-        }
     }
 }
