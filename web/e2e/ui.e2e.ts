@@ -57,6 +57,11 @@ for (const vp of VIEWPORTS) {
     const pageErrors: string[] = [];
     const shot = (name: string) => page.screenshot({ path: join(SHOTS, `${vp.name}-${name}.png`), fullPage: false });
     const assistant = () => page.locator('article.msg.assistant');
+    /** The Studio's kind picker: radios drawn as labelled pills. */
+    const pickKind = async (name: string) => {
+      await page.locator('.kind-picker label', { hasText: name }).click();
+      expect(await page.getByRole('radio', { name }).isChecked()).toBe(true);
+    };
 
     beforeAll(async () => {
       b = await launch({ width: vp.width, height: vp.height });
@@ -189,6 +194,98 @@ for (const vp of VIEWPORTS) {
       await shot('studio');
     });
 
+    it('starts an image job in the Studio and shows the image', async () => {
+      await page.getByRole('tab', { name: 'Studio' }).click();
+      await pickKind('Image');
+      await page.getByLabel('Images').fill('4');
+      await page.getByLabel('Prompt').fill('four faces');
+      await shot('studio-form');
+      await page.getByRole('button', { name: 'Generate image' }).click();
+      const job = page.locator('[data-testid="job"][data-kind="image"]').first();
+      await job.waitFor();
+      const id = await job.getAttribute('data-id');
+      expect(id).toMatch(/^img-/);
+      const img = page.locator(`[data-testid="job"][data-id="${id}"][data-status="completed"] img`);
+      await img.waitFor({ timeout: 120_000 });
+      // The PNG decoded in the browser: four 64x64 faces in a row, with gutters.
+      await page.waitForFunction((el) => (el as HTMLImageElement).complete && (el as HTMLImageElement).naturalWidth > 0, await img.elementHandle());
+      const size = await img.evaluate((el) => [(el as HTMLImageElement).naturalWidth, (el as HTMLImageElement).naturalHeight]);
+      expect(size[1]).toBeGreaterThanOrEqual(64);
+      expect(size[1]).toBeLessThan(2 * 64);
+      expect(size[0]).toBeGreaterThanOrEqual(4 * 64);
+      expect(await page.locator(`[data-id="${id}"] [data-testid="job-line"]`).textContent()).toMatch(/^done/);
+      // The download link hands over the same file under the job's name.
+      const download = page.waitForEvent('download');
+      await page.locator(`[data-id="${id}"] a.download`).click();
+      expect((await download).suggestedFilename()).toBe(`${id}.png`);
+      await img.scrollIntoViewIfNeeded();
+      await shot('studio-image');
+    });
+
+    it('pauses a 10 s, 24 fps video job for a chat, then completes it', async () => {
+      // The chat message is typed first, so it goes out the moment the job runs.
+      await page.getByRole('tab', { name: 'Chat' }).click();
+      const fresh = page.getByRole('button', { name: 'Start a new conversation' });
+      if (await fresh.isEnabled()) await fresh.click();
+      const box = page.locator('#chat-input');
+      await box.fill('Write a very long story about a lighthouse keeper and a storm. Use many chapters.');
+      await page.getByRole('tab', { name: 'Studio' }).click();
+      await pickKind('Video');
+      await page.getByLabel('Seconds').fill('10');
+      await page.getByLabel('Frames per second').fill('24');
+      await page.getByRole('button', { name: 'Generate video' }).click();
+      const first = page.locator('[data-testid="job"][data-kind="video"]').first();
+      await first.waitFor();
+      const id = await first.getAttribute('data-id');
+      expect(id).toMatch(/^vid-/);
+      const job = page.locator(`[data-testid="job"][data-id="${id}"]`);
+      expect(await job.getAttribute('data-status')).not.toBe('completed');
+      // Send the chat while the job runs.
+      await page.getByRole('tab', { name: 'Chat' }).click();
+      const chat = page.waitForResponse((r) => r.url().endsWith('/v1/chat/completions') && r.status() === 200);
+      await box.press('Enter');
+      await chat;
+      await page.getByRole('tab', { name: 'Studio' }).click();
+      await page.locator(`[data-testid="job"][data-id="${id}"][data-paused="true"]`).waitFor({ timeout: 60_000 });
+      expect(await job.locator('[data-testid="job-state"]').textContent()).toBe('paused');
+      expect(await job.locator('[data-testid="job-line"]').textContent()).toMatch(/^paused by a chat at stage \d+( of \d+)?; resumes by itself$/);
+      await job.scrollIntoViewIfNeeded();
+      await shot('studio-paused');
+      // Stop the chat (Esc works from any tab); the job resumes with the same id and completes.
+      await page.keyboard.press('Escape');
+      const video = page.locator(`[data-testid="job"][data-id="${id}"][data-status="completed"] video`);
+      await video.waitFor({ timeout: 180_000 });
+      expect(await job.getAttribute('data-paused')).toBe('false');
+      expect(await job.locator('[data-testid="job-preemptions"]').textContent()).toMatch(/^preempted \d+× by chat/);
+      // The MP4 plays in chromium and lasts the 10 s asked for.
+      await page.waitForFunction((el) => (el as HTMLVideoElement).readyState >= 1, await video.elementHandle());
+      const duration = await video.evaluate((el) => (el as HTMLVideoElement).duration);
+      expect(duration).toBeGreaterThan(9.5);
+      expect(duration).toBeLessThan(10.5);
+      expect(await job.locator('a.download').getAttribute('download')).toBe(`${id}.mp4`);
+      await video.scrollIntoViewIfNeeded();
+      await shot('studio-video');
+      await page.locator('article.msg.assistant:not(.streaming) .stats', { hasText: 'stopped' }).last().waitFor({ state: 'attached' });
+    });
+
+    it('speaks text in the Studio when the server lists generate_speech', async () => {
+      if ((await page.getByRole('radio', { name: 'Speech' }).count()) === 0) return;
+      await pickKind('Speech');
+      await page.getByLabel(/Text to speak/).fill('Hello from the Favlo studio.');
+      await page.getByLabel(/Text to speak/).press('Enter');
+      const first = page.locator('[data-testid="job"][data-kind="voice"]').first();
+      await first.waitFor();
+      const id = await first.getAttribute('data-id');
+      const audio = page.locator(`[data-testid="job"][data-id="${id}"][data-status="completed"] audio`);
+      await audio.waitFor({ timeout: 120_000 });
+      await page.waitForFunction((el) => (el as HTMLAudioElement).readyState >= 1, await audio.elementHandle());
+      const duration = await audio.evaluate((el) => (el as HTMLAudioElement).duration);
+      expect(duration).toBeGreaterThan(0.5);
+      expect(duration).toBeLessThan(10);
+      await audio.scrollIntoViewIfNeeded();
+      await shot('studio-speech');
+    });
+
     it('renders in the dark color scheme', async () => {
       await page.emulateMedia({ colorScheme: 'dark' });
       await page.getByRole('tab', { name: 'Chat' }).click();
@@ -196,13 +293,20 @@ for (const vp of VIEWPORTS) {
       const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
       expect(bg).toBe('rgb(19, 20, 23)');
       await shot('chat-dark');
+      await page.getByRole('tab', { name: 'Studio' }).click();
+      await page.locator('[data-testid="job"]').first().waitFor();
+      expect(await page.evaluate(() => getComputedStyle(document.body).backgroundColor)).toBe('rgb(19, 20, 23)');
+      await shot('studio-dark');
+      await page.getByRole('tab', { name: 'Chat' }).click();
       await page.emulateMedia({ colorScheme: 'light' });
     });
 
     it('renders stored Markdown and code in the browser without running model HTML', async () => {
       const md =
         '## Result\n\nRun **this**:\n\n```python\nprint("<b>hi</b>")\n```\n\n- one `x < y`\n- two <img src=x onerror="window.__pwned=1">';
-      await page.evaluate((content) => {
+      // Written by an init script, before the app runs on the reload, so a save by the
+      // running page (a models refresh updates the conversation) cannot race it.
+      await page.addInitScript((content) => {
         localStorage.setItem(
           'favlo.chat.v1',
           JSON.stringify({ model: null, messages: [{ role: 'user', content: 'format test' }, { role: 'assistant', content }] }),
