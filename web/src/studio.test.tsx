@@ -146,6 +146,7 @@ describe('StudioView with a fake favlo /mcp', () => {
     expect(c?.querySelector('[data-testid="job-preemptions"]')?.textContent).toBe('preempted 1× by chat (paused after 91 ms)');
     expect(c?.querySelector('[role="progressbar"]')?.getAttribute('aria-valuetext')).toBe('stage 12 of 30');
     expect(c?.getAttribute('aria-label')).toBe('Video job vid-1, paused');
+    expect($('[data-testid="studio-announce"]')?.textContent).toBe('video job vid-1: paused, paused by a chat at stage 12 of 30; resumes by itself');
     expect(srv.calls.find((x) => x.params?.name === 'generate_video')?.params?.arguments).toEqual({
       seconds: 10,
       fps: 24,
@@ -232,6 +233,16 @@ describe('JobCard', () => {
     );
     expect($('video')?.getAttribute('src')).toBe('blob:x');
     expect($('video')?.hasAttribute('controls')).toBe(true);
+    render(
+      <JobCard
+        job={view(rec('vid-4', 'video', 'completed', 30, 30), { result: { url: 'blob:y', mimeType: 'video/x-msvideo', name: 'vid-4.avi' } })}
+        onCancel={() => undefined}
+        onRemove={() => undefined}
+      />,
+      root,
+    );
+    expect($('video')).toBeNull();
+    expect($('a.download')?.getAttribute('download')).toBe('vid-4.avi');
     expect(describeArgs({ n: 4, response_format: 'png' })).toBe('4 images · png');
     expect(describeArgs({ text: 'x', speed: 1 })).toBe('');
   });

@@ -48,6 +48,7 @@ function Result({ job }: { job: JobView }) {
       {shape === 'image' && <img src={r.url} alt={`Generated image ${job.id}`} />}
       {shape === 'video' && <video src={r.url} controls loop muted playsInline aria-label={label} />}
       {shape === 'audio' && <audio src={r.url} controls aria-label={label} />}
+      {shape === 'file' && <p class="job-line">Browsers do not play {r.mimeType}; download it to watch.</p>}
       <a class="download" href={r.url} download={r.name}>
         Download <span class="fname">{r.name}</span>
       </a>

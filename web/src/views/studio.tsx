@@ -11,7 +11,7 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { listModels, MEDIA_KINDS, type ModelRow } from '../api';
 import { McpClient, McpError, McpUnavailable, type McpTool } from '../mcp';
-import { blobOf, cancelJob, downloadName, isTerminal, pollJob, type JobRecord } from '../jobs';
+import { blobOf, cancelJob, describeJob, downloadName, isTerminal, pollJob, stateLabel, type JobRecord } from '../jobs';
 import { GENERATE_TOOLS } from '../tool-form';
 import { loadJobs, saveJobs, MAX_JOBS, type StoredJob } from '../studio-storage';
 import { JobCard, type JobView } from '../components/job-card';
@@ -71,6 +71,18 @@ export function StudioView({ client: given, pollMs = 500 }: { client?: McpClient
   const jobsRef = useRef(jobs);
   jobsRef.current = jobs;
 
+  // One polite announcement per change of a job's state word (not per stage), for screen readers.
+  const [announcement, setAnnouncement] = useState('');
+  const lastState = useRef(new Map<string, string>());
+  const onRecord = useCallback((id: string, record: JobRecord) => {
+    const state = stateLabel(record);
+    if (lastState.current.get(id) !== state) {
+      lastState.current.set(id, state);
+      setAnnouncement(`${record.kind} job ${id}: ${state}, ${describeJob(record)}`);
+    }
+    setJobs((js) => js.map((j) => (j.id === id ? { ...j, record } : j)));
+  }, []);
+
   const update = useCallback((id: string, fn: (j: JobView) => JobView) => {
     setJobs((js) => js.map((j) => (j.id === id ? fn(j) : j)));
   }, []);
@@ -99,7 +111,7 @@ export function StudioView({ client: given, pollMs = 500 }: { client?: McpClient
       if (polls.current.has(id)) return;
       const ctl = new AbortController();
       polls.current.set(id, ctl);
-      pollJob(client, id, (record) => update(id, (j) => ({ ...j, record })), { signal: ctl.signal, intervalMs: pollMs })
+      pollJob(client, id, (record) => onRecord(id, record), { signal: ctl.signal, intervalMs: pollMs })
         .then((final) => {
           polls.current.delete(id);
           if (final.status === 'completed' && final.resource) void readResult(id, final.resource);
@@ -110,7 +122,7 @@ export function StudioView({ client: given, pollMs = 500 }: { client?: McpClient
           update(id, (j) => ({ ...j, resultError: `Lost track of this job: ${errorText(e)}` }));
         });
     },
-    [client, update, readResult, pollMs],
+    [client, update, onRecord, readResult, pollMs],
   );
 
   useEffect(() => {
@@ -264,7 +276,7 @@ export function StudioView({ client: given, pollMs = 500 }: { client?: McpClient
           {jobs.length === 0 ? (
             <p class="empty">No jobs yet. A chat sent while a job runs pauses it; it resumes by itself.</p>
           ) : (
-            <ul class="jobs" aria-labelledby="studio-jobs" aria-live="polite">
+            <ul class="jobs" aria-labelledby="studio-jobs">
               {jobs.map((j) => (
                 <JobCard key={j.id} job={j} onCancel={(id) => void cancel(id)} onRemove={remove} />
               ))}
@@ -272,6 +284,9 @@ export function StudioView({ client: given, pollMs = 500 }: { client?: McpClient
           )}
         </section>
       )}
+      <p class="sr-only" role="status" aria-live="polite" data-testid="studio-announce">
+        {announcement}
+      </p>
       <h3>Media models</h3>
       {rows.length === 0 ? (
         <p class="empty">This server lists no media models.</p>
