@@ -7,11 +7,17 @@
 
 mod common;
 
-use favlo_runtime::cpu::{self, Conv1d, ConvTranspose1d, RelAttnShape};
+use favlo_runtime::cpu::{self, Conv1d, ConvFuse, ConvTranspose1d, RelAttnShape};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use common::{rand_vec, rel_err};
+
+fn lrelu(x: &[f32], slope: f32) -> Vec<f32> {
+    x.iter()
+        .map(|v| if *v < 0.0 { slope * v } else { *v })
+        .collect()
+}
 
 fn conv1d_ref(
     x: &[f32],
@@ -71,36 +77,59 @@ fn conv_t_ref(x: &[f32], len: usize, w: &[f32], b: Option<&[f32]>, s: ConvTransp
 
 #[test]
 fn conv1d_matches_reference() {
+    use favlo_runtime::cpu::simd::{available_isas, set_isa_cap};
     let mut rng = StdRng::seed_from_u64(11);
-    // (cin, cout, k, d, p, len)
-    for &(cin, cout, k, d, p, len) in &[
-        (192, 256, 7, 1, 3, 40),  // HiFi-GAN conv_pre
-        (64, 64, 7, 12, 36, 300), // dilated resblock conv
-        (32, 32, 5, 6, 12, 500),
-        (192, 384, 5, 1, 2, 33), // WaveNet in_layer
-        (192, 768, 3, 1, 1, 17), // FFN conv_1
-        (192, 29, 1, 1, 0, 21),  // 1x1 (no scratch)
-        (32, 1, 7, 1, 3, 64),    // conv_post (no bias below)
-        (5, 3, 4, 2, 0, 19),     // even kernel, no padding
-    ] {
-        let s = Conv1d {
-            in_channels: cin,
-            out_channels: cout,
-            kernel: k,
-            dilation: d,
-            padding: p,
-        };
-        let x = rand_vec(&mut rng, cin * len, 1.0);
-        let w = rand_vec(&mut rng, s.weight_len(), 0.1);
-        let b = rand_vec(&mut rng, cout, 0.5);
-        let bias = (cout != 1).then_some(&b[..]);
-        let lo = s.out_len(len);
-        let mut out = vec![f32::NAN; cout * lo];
-        let mut scratch = vec![f32::NAN; s.scratch_len(len)];
-        cpu::conv1d(&x, len, &w, bias, s, &mut out, &mut scratch);
-        let e = rel_err(&out, &conv1d_ref(&x, len, &w, bias, s, 1));
-        assert!(e <= 1e-5, "{s:?} len {len}: rel err {e}");
+    for isa in available_isas() {
+        set_isa_cap(Some(isa));
+        // (cin, cout, k, d, p, len)
+        for &(cin, cout, k, d, p, len) in &[
+            (192, 256, 7, 1, 3, 40),  // HiFi-GAN conv_pre
+            (64, 64, 7, 12, 36, 300), // dilated resblock conv
+            (32, 32, 5, 6, 12, 500),
+            (192, 384, 5, 1, 2, 33), // WaveNet in_layer
+            (192, 768, 3, 1, 1, 17), // FFN conv_1
+            (192, 29, 1, 1, 0, 21),  // 1x1 (no scratch)
+            (32, 1, 7, 1, 3, 64),    // conv_post (no bias below)
+            (5, 3, 4, 2, 0, 19),     // even kernel, no padding
+        ] {
+            let s = Conv1d {
+                in_channels: cin,
+                out_channels: cout,
+                kernel: k,
+                dilation: d,
+                padding: p,
+            };
+            let x = rand_vec(&mut rng, cin * len, 1.0);
+            let w = rand_vec(&mut rng, s.weight_len(), 0.1);
+            let b = rand_vec(&mut rng, cout, 0.5);
+            let bias = (cout != 1).then_some(&b[..]);
+            let lo = s.out_len(len);
+            let mut out = vec![f32::NAN; cout * lo];
+            let mut scratch = vec![f32::NAN; s.scratch_len(len)];
+            cpu::conv1d(&x, len, &w, bias, s, &mut out, &mut scratch);
+            let want = conv1d_ref(&x, len, &w, bias, s, 1);
+            let e = rel_err(&out, &want);
+            assert!(e <= 1e-5, "{isa:?} {s:?} len {len}: rel err {e}");
+            // Fused: out = residual + conv(leaky_relu(x)), and residual alone.
+            let res = rand_vec(&mut rng, cout * lo, 1.0);
+            for slope in [Some(0.1f32), None] {
+                let fuse = ConvFuse {
+                    input_slope: slope,
+                    residual: Some(&res),
+                };
+                cpu::conv1d_fused(&x, len, &w, bias, s, &mut out, &mut scratch, fuse);
+                let xa = slope.map_or(x.clone(), |sl| lrelu(&x, sl));
+                let want: Vec<f64> = conv1d_ref(&xa, len, &w, bias, s, 1)
+                    .iter()
+                    .zip(&res)
+                    .map(|(a, r)| a + *r as f64)
+                    .collect();
+                let e = rel_err(&out, &want);
+                assert!(e <= 1e-5, "{s:?} len {len} fused {slope:?}: rel err {e}");
+            }
+        }
     }
+    set_isa_cap(None);
 }
 
 #[test]
@@ -155,9 +184,14 @@ fn conv_transpose1d_matches_reference() {
         let lo = s.out_len(len);
         let mut out = vec![f32::NAN; cout * lo];
         let mut scratch = vec![f32::NAN; s.scratch_len(len)];
-        cpu::conv_transpose1d(&x, len, &w, Some(&b), s, &mut out, &mut scratch);
+        cpu::conv_transpose1d(&x, len, &w, Some(&b), s, &mut out, &mut scratch, None);
         let e = rel_err(&out, &conv_t_ref(&x, len, &w, Some(&b), s));
         assert!(e <= 1e-5, "{s:?} len {len}: rel err {e}");
+        // Fused leaky ReLU on the input.
+        cpu::conv_transpose1d(&x, len, &w, Some(&b), s, &mut out, &mut scratch, Some(0.1));
+        let xa = lrelu(&x, 0.1);
+        let e = rel_err(&out, &conv_t_ref(&xa, len, &w, Some(&b), s));
+        assert!(e <= 1e-5, "{s:?} len {len} fused: rel err {e}");
     }
 }
 
@@ -202,15 +236,26 @@ fn channel_ops_match_reference() {
         .collect();
     assert!(rel_err(&lr, &want) <= 1e-6);
 
+    // The gate on every ISA, at moderate and saturating inputs.
+    use favlo_runtime::cpu::simd::{available_isas, set_isa_cap};
     let (c2, t2) = (96, 37);
-    let a = &x[..2 * c2 * t2];
-    let mut gate = vec![f32::NAN; c2 * t2];
-    cpu::gated_tanh_sigmoid(a, c2, t2, &mut gate);
-    let want: Vec<f64> = (0..c2 * t2)
-        .map(|i| (a[i] as f64).tanh() / (1.0 + (-(a[c2 * t2 + i] as f64)).exp()))
-        .collect();
-    let e = rel_err(&gate, &want);
-    assert!(e <= 1e-5, "gated_tanh_sigmoid rel err {e}");
+    for isa in available_isas() {
+        set_isa_cap(Some(isa));
+        for scale in [1.0f32, 30.0] {
+            let a: Vec<f32> = x[..2 * c2 * t2].iter().map(|v| v * scale).collect();
+            let mut gate = vec![f32::NAN; c2 * t2];
+            cpu::gated_tanh_sigmoid(&a, c2, t2, &mut gate);
+            let want: Vec<f64> = (0..c2 * t2)
+                .map(|i| (a[i] as f64).tanh() / (1.0 + (-(a[c2 * t2 + i] as f64)).exp()))
+                .collect();
+            let e = rel_err(&gate, &want);
+            assert!(
+                e <= 1e-5,
+                "{isa:?} scale {scale}: gated_tanh_sigmoid rel err {e}"
+            );
+        }
+    }
+    set_isa_cap(None);
 }
 
 #[test]

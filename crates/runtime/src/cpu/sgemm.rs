@@ -54,7 +54,20 @@ pub fn sgemm_nn(
         return;
     }
     // SAFETY: bounds checked above; `c` is borrowed mutably for the call.
-    unsafe { sgemm_nn_raw(m, n, k, a, lda, b, ldb, c.as_mut_ptr(), ldc) }
+    unsafe {
+        sgemm_nn_raw(
+            m,
+            n,
+            k,
+            a,
+            lda,
+            b,
+            ldb,
+            c.as_mut_ptr(),
+            ldc,
+            std::ptr::null(),
+        )
+    }
 }
 
 /// [`sgemm_nn`] with the columns of C split over rayon workers when the
@@ -72,9 +85,30 @@ pub fn sgemm_nn_par(
     c: &mut [f32],
     ldc: usize,
 ) {
-    let threads = rayon::current_num_threads();
-    if threads <= 1 || m * n * k < (1 << 18) || n < 2 * NR || m == 0 || k == 0 {
-        sgemm_nn(m, n, k, a, lda, b, ldb, c, ldc);
+    sgemm_nn_par_init(m, n, k, a, lda, b, ldb, c, ldc, None);
+}
+
+/// [`sgemm_nn_par`] with C started from `init` (same layout as C) when given.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sgemm_nn_par_init(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+    init: Option<&[f32]>,
+) {
+    if m == 0 || n == 0 || k == 0 {
+        if init.is_none() {
+            sgemm_nn(m, n, k, a, lda, b, ldb, c, ldc);
+        } else if let Some(i) = init {
+            let len = c.len().min(i.len());
+            c[..len].copy_from_slice(&i[..len]);
+        }
         return;
     }
     let need = |rows: usize, ld: usize, cols: usize| (rows - 1) * ld + cols;
@@ -83,31 +117,54 @@ pub fn sgemm_nn_par(
         && ldc >= n
         && a.len() >= need(m, lda, k)
         && b.len() >= need(k, ldb, n)
-        && c.len() >= need(m, ldc, n);
+        && c.len() >= need(m, ldc, n)
+        && init.is_none_or(|i| i.len() >= need(m, ldc, n));
     debug_assert!(ok, "sgemm_nn_par: short operand");
     if !ok {
         return;
     }
-    let block = n.div_ceil(threads * 4).div_ceil(NR) * NR;
+    let threads = rayon::current_num_threads();
+    let blocks = if threads <= 1 || m * n * k < (1 << 18) || n < 2 * NR {
+        1
+    } else {
+        threads * 4
+    };
+    let block = n.div_ceil(blocks).div_ceil(NR) * NR;
     let blocks = n.div_ceil(block);
     let dst = super::linear::SyncPtr(c.as_mut_ptr());
-    use rayon::prelude::*;
-    (0..blocks).into_par_iter().for_each(|bi| {
+    let ip = init.map_or(std::ptr::null(), <[f32]>::as_ptr);
+    let ip = super::linear::SyncPtr(ip as *mut f32);
+    let run = |bi: usize| {
         let j0 = bi * block;
         let w = block.min(n - j0);
         // SAFETY: bounds checked above; block bi writes only columns j0..j0+w
-        // of C, disjoint from every other block.
-        unsafe { sgemm_nn_raw(m, w, k, a, lda, &b[j0..], ldb, dst.ptr().add(j0), ldc) }
-    });
+        // of C, disjoint from every other block; init is only read.
+        unsafe {
+            let i = if ip.ptr().is_null() {
+                std::ptr::null()
+            } else {
+                ip.ptr().add(j0) as *const f32
+            };
+            sgemm_nn_raw(m, w, k, a, lda, &b[j0..], ldb, dst.ptr().add(j0), ldc, i)
+        }
+    };
+    if blocks > 1 {
+        use rayon::prelude::*;
+        (0..blocks).into_par_iter().for_each(run);
+    } else {
+        run(0);
+    }
 }
 
 /// [`sgemm_nn`] writing through a raw pointer, for callers that split one
-/// output among threads by columns.
+/// output among threads by columns; when `init` is not null, C starts from
+/// `init` (same layout as C, e.g. a residual) instead of zero: `C = I + A·B`.
 ///
 /// # Safety
 /// `c` must be valid for writes at `i·ldc + j` for `i < m`, `j < n`, and no
-/// other thread may access those elements during the call; `a` and `b` must
-/// satisfy `sgemm_nn`'s bounds (`lda ≥ k`, `ldb ≥ n`, `k > 0`).
+/// other thread may access those elements during the call; `init`, when not
+/// null, valid for reads at the same offsets; `a` and `b` must satisfy
+/// `sgemm_nn`'s bounds (`lda ≥ k`, `ldb ≥ n`, `k > 0`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn sgemm_nn_raw(
     m: usize,
@@ -119,14 +176,20 @@ pub(crate) unsafe fn sgemm_nn_raw(
     ldb: usize,
     c: *mut f32,
     ldc: usize,
+    init: *const f32,
 ) {
     match isa() {
         // SAFETY: AVX-512 detected at run time; the caller's bounds.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { avx512::sgemm(m, n, k, a, lda, b, ldb, c, ldc) },
+        Isa::Avx512 => unsafe { avx512::sgemm(m, n, k, a, lda, b, ldb, c, ldc, init) },
         _ => {
             // SAFETY: the caller's bounds; strides describe the row-major operands.
             unsafe {
+                if !init.is_null() {
+                    for i in 0..m {
+                        std::ptr::copy_nonoverlapping(init.add(i * ldc), c.add(i * ldc), n);
+                    }
+                }
                 gemm::gemm(
                     m,
                     n,
@@ -134,14 +197,14 @@ pub(crate) unsafe fn sgemm_nn_raw(
                     c,
                     1,
                     ldc as isize,
-                    false,
+                    !init.is_null(),
                     a.as_ptr(),
                     1,
                     lda as isize,
                     b.as_ptr(),
                     1,
                     ldb as isize,
-                    0.0f32,
+                    1.0f32,
                     1.0f32,
                     false,
                     false,
@@ -171,6 +234,7 @@ mod avx512 {
         ldb: usize,
         cp: *mut f32,
         ldc: usize,
+        init: *const f32,
     ) {
         let (ap, bp) = (a.as_ptr(), b.as_ptr());
         let mut j0 = 0;
@@ -190,12 +254,17 @@ mod avx512 {
                 // of a row is masked to the columns that exist.
                 unsafe {
                     let (at, bt, ct) = (ap.add(i0 * lda), bp.add(j0), cp.add(i0 * ldc + j0));
+                    let it = if init.is_null() {
+                        init
+                    } else {
+                        init.add(i0 * ldc + j0)
+                    };
                     macro_rules! go {
                         ($mr:literal) => {
                             match nv {
-                                1 => tile::<$mr, 1>(k, at, lda, bt, ldb, ct, ldc, mask),
-                                2 => tile::<$mr, 2>(k, at, lda, bt, ldb, ct, ldc, mask),
-                                _ => tile::<$mr, 3>(k, at, lda, bt, ldb, ct, ldc, mask),
+                                1 => tile::<$mr, 1>(k, at, lda, bt, ldb, ct, ldc, it, mask),
+                                2 => tile::<$mr, 2>(k, at, lda, bt, ldb, ct, ldc, it, mask),
+                                _ => tile::<$mr, 3>(k, at, lda, bt, ldb, ct, ldc, it, mask),
                             }
                         };
                     }
@@ -216,8 +285,8 @@ mod avx512 {
         }
     }
 
-    /// One `R × 16·V` tile of C over the whole depth `k`; the last vector of
-    /// each row is loaded and stored under `mask`.
+    /// One `R × 16·V` tile of C over the whole depth `k`, started from `init`
+    /// when not null; the last vector of each row is loaded and stored under `mask`.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx512f,avx2,fma")]
@@ -229,11 +298,24 @@ mod avx512 {
         ldb: usize,
         c: *mut f32,
         ldc: usize,
+        init: *const f32,
         mask: __mmask16,
     ) {
         let mut acc = [[_mm512_setzero_ps(); V]; R];
         // SAFETY: the caller's bounds; masked lanes are never touched.
         unsafe {
+            if !init.is_null() {
+                for (i, acc_i) in acc.iter_mut().enumerate() {
+                    let row = init.add(i * ldc);
+                    for (v, x) in acc_i.iter_mut().enumerate() {
+                        *x = if v + 1 == V {
+                            _mm512_maskz_loadu_ps(mask, row.add(16 * v))
+                        } else {
+                            _mm512_loadu_ps(row.add(16 * v))
+                        };
+                    }
+                }
+            }
             for p in 0..k {
                 let row = b.add(p * ldb);
                 let mut bv = [_mm512_setzero_ps(); V];
