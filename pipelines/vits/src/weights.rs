@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use favlo_formats::onnx::{OnnxAttrValue, OnnxModel, OnnxNode};
 use favlo_runtime::buffer::Buffer;
-use favlo_runtime::cpu::{self, Conv1d, ConvTranspose1d};
+use favlo_runtime::cpu::{self, Conv1d, ConvFuse, ConvTranspose1d};
 use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
 
 use crate::error::VitsError;
@@ -108,16 +108,43 @@ impl Conv {
         len: usize,
         out: &mut [f32],
     ) -> Result<(), VitsError> {
+        self.run_fused(ws, x, len, out, None, None)
+    }
+
+    /// `out = residual + conv(leaky_relu(x, slope))`, each part optional (a
+    /// residual is refused by transposed convolutions).
+    pub fn run_fused(
+        &self,
+        ws: &Workspace,
+        x: &[f32],
+        len: usize,
+        out: &mut [f32],
+        slope: Option<f32>,
+        residual: Option<&[f32]>,
+    ) -> Result<(), VitsError> {
         let bias = self.bias.as_deref();
         match self.kind {
             ConvKind::Dense(s) => {
                 let mut scratch = ws.buf(s.scratch_len(len))?;
-                cpu::conv1d(x, len, &self.weight, bias, s, out, &mut scratch);
+                let fuse = ConvFuse {
+                    input_slope: slope,
+                    residual,
+                };
+                cpu::conv1d_fused(x, len, &self.weight, bias, s, out, &mut scratch, fuse);
             }
-            ConvKind::Depthwise(s) => cpu::conv1d_depthwise(x, len, &self.weight, bias, s, out),
-            ConvKind::Transposed(s) => {
+            ConvKind::Depthwise(s) if slope.is_none() && residual.is_none() => {
+                cpu::conv1d_depthwise(x, len, &self.weight, bias, s, out)
+            }
+            ConvKind::Transposed(s) if residual.is_none() => {
                 let mut scratch = ws.buf(s.scratch_len(len))?;
-                cpu::conv_transpose1d(x, len, &self.weight, bias, s, out, &mut scratch);
+                cpu::conv_transpose1d(x, len, &self.weight, bias, s, out, &mut scratch, slope);
+            }
+            _ => {
+                return Err(VitsError::Graph {
+                    path: Default::default(),
+                    what: "convolution".into(),
+                    reason: "fusion not supported for this kind".into(),
+                });
             }
         }
         Ok(())

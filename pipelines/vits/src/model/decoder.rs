@@ -4,10 +4,10 @@
 //! each after a leaky ReLU, each residual), then leaky ReLU (0.01),
 //! `conv_post` and tanh.
 //!
-//! Key design choice: the activation that every residual block of a stage
-//! starts from (`lrelu(x)`) is computed once per stage, as the exported graph
-//! does; block outputs accumulate into one buffer, so a stage holds six
-//! `[C, L]` buffers at its peak.
+//! Key design choice: every leaky ReLU is fused into the gather of the
+//! convolution that reads it, and every residual add into the GEMM that
+//! produces it, so a residual block is two convolutions over ping-pong
+//! buffers and a stage holds four `[C, L]` buffers at its peak.
 
 use favlo_runtime::cpu;
 
@@ -110,41 +110,48 @@ impl Decoder {
         let mut x = self.pre.run(ws, z, frames)?;
         let mut len = frames;
         for stage in &self.stages {
-            let mut a = ws.buf(x.len())?;
-            cpu::leaky_relu(&x, SLOPE, &mut a);
+            // up = ConvTranspose(lrelu(x)), the activation fused into the gather.
+            let out_len = stage.up.out_len(len);
+            let mut up = ws.buf(stage.up.out_channels() * out_len)?;
+            stage
+                .up
+                .run_fused(ws, &x, len, &mut up, Some(SLOPE), None)?;
             drop(x);
-            let up = stage.up.run(ws, &a, len)?;
-            drop(a);
-            len = stage.up.out_len(len);
+            len = out_len;
             let n = up.len();
-            let mut base = ws.buf(n)?;
-            cpu::leaky_relu(&up, SLOPE, &mut base);
             let mut acc = ws.buf(n)?;
-            let mut y = ws.buf(n)?;
-            let mut t = ws.buf(n)?;
-            let mut act = ws.buf(n)?;
-            for block in &stage.blocks {
-                // y = x + c0(lrelu(x)); then y += c_k(lrelu(y)) for the others.
-                y.copy_from_slice(&up);
+            let mut y = [ws.buf(n)?, ws.buf(n)?];
+            for (b, block) in stage.blocks.iter().enumerate() {
+                // y ← y + conv(lrelu(y)) per conv, starting from y = up, in
+                // ping-pong buffers (residual and activation fused).
+                let mut last = None;
                 for (k, conv) in block.convs.iter().enumerate() {
-                    if k == 0 {
-                        conv.run_into(ws, &base, len, &mut t)?;
-                    } else {
-                        cpu::leaky_relu(&y, SLOPE, &mut act);
-                        conv.run_into(ws, &act, len, &mut t)?;
-                    }
-                    cpu::add(&mut y, &t);
+                    let (lo, hi) = y.split_at_mut(1);
+                    let (src, dst): (&[f32], &mut [f32]) = match (k, k % 2) {
+                        (0, _) => (&up, &mut lo[0]),
+                        (_, 1) => (&lo[0], &mut hi[0]),
+                        _ => (&hi[0], &mut lo[0]),
+                    };
+                    conv.run_fused(ws, src, len, dst, Some(SLOPE), Some(src))?;
+                    last = Some(k % 2);
                 }
-                cpu::add(&mut acc, &y);
+                let res: &[f32] = match last {
+                    Some(i) => &y[i],
+                    None => &up,
+                };
+                if b == 0 {
+                    acc.copy_from_slice(res);
+                } else {
+                    cpu::add(&mut acc, res);
+                }
             }
             let inv = 1.0 / stage.blocks.len() as f32;
             acc.iter_mut().for_each(|v| *v *= inv);
             x = acc;
         }
-        let mut a = ws.buf(x.len())?;
-        cpu::leaky_relu(&x, SLOPE_POST, &mut a);
-        drop(x);
-        let mut out = self.post.run(ws, &a, len)?;
+        let mut out = ws.buf(self.post.out_channels() * self.post.out_len(len))?;
+        self.post
+            .run_fused(ws, &x, len, &mut out, Some(SLOPE_POST), None)?;
         cpu::tanh(&mut out);
         Ok(out.to_vec())
     }
