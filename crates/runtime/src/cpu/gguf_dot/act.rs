@@ -1,0 +1,141 @@
+//! Activation rows quantized the way ggml quantizes `src1` before its block dot products.
+//!
+//! Key design choice: the numerics are ggml's x86 ones, restated: Q8_0/Q8_1 take
+//! `d = amax/127` (stored as f16), multiply by `id = 127/amax` (unrounded) and round
+//! half to even (the AVX2 `_mm256_round_ps` path); Q8_1 also stores `s = f16(d·Σq)`.
+//! Q8_K (ggml's reference quantizer, which x86 uses) scales by `−127/max` where `max`
+//! is the signed value of largest magnitude, rounds half to even, clamps at 127 and
+//! keeps `d = 1/iscale` in f32 plus i16 sums per 16 elements. Values are kept in
+//! plain arrays (not byte blocks): the kernels read `qs`, `d`, `s`/`sums` by index.
+
+use half::f16;
+
+use super::blocks::ActType;
+
+/// `m` activation rows of `k` elements, quantized for one [`ActType`].
+pub(crate) struct QuantAct {
+    pub kind: ActType,
+    pub k: usize,
+    /// `m * k` codes.
+    pub qs: Vec<i8>,
+    /// Per block scale (32-blocks: f16-rounded; Q8_K: f32).
+    pub d: Vec<f32>,
+    /// Q8_1: per block `f16(d·Σq)`; otherwise empty.
+    pub s: Vec<f32>,
+    /// Q8_K: per 16 elements Σq; otherwise empty.
+    pub sums: Vec<i32>,
+}
+
+/// One quantized activation row.
+#[derive(Clone, Copy)]
+pub(crate) struct ActRow<'a> {
+    pub qs: &'a [i8],
+    pub d: &'a [f32],
+    pub s: &'a [f32],
+    pub sums: &'a [i32],
+}
+
+fn block_len(kind: ActType) -> usize {
+    if kind == ActType::Q8_K { 256 } else { 32 }
+}
+
+impl QuantAct {
+    /// Quantize `x` (`m * k`, `k` a multiple of the block length).
+    pub(crate) fn new(kind: ActType, x: &[f32], k: usize) -> QuantAct {
+        let bl = block_len(kind);
+        let nb = x.len() / bl;
+        let mut a = QuantAct {
+            kind,
+            k,
+            qs: vec![0; x.len()],
+            d: vec![0.0; nb],
+            s: Vec::new(),
+            sums: Vec::new(),
+        };
+        match kind {
+            ActType::Q8_0 | ActType::Q8_1 => {
+                if kind == ActType::Q8_1 {
+                    a.s = vec![0.0; nb];
+                }
+                for (b, (xb, qb)) in x
+                    .chunks_exact(32)
+                    .zip(a.qs.chunks_exact_mut(32))
+                    .enumerate()
+                {
+                    let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    let d = amax / 127.0;
+                    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+                    let mut sum = 0i32;
+                    for (q, v) in qb.iter_mut().zip(xb) {
+                        let r = (v * id).round_ties_even() as i32;
+                        *q = r as i8;
+                        sum += r;
+                    }
+                    a.d[b] = f16::from_f32(d).to_f32();
+                    if kind == ActType::Q8_1 {
+                        a.s[b] = f16::from_f32(d * sum as f32).to_f32();
+                    }
+                }
+            }
+            ActType::Q8_K => {
+                a.sums = vec![0; x.len() / 16];
+                for (b, (xb, qb)) in x
+                    .chunks_exact(256)
+                    .zip(a.qs.chunks_exact_mut(256))
+                    .enumerate()
+                {
+                    let (mut amax, mut max) = (0f32, 0f32);
+                    for &v in xb {
+                        if v.abs() > amax {
+                            amax = v.abs();
+                            max = v;
+                        }
+                    }
+                    if amax == 0.0 {
+                        continue;
+                    }
+                    let iscale = -127.0 / max;
+                    for (q, v) in qb.iter_mut().zip(xb) {
+                        let r = ((iscale * v).round_ties_even() as i32).min(127);
+                        *q = r as i8;
+                    }
+                    for (g, qg) in qb.chunks_exact(16).enumerate() {
+                        a.sums[b * 16 + g] = qg.iter().map(|&q| i32::from(q)).sum();
+                    }
+                    a.d[b] = 1.0 / iscale;
+                }
+            }
+        }
+        a
+    }
+
+    /// Row `i`.
+    pub(crate) fn row(&self, i: usize) -> ActRow<'_> {
+        let k = self.k;
+        let nb = k / block_len(self.kind);
+        ActRow {
+            qs: &self.qs[i * k..(i + 1) * k],
+            d: &self.d[i * nb..(i + 1) * nb],
+            s: if self.s.is_empty() {
+                &[]
+            } else {
+                &self.s[i * nb..(i + 1) * nb]
+            },
+            sums: if self.sums.is_empty() {
+                &[]
+            } else {
+                &self.sums[i * k / 16..(i + 1) * k / 16]
+            },
+        }
+    }
+
+    /// The values the kernels effectively multiply with (`d·q`), row-major `m * k`.
+    pub(crate) fn dequantized(&self) -> Vec<f32> {
+        let bl = block_len(self.kind);
+        self.qs
+            .iter()
+            .enumerate()
+            .map(|(i, &q)| self.d[i / bl] * f32::from(q))
+            .collect()
+    }
+}

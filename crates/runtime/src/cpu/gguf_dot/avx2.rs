@@ -1,0 +1,227 @@
+//! AVX2 block dot products (the [`super::scalar`] contract, same integer sums).
+//!
+//! Key design choices:
+//! - Unsigned weight codes (Q4_1, Q5_1, Q4_K, Q6_K before its −32) meet the signed
+//!   activation bytes in `vpmaddubsw` directly (no saturation: |pair| ≤ 2·63·127).
+//!   Signed codes (Q4_0, Q5_0, Q8_0) use `|w|` · `sign(y, w)`.
+//! - 32-element types accumulate `d_w·d_y · Σ` in 8 f32 lanes with one FMA per block;
+//!   K-quants keep the whole super-block's integer sum (scales folded in with
+//!   `vpmaddwd`) and convert once per 256 elements.
+//! - Every load is unaligned and stays inside the row: `w` holds `nb` whole blocks and
+//!   `a.qs` the matching `nb · block` codes (checked by the caller).
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use super::act::ActRow;
+use super::blocks::{GgufType, k4_scales};
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn h2f(p: *const u8) -> f32 {
+    // SAFETY: callers pass a pointer to 2 readable bytes inside a block.
+    let bits = unsafe { std::ptr::read_unaligned(p as *const u16) };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum_i32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
+}
+
+/// 32 nibbles of 16 bytes: low nibbles (elements 0..16) then high (16..32).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn nibbles16(p: *const u8) -> __m256i {
+    // SAFETY: p points at 16 readable bytes.
+    let raw = unsafe { _mm_loadu_si128(p as *const __m128i) };
+    let m4 = _mm256_set1_epi8(0x0F);
+    _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4)
+}
+
+/// Q5 high bits (u32, bit j = element j) as bytes 0x10 / 0x00.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_bits(qh: u32) -> __m256i {
+    let v = _mm256_set1_epi32(qh as i32);
+    let shuf = _mm256_set_epi64x(
+        0x0303_0303_0303_0303,
+        0x0202_0202_0202_0202,
+        0x0101_0101_0101_0101,
+        0,
+    );
+    let bytes = _mm256_shuffle_epi8(v, shuf);
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+/// Σ pairs of unsigned `w` · signed `y` into 8 i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn udot(w: __m256i, y: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(w, y), _mm256_set1_epi16(1))
+}
+
+/// Σ pairs of signed `w` · signed `y` into 8 i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sdot(w: __m256i, y: __m256i) -> __m256i {
+    udot(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w))
+}
+
+/// One row: raw blocks of `ty` · quantized activations.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; `w` must hold `a.qs.len() / block` blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
+    let bs = ty.block_size();
+    let ts = ty.type_size();
+    let nb = (a.qs.len() / bs).min(w.len() / ts);
+    let wp = w.as_ptr();
+    let yp = a.qs.as_ptr();
+    let ld = |i: usize, off: usize| {
+        // SAFETY: i < nb blocks of `bs` codes; off + 32 ≤ bs.
+        unsafe { _mm256_loadu_si256(yp.add(i * bs + off) as *const __m256i) }
+    };
+    let mut acc = _mm256_setzero_ps();
+    let mut tail = 0f32;
+    // SAFETY (all pointer reads below): block i spans wp[i*ts .. (i+1)*ts], i < nb.
+    unsafe {
+        match ty {
+            GgufType::Q4_0 => {
+                for i in 0..nb {
+                    let b = wp.add(i * ts);
+                    let q = _mm256_sub_epi8(nibbles16(b.add(2)), _mm256_set1_epi8(8));
+                    let p = sdot(q, ld(i, 0));
+                    let dd = _mm256_set1_ps(h2f(b) * a.d[i]);
+                    acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
+                }
+            }
+            GgufType::Q4_1 => {
+                for i in 0..nb {
+                    let b = wp.add(i * ts);
+                    let p = udot(nibbles16(b.add(4)), ld(i, 0));
+                    let dd = _mm256_set1_ps(h2f(b) * a.d[i]);
+                    acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
+                    tail += h2f(b.add(2)) * a.s[i];
+                }
+            }
+            GgufType::Q5_0 => {
+                for i in 0..nb {
+                    let b = wp.add(i * ts);
+                    let qh = std::ptr::read_unaligned(b.add(2) as *const u32);
+                    let q = _mm256_or_si256(nibbles16(b.add(6)), q5_bits(qh));
+                    let q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+                    let p = sdot(q, ld(i, 0));
+                    let dd = _mm256_set1_ps(h2f(b) * a.d[i]);
+                    acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
+                }
+            }
+            GgufType::Q5_1 => {
+                for i in 0..nb {
+                    let b = wp.add(i * ts);
+                    let qh = std::ptr::read_unaligned(b.add(4) as *const u32);
+                    let q = _mm256_or_si256(nibbles16(b.add(8)), q5_bits(qh));
+                    let p = udot(q, ld(i, 0));
+                    let dd = _mm256_set1_ps(h2f(b) * a.d[i]);
+                    acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
+                    tail += h2f(b.add(2)) * a.s[i];
+                }
+            }
+            GgufType::Q8_0 => {
+                for i in 0..nb {
+                    let b = wp.add(i * ts);
+                    let q = _mm256_loadu_si256(b.add(2) as *const __m256i);
+                    let p = sdot(q, ld(i, 0));
+                    let dd = _mm256_set1_ps(h2f(b) * a.d[i]);
+                    acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
+                }
+            }
+            GgufType::Q4_K => {
+                let m4 = _mm256_set1_epi8(0x0F);
+                for i in 0..nb {
+                    let b = wp.add(i * ts);
+                    let (sc, mn) = k4_scales(std::slice::from_raw_parts(b.add(4), 12));
+                    let mut sumi = _mm256_setzero_si256();
+                    for jj in 0..4 {
+                        let raw = _mm256_loadu_si256(b.add(16 + 32 * jj) as *const __m256i);
+                        let lo = _mm256_and_si256(raw, m4);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                        let p0 = _mm256_maddubs_epi16(lo, ld(i, 64 * jj));
+                        let p1 = _mm256_maddubs_epi16(hi, ld(i, 64 * jj + 32));
+                        let p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(i16::from(sc[2 * jj])));
+                        let p1 =
+                            _mm256_madd_epi16(p1, _mm256_set1_epi16(i16::from(sc[2 * jj + 1])));
+                        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+                    }
+                    let sums = &a.sums[16 * i..16 * i + 16];
+                    let mut summ = 0i32;
+                    for j in 0..8 {
+                        summ += i32::from(mn[j]) * (sums[2 * j] + sums[2 * j + 1]);
+                    }
+                    let d = a.d[i] * h2f(b);
+                    let dmin = a.d[i] * h2f(b.add(2));
+                    tail += d * hsum_i32(sumi) as f32 - dmin * summ as f32;
+                }
+            }
+            GgufType::Q6_K => {
+                let m4 = _mm256_set1_epi8(0x0F);
+                let m3 = _mm256_set1_epi8(0x03);
+                for i in 0..nb {
+                    let b = wp.add(i * ts);
+                    let sc = std::slice::from_raw_parts(b.add(192) as *const i8, 16);
+                    let mut sumv = _mm256_setzero_si256();
+                    for h in 0..2 {
+                        let ql0 = _mm256_loadu_si256(b.add(64 * h) as *const __m256i);
+                        let ql1 = _mm256_loadu_si256(b.add(64 * h + 32) as *const __m256i);
+                        let qhv = _mm256_loadu_si256(b.add(128 + 32 * h) as *const __m256i);
+                        let lows = [
+                            _mm256_and_si256(ql0, m4),
+                            _mm256_and_si256(ql1, m4),
+                            _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                        ];
+                        let highs = [
+                            qhv,
+                            _mm256_srli_epi16(qhv, 2),
+                            _mm256_srli_epi16(qhv, 4),
+                            _mm256_srli_epi16(qhv, 6),
+                        ];
+                        for t in 0..4 {
+                            let hi = _mm256_slli_epi16(_mm256_and_si256(highs[t], m3), 4);
+                            let q = _mm256_or_si256(lows[t], hi);
+                            let p = _mm256_maddubs_epi16(q, ld(i, 128 * h + 32 * t));
+                            let g = 8 * h + 2 * t;
+                            let scv = _mm256_set_m128i(
+                                _mm_set1_epi16(i16::from(sc[g + 1])),
+                                _mm_set1_epi16(i16::from(sc[g])),
+                            );
+                            sumv = _mm256_add_epi32(sumv, _mm256_madd_epi16(p, scv));
+                        }
+                    }
+                    let sums = &a.sums[16 * i..16 * i + 16];
+                    let corr: i32 = sc.iter().zip(sums).map(|(&s, &q)| i32::from(s) * q).sum();
+                    let sumi = hsum_i32(sumv) - 32 * corr;
+                    tail += h2f(b.add(208)) * a.d[i] * sumi as f32;
+                }
+            }
+            GgufType::Q5_K => return super::scalar::row_dot(ty, w, a),
+        }
+    }
+    hsum_ps(acc) + tail
+}
