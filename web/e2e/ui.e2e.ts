@@ -37,6 +37,25 @@ async function until(cond: () => Promise<boolean>, ms: number): Promise<void> {
   }
 }
 
+/** A job record straight from the server: a fresh MCP session, then media_status. */
+async function mcpStatus(id: string): Promise<{ status: string; preemptions?: number }> {
+  const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+  const rpc = async (body: object) => {
+    const r = await fetch(`${FAVLO_URL}/mcp`, { method: 'POST', headers, body: JSON.stringify(body) });
+    const sid = r.headers.get('mcp-session-id');
+    if (sid) Object.assign(headers, { 'mcp-session-id': sid, 'mcp-protocol-version': '2025-11-25' });
+    const text = await r.text();
+    const line = text.split('\n').find((l) => l.startsWith('data: {'));
+    return line ? (JSON.parse(line.slice(6)) as { result?: { structuredContent?: { status: string; preemptions?: number } } }) : {};
+  };
+  await rpc({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'e2e', version: '0' } } });
+  await rpc({ jsonrpc: '2.0', method: 'notifications/initialized' });
+  const reply = await rpc({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'media_status', arguments: { id } } });
+  const rec = reply.result?.structuredContent;
+  if (!rec) throw new Error(`no media_status record for ${id}`);
+  return rec;
+}
+
 async function apiModels(): Promise<Row[]> {
   const r = await fetch(`${FAVLO_URL}/v1/models`);
   return ((await r.json()) as { data: Row[] }).data;
@@ -257,6 +276,9 @@ for (const vp of VIEWPORTS) {
       await video.waitFor({ timeout: 180_000 });
       expect(await job.getAttribute('data-paused')).toBe('false');
       expect(await job.locator('[data-testid="job-preemptions"]').textContent()).toMatch(/^preempted \d+× by chat/);
+      const server = await mcpStatus(id ?? '');
+      expect(server.status).toBe('completed');
+      expect(server.preemptions).toBeGreaterThan(0);
       // The MP4 plays in chromium and lasts the 10 s asked for.
       await page.waitForFunction((el) => (el as HTMLVideoElement).readyState >= 1, await video.elementHandle());
       const duration = await video.evaluate((el) => (el as HTMLVideoElement).duration);
@@ -284,6 +306,44 @@ for (const vp of VIEWPORTS) {
       expect(duration).toBeLessThan(10);
       await audio.scrollIntoViewIfNeeded();
       await shot('studio-speech');
+    });
+
+    it('drives the Studio with the keyboard: arrows pick the kind, Enter starts the job', async () => {
+      await page.locator('.kind-picker input:checked').focus();
+      for (let i = 0; i < 4 && !(await page.getByRole('radio', { name: 'Image' }).isChecked()); i++) await page.keyboard.press('ArrowLeft');
+      await page.keyboard.press('ArrowRight');
+      expect(await page.getByRole('radio', { name: 'Video' }).isChecked()).toBe(true);
+      await page.keyboard.press('ArrowLeft');
+      expect(await page.getByRole('radio', { name: 'Image' }).isChecked()).toBe(true);
+      await page.keyboard.press('Tab');
+      expect(await page.evaluate(() => document.activeElement?.id)).toBe('generate_image-prompt');
+      await page.keyboard.type('typed, not clicked');
+      const before = await page.locator('[data-testid="job"]').count();
+      await page.keyboard.press('Enter');
+      await page.locator('[data-testid="job"]').nth(before).waitFor();
+      const job = page.locator('[data-testid="job"]').first();
+      expect(await job.locator('.job-prompt').textContent()).toBe('“typed, not clicked”');
+      await job.locator('img').waitFor({ timeout: 120_000 });
+    });
+
+    it('cancels a running video job', async () => {
+      await pickKind('Video');
+      await page.getByLabel('Seconds').fill('10');
+      await page.getByLabel('Frames per second').fill('24');
+      await page.getByRole('button', { name: 'Generate video' }).click();
+      const first = page.locator('[data-testid="job"][data-kind="video"]').first();
+      await first.locator('button.stop').waitFor();
+      const id = await first.getAttribute('data-id');
+      await page.getByRole('button', { name: `Cancel job ${id}` }).click();
+      const job = page.locator(`[data-testid="job"][data-id="${id}"]`);
+      await page.locator(`[data-testid="job"][data-id="${id}"][data-status="cancelled"]`).waitFor({ timeout: 60_000 });
+      expect(await job.locator('[data-testid="job-state"]').textContent()).toBe('cancelled');
+      expect(await job.locator('video').count()).toBe(0);
+      expect(await job.locator('button.stop').count()).toBe(0);
+      // The server's own record says so too.
+      expect((await mcpStatus(id ?? '')).status).toBe('cancelled');
+      await page.getByRole('button', { name: `Remove job ${id} from the list` }).click();
+      await job.waitFor({ state: 'detached' });
     });
 
     it('renders in the dark color scheme', async () => {
