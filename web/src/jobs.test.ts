@@ -167,6 +167,27 @@ describe('pollJob', () => {
     expect(srv.violations).toEqual([]);
   });
 
+  it('rides out dropped connections but not a server error', async () => {
+    const srv = fakeServer({ tools: [], jobs: [{ tool: 'generate_video', records: records.slice(3) }] });
+    let drops = 2;
+    const flaky = (async (u: unknown, init?: RequestInit) => {
+      const body = String(init?.body ?? '');
+      if (body.includes('media_status') && drops-- > 0) throw new TypeError('Failed to fetch');
+      return srv.fetch(u as string, init);
+    }) as typeof fetch;
+    const c = new McpClient('/mcp', flaky);
+    const { taskId } = await c.startTask('generate_video', {});
+    const seen: string[] = [];
+    const last = await pollJob(c, taskId, (r) => seen.push(stateLabel(r)), { sleep: async () => undefined });
+    expect(seen).toEqual(['paused', 'completed']);
+    expect(last.status).toBe('completed');
+    expect(drops).toBe(-2); // two dropped, then two answered
+
+    drops = 5;
+    await expect(pollJob(c, taskId, () => undefined, { sleep: async () => undefined, retries: 3 })).rejects.toThrow('Failed to fetch');
+    await expect(pollJob(c, 'vid-unknown', () => undefined, { sleep: async () => undefined })).rejects.toMatchObject({ code: -32602 });
+  });
+
   it('stops when aborted', async () => {
     const srv = fakeServer({ tools: [], jobs: [{ tool: 'generate_video', records: records.slice(0, 2) }] });
     const c = new McpClient('/mcp', srv.fetch);

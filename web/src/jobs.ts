@@ -5,7 +5,7 @@
 // defaults, so an older server without `paused` still works), and every label
 // the UI shows is a pure function of it, tested without a browser.
 
-import type { McpClient, ResourceBlob } from './mcp';
+import { McpError, type McpClient, type ResourceBlob } from './mcp';
 
 export type JobStatus = 'queued' | 'in_progress' | 'completed' | 'failed' | 'cancelled';
 const STATUSES: readonly string[] = ['queued', 'in_progress', 'completed', 'failed', 'cancelled'];
@@ -138,6 +138,8 @@ export function blobOf(r: ResourceBlob): Blob {
 export interface PollOptions {
   intervalMs?: number;
   signal?: AbortSignal;
+  /** Transport failures in a row (not server answers) tolerated before giving up; default 3. */
+  retries?: number;
   /** Injected for tests; resolves after `ms` or rejects when `signal` aborts. */
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
 }
@@ -172,7 +174,8 @@ export async function cancelJob(client: McpClient, id: string, signal?: AbortSig
 /**
  * Poll `media_status` until the job ends, reporting every record that differs
  * from the last one. The local server is cheap to ask, so the default
- * interval (500 ms) is shorter than the task's advertised 2000 ms.
+ * interval (500 ms) is shorter than the task's advertised 2000 ms. A few
+ * transport failures in a row are ridden out; a server error ends the poll.
  */
 export async function pollJob(
   client: McpClient,
@@ -182,8 +185,18 @@ export async function pollJob(
 ): Promise<JobRecord> {
   const wait = opts.sleep ?? sleep;
   let last = '';
+  let failures = 0;
   for (;;) {
-    const r = await jobStatus(client, id, opts.signal);
+    let r: JobRecord;
+    try {
+      r = await jobStatus(client, id, opts.signal);
+      failures = 0;
+    } catch (e) {
+      // A server answer (unknown job, bad id) is final; a dropped connection is retried.
+      if ((e as Error).name === 'AbortError' || e instanceof McpError || ++failures > (opts.retries ?? 3)) throw e;
+      await wait(opts.intervalMs ?? 500, opts.signal);
+      continue;
+    }
     const key = JSON.stringify(r);
     if (key !== last) {
       last = key;
