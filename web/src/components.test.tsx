@@ -6,6 +6,7 @@ import { MessageView, formatStats } from './components/message';
 import { StudioView } from './views/studio';
 import { MemoryView } from './views/memory';
 import { pickDefaultModel } from './views/chat';
+import { fakeServer } from './testing/fake-mcp';
 
 const ROWS: ModelRow[] = [
   { id: 'small-chat', kind: 'chat', pulled: true, resident: true },
@@ -90,6 +91,11 @@ describe('StudioView', () => {
     await vi.waitFor(() =>
       expect(root.querySelector('[data-testid="studio-status"]')?.textContent).toContain('No media jobs are served yet: this server has no MCP endpoint at /mcp (HTTP 404)'),
     );
+    // "Check again" probes anew: here the endpoint has appeared meanwhile.
+    vi.stubGlobal('fetch', fakeServer({ tools: [{ name: 'generate_image' }], models: ROWS.map((r) => ({ ...r, pulled: true })), jobs: [] }).fetch);
+    Array.from(root.querySelectorAll('button')).find((b) => b.textContent === 'Check again')?.click();
+    await vi.waitFor(() => expect(root.querySelector('[data-testid="studio-status"]')?.textContent).toContain('1 MCP tool at /mcp: generate_image.'));
+    expect(root.querySelector('button.send')?.getAttribute('aria-label')).toBe('Generate image');
   });
 });
 

@@ -66,6 +66,8 @@ export function StudioView({ client: given, pollMs = 500 }: { client?: McpClient
   const [picked, setPicked] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
   const [formError, setFormError] = useState<string | null>(null);
+  /** bumped by "Check again" to probe /v1/models and /mcp anew */
+  const [probe, setProbe] = useState(0);
   const polls = useRef(new Map<string, AbortController>());
   const urls = useRef(new Map<string, string>());
   const jobsRef = useRef(jobs);
@@ -127,6 +129,8 @@ export function StudioView({ client: given, pollMs = 500 }: { client?: McpClient
 
   useEffect(() => {
     const ctl = new AbortController();
+    setError(null);
+    setMcp({ state: 'probing' });
     listModels(ctl.signal)
       .then((r) => setRows(mediaRows(r)))
       .catch((e: Error) => {
@@ -140,23 +144,28 @@ export function StudioView({ client: given, pollMs = 500 }: { client?: McpClient
         // Jobs from before a reload: follow the running ones, fetch finished results.
         for (const j of jobsRef.current) {
           if (!isTerminal(j.record)) track(j.id);
-          else if (j.record.status === 'completed' && j.record.resource && !j.result) void readResult(j.id, j.record.resource);
+          else if (j.record.status === 'completed' && j.record.resource && !j.result && !polls.current.has(`read:${j.id}`))
+            void readResult(j.id, j.record.resource);
         }
       })
       .catch((e: Error) => {
         if (e.name === 'AbortError') return;
         setMcp({ state: 'absent', why: e instanceof McpUnavailable ? e.message : `MCP failed: ${e.message}` });
       });
+    return () => ctl.abort();
+  }, [client, track, readResult, probe]);
+
+  // On unmount: stop following jobs and free the media.
+  useEffect(() => {
     const pollMap = polls.current;
     const urlMap = urls.current;
     return () => {
-      ctl.abort();
       for (const c of pollMap.values()) c.abort();
       pollMap.clear();
       for (const u of urlMap.values()) URL.revokeObjectURL(u);
       urlMap.clear();
     };
-  }, [client, track, readResult]);
+  }, []);
 
   useEffect(() => {
     saveJobs(jobs.map(toStored));
@@ -213,7 +222,20 @@ export function StudioView({ client: given, pollMs = 500 }: { client?: McpClient
     setJobs((js) => js.filter((j) => j.id !== id));
   };
 
-  if (error) return <p class="notice error" role="alert">Could not list models: {error}</p>;
+  const again = (
+    <button type="button" class="ghost" onClick={() => setProbe((n) => n + 1)}>
+      Check again
+    </button>
+  );
+  if (error)
+    return (
+      <div class="studio">
+        <p class="notice error" role="alert">
+          Could not list models: {error}
+        </p>
+        {again}
+      </div>
+    );
   if (!rows) return <p class="notice">Listing media models…</p>;
   const pulled = rows.filter((r) => r.pulled);
   return (
@@ -236,6 +258,7 @@ export function StudioView({ client: given, pollMs = 500 }: { client?: McpClient
             : `No media jobs are served yet: ${mcp.why}. Media models are pulled but cannot be run from here.`}
         </p>
       )}
+      {mcp.state === 'absent' && again}
       {current && (
         <section class="new-job" aria-labelledby="studio-new">
           <h3 id="studio-new">New job</h3>
