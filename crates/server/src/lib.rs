@@ -73,6 +73,8 @@ pub struct AppState {
     pub started: Instant,
     /// The web UI's files.
     pub ui: Option<ui::UiAssets>,
+    /// Cancelled at shutdown: ends MCP sessions and their open streams.
+    pub shutdown: tokio_util::sync::CancellationToken,
     next_id: AtomicU64,
 }
 
@@ -101,6 +103,7 @@ impl AppState {
             pull_lock: tokio::sync::Mutex::new(()),
             started: Instant::now(),
             ui: deps.ui,
+            shutdown: tokio_util::sync::CancellationToken::new(),
             next_id: AtomicU64::new(1),
         })
     }
@@ -211,11 +214,26 @@ pub async fn serve(config: ServeConfig, deps: ServerDeps) -> Result<(), ServerEr
     let app = router(state.clone());
     tokio::spawn(sweep_media(state.clone()));
     let grace = state.config.shutdown_grace;
+    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+    let token = state.shutdown.clone();
     let served = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown_signal().await;
         tracing::info!(grace_s = grace.as_secs(), "shutting down");
+        // MCP sessions keep event streams open; end them so connections drain.
+        token.cancel();
+        let _ = signalled_tx.send(());
     });
-    let result = served.await;
+    // Open requests get `grace` after the signal; then the server stops anyway.
+    let result = tokio::select! {
+        r = served => r,
+        _ = async {
+            let _ = signalled_rx.await;
+            tokio::time::sleep(grace).await;
+        } => {
+            tracing::warn!(grace_s = grace.as_secs(), "requests still open after the grace period; stopping");
+            Ok(())
+        }
+    };
     state.scheduler.shutdown();
     result.map_err(ServerError::from)
 }

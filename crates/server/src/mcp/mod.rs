@@ -80,7 +80,8 @@ pub fn service(state: Arc<AppState>) -> StreamableHttpService<FavloMcp, LocalSes
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
         .enforce_origin_validation()
-        .with_max_request_body_bytes(c.max_body_bytes);
+        .with_max_request_body_bytes(c.max_body_bytes)
+        .with_cancellation_token(state.shutdown.child_token());
     let s = state.clone();
     StreamableHttpService::new(
         move || Ok(FavloMcp { state: s.clone() }),
