@@ -26,5 +26,5 @@ pub use config::{EncoderConfig, Family, Pooling, SentenceConfig};
 pub use error::BertError;
 pub use model::{Encoder, Hidden};
 pub use pipeline::{BertEmbeddings, OpenOptions, open_embeddings};
-pub use quantize::{QuantizeReport, quantize_int8};
+pub use quantize::{QuantizeReport, quantize_int8, quantize_int8_grouped};
 pub use weights::WeightFormat;

@@ -1,15 +1,18 @@
 //! `quantize_int8`: write an int8 copy of a BERT/RoBERTa checkpoint (what
 //! `favlo quantize --format int8` runs).
 //!
-//! Format: the same safetensors names as the source; every encoder linear weight
+//! Format (version 2): the same safetensors names as the source; every encoder linear weight
 //! (`encoder.layer.N.{attention.self.query,key,value, attention.output.dense,
 //! intermediate.dense, output.dense}.weight`) is stored as `I8 [n, k]` beside a new
-//! `<name>_scale` (`…weight_scale`, `F32 [n]`, one symmetric scale per output row); every other
-//! tensor (embeddings, norms, biases) is kept as f32. The header metadata carries
-//! `favlo.quantization = int8-per-channel`, and `config.json` gains a `favlo_quantization`
-//! entry. Every other file of the directory (tokenizer, sentence-transformers configs) is
-//! copied unchanged. Key choice: plain safetensors, so the file stays inspectable with any
-//! safetensors reader, and the loader detects int8 purely by the `_scale` tensors.
+//! `<name>_scale` (`…weight_scale`, `F32 [n, ceil(k/64)]`, one symmetric scale per output row and
+//! group of 64 input columns, see [`crate::int8`]); every other tensor (embeddings, norms,
+//! biases) is kept as f32. The header metadata carries `favlo.quantization = int8-group`,
+//! `favlo.int8.group_size = 64` and `favlo.int8.version = 2`, and `config.json` gains a
+//! `favlo_quantization` entry saying the same. Every other file of the directory (tokenizer,
+//! sentence-transformers configs) is copied unchanged. Version 1 files (`int8-per-channel`,
+//! scales `F32 [n]`) still load: one group of `k`. Key choice: plain safetensors, so the file
+//! stays inspectable with any safetensors reader, and the loader detects int8 purely by the
+//! `_scale` tensors.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -19,7 +22,7 @@ use safetensors::tensor::{Dtype, TensorView};
 
 use crate::config::read_json;
 use crate::error::BertError;
-use crate::int8::quantize_rows;
+use crate::int8::{GROUP, effective_group, quantize_groups};
 use crate::weights::checkpoint_file;
 
 /// What [`quantize_int8`] wrote.
@@ -34,6 +37,20 @@ pub struct QuantizeReport {
     /// Size of the source and written checkpoint files.
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// Input columns per scale (of the widest linear; narrower ones use one group of `k`).
+    pub group_size: usize,
+}
+
+/// The safetensors metadata keys and values the writer records.
+pub mod meta {
+    /// Scheme name: `int8-group` (version 2) or `int8-per-channel` (version 1, per-row scales).
+    pub const QUANTIZATION_KEY: &str = "favlo.quantization";
+    pub const QUANTIZATION: &str = "int8-group";
+    /// Input columns per scale (decimal).
+    pub const GROUP_SIZE_KEY: &str = "favlo.int8.group_size";
+    /// Format version (decimal): 2 = group-wise scales.
+    pub const VERSION_KEY: &str = "favlo.int8.version";
+    pub const VERSION: u32 = 2;
 }
 
 /// Whether `name` is an encoder linear weight that int8 applies to.
@@ -55,8 +72,20 @@ pub fn is_quantized_linear(name: &str) -> bool {
     )
 }
 
-/// Quantize the checkpoint in `checkpoint_dir` into `out_dir` (created if missing).
+/// Quantize the checkpoint in `checkpoint_dir` into `out_dir` (created if missing) with
+/// [`GROUP`] = 64 input columns per scale.
 pub fn quantize_int8(checkpoint_dir: &Path, out_dir: &Path) -> Result<QuantizeReport, BertError> {
+    quantize_int8_grouped(checkpoint_dir, out_dir, GROUP)
+}
+
+/// [`quantize_int8`] with `group` input columns per scale (≥ 1; groups wider than a linear's
+/// `k` become one group of `k`).
+pub fn quantize_int8_grouped(
+    checkpoint_dir: &Path,
+    out_dir: &Path,
+    group: usize,
+) -> Result<QuantizeReport, BertError> {
+    let group = group.max(1);
     let src = checkpoint_file(checkpoint_dir);
     let st = SafeTensors::open(&src).map_err(|e| BertError::Checkpoint {
         path: src.clone(),
@@ -79,7 +108,8 @@ pub fn quantize_int8(checkpoint_dir: &Path, out_dir: &Path) -> Result<QuantizeRe
         })?;
         if is_quantized_linear(&name) && shape.len() == 2 {
             let (n, k) = (shape[0], shape[1]);
-            let (q, scales) = quantize_rows(&data, n, k);
+            let (q, scales) = quantize_groups(&data, n, k, group);
+            let groups = k.div_ceil(effective_group(k, group));
             tensors.push((
                 name.clone(),
                 Dtype::I8,
@@ -89,7 +119,7 @@ pub fn quantize_int8(checkpoint_dir: &Path, out_dir: &Path) -> Result<QuantizeRe
             tensors.push((
                 format!("{name}_scale"),
                 Dtype::F32,
-                vec![n],
+                vec![n, groups],
                 scales.iter().flat_map(|s| s.to_le_bytes()).collect(),
             ));
             quantized += 1;
@@ -112,9 +142,11 @@ pub fn quantize_int8(checkpoint_dir: &Path, out_dir: &Path) -> Result<QuantizeRe
     let meta = HashMap::from([
         ("format".to_string(), "pt".to_string()),
         (
-            "favlo.quantization".to_string(),
-            "int8-per-channel".to_string(),
+            meta::QUANTIZATION_KEY.to_string(),
+            meta::QUANTIZATION.to_string(),
         ),
+        (meta::GROUP_SIZE_KEY.to_string(), group.to_string()),
+        (meta::VERSION_KEY.to_string(), meta::VERSION.to_string()),
     ]);
     let dst = out_dir.join("model.safetensors");
     safetensors::tensor::serialize_to_file(views, Some(meta), &dst).map_err(|e| {
@@ -133,7 +165,13 @@ pub fn quantize_int8(checkpoint_dir: &Path, out_dir: &Path) -> Result<QuantizeRe
         if let Some(obj) = cfg.as_object_mut() {
             obj.insert(
                 "favlo_quantization".into(),
-                serde_json::json!({"format": "int8", "scheme": "per-output-channel symmetric", "activations": "f32"}),
+                serde_json::json!({
+                    "format": "int8",
+                    "version": meta::VERSION,
+                    "scheme": "symmetric, one scale per output row and group of input columns",
+                    "group_size": group,
+                    "activations": "f32",
+                }),
             );
         }
         let text = serde_json::to_string_pretty(&cfg).map_err(|source| BertError::Json {
@@ -149,6 +187,7 @@ pub fn quantize_int8(checkpoint_dir: &Path, out_dir: &Path) -> Result<QuantizeRe
         checkpoint: dst,
         quantized,
         kept,
+        group_size: group,
     })
 }
 

@@ -2,9 +2,10 @@
 //!
 //! Key choices: Q, K and V are fused into one `[3h, h]` linear at load time (one GEMM per layer
 //! instead of three, which matters at batch 1); every buffer is a `Resident` span of the ledger;
-//! a linear is either f32 or per-channel int8 ([`crate::int8`]), chosen at load (an int8
-//! checkpoint written by [`crate::quantize_int8`] is detected by its `*.weight_scale` tensors, and
-//! an f32 checkpoint can be quantized on the fly).
+//! a linear is either f32 or group-wise int8 ([`crate::int8`]), chosen at load (an int8
+//! checkpoint written by [`crate::quantize_int8`] is detected by its `*.weight_scale` tensors:
+//! `[n, G]` group scales, group size from the file's `favlo.int8.group_size` metadata, or the old
+//! per-row `[n]`; an f32 checkpoint can be quantized on the fly).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
 use crate::config::EncoderConfig;
 use crate::error::BertError;
 use crate::int8::{self, Int8View};
+use crate::quantize::meta as int8_meta;
 
 /// How the linear layers are stored in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -24,14 +26,18 @@ pub enum WeightFormat {
     /// As in the checkpoint (f32; an int8 checkpoint stays int8).
     #[default]
     AsStored,
-    /// Quantize f32 linears to per-channel int8 while loading.
+    /// Quantize f32 linears to group-wise int8 ([`int8::GROUP`] columns per scale) while loading.
     Int8,
 }
 
 /// The weights of one linear layer.
 pub(crate) enum LinearWeights {
     F32(Buffer<f32>),
-    Int8 { q: Buffer<i8>, scales: Buffer<f32> },
+    Int8 {
+        q: Buffer<i8>,
+        scales: Buffer<f32>,
+        group: usize,
+    },
 }
 
 /// `y = x W^T + b`.
@@ -56,13 +62,14 @@ impl Linear {
                 Some(&self.bias),
                 out,
             ),
-            LinearWeights::Int8 { q, scales } => int8::linear_int8(
+            LinearWeights::Int8 { q, scales, group } => int8::linear_int8(
                 x,
                 Int8View {
                     q,
                     scales,
                     n: self.n,
                     k: self.k,
+                    group: *group,
                 },
                 Some(&self.bias),
                 out,
@@ -144,6 +151,17 @@ impl Reader {
         self.names.contains(&full)
     }
 
+    /// Shape of `name`, if present.
+    pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        let full = format!("{}{name}", self.prefix);
+        self.st.info(&full).map(|i| i.shape)
+    }
+
+    /// A `__metadata__` entry of the file.
+    pub fn metadata(&self, key: &str) -> Option<String> {
+        self.st.file_metadata().get(key).map(|v| v.to_string())
+    }
+
     /// The tensor `name` as f32 with its shape checked against `shape`.
     pub fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, BertError> {
         let full = format!("{}{name}", self.prefix);
@@ -218,7 +236,8 @@ impl Loader<'_> {
         let what = format!("{} (+{} fused)", bases[0], bases.len() - 1);
         let w = if stored_int8 {
             let mut q = Vec::with_capacity(n * k);
-            let mut scales = Vec::with_capacity(n);
+            let mut scales = Vec::new();
+            let mut group = None;
             for b in bases {
                 let name = format!("{b}.weight");
                 for v in self.reader.f32(&name, &[n_each, k])? {
@@ -230,11 +249,28 @@ impl Loader<'_> {
                     }
                     q.push(v as i8);
                 }
-                scales.extend(self.reader.f32(&format!("{b}.weight_scale"), &[n_each])?);
+                let scale_name = format!("{b}.weight_scale");
+                let g = self.scale_group(&scale_name, n_each, k)?;
+                if group.is_some_and(|prev| prev != g) {
+                    return Err(BertError::tensor(
+                        &scale_name,
+                        "fused linears have different group sizes",
+                    ));
+                }
+                group = Some(g);
+                let groups = k.div_ceil(g);
+                let shape = self.reader.shape(&scale_name).unwrap_or_default();
+                let want: Vec<usize> = if shape.len() == 1 {
+                    vec![n_each]
+                } else {
+                    vec![n_each, groups]
+                };
+                scales.extend(self.reader.f32(&scale_name, &want)?);
             }
             LinearWeights::Int8 {
                 q: self.put(&q, &what)?,
                 scales: self.put(&scales, &what)?,
+                group: group.unwrap_or(k.max(1)),
             }
         } else {
             let mut w = Vec::with_capacity(n * k);
@@ -244,10 +280,11 @@ impl Loader<'_> {
             match self.format {
                 WeightFormat::AsStored => LinearWeights::F32(self.put(&w, &what)?),
                 WeightFormat::Int8 => {
-                    let (q, scales) = int8::quantize_rows(&w, n, k);
+                    let (q, scales) = int8::quantize_groups(&w, n, k, int8::GROUP);
                     LinearWeights::Int8 {
                         q: self.put(&q, &what)?,
                         scales: self.put(&scales, &what)?,
+                        group: int8::effective_group(k, int8::GROUP),
                     }
                 }
             }
@@ -258,6 +295,48 @@ impl Loader<'_> {
             n,
             k,
         })
+    }
+
+    /// Group size of a stored scale tensor: `[n]` is the old per-row format (one group of
+    /// `k`); `[n, G]` takes the group from the file's `favlo.int8.group_size` metadata, or,
+    /// without it, `k / G` when that divides exactly.
+    fn scale_group(&self, scale_name: &str, n: usize, k: usize) -> Result<usize, BertError> {
+        let shape = self
+            .reader
+            .shape(scale_name)
+            .ok_or_else(|| BertError::tensor(scale_name, "not found"))?;
+        let bad = |reason: String| BertError::tensor(scale_name, reason);
+        match shape.as_slice() {
+            [rows] if *rows == n => Ok(k.max(1)),
+            [rows, groups] if *rows == n && *groups >= 1 => {
+                let group = match self.reader.metadata(int8_meta::GROUP_SIZE_KEY) {
+                    Some(text) => text.trim().parse::<usize>().map_err(|_| {
+                        bad(format!(
+                            "metadata {} = {text:?} is not a number",
+                            int8_meta::GROUP_SIZE_KEY
+                        ))
+                    })?,
+                    None if k.is_multiple_of(*groups) => k / groups,
+                    None => {
+                        return Err(bad(format!(
+                            "{groups} groups over {k} columns and no {} metadata",
+                            int8_meta::GROUP_SIZE_KEY
+                        )));
+                    }
+                };
+                let group = int8::effective_group(k, group);
+                if k.div_ceil(group) != *groups {
+                    return Err(bad(format!(
+                        "shape {shape:?} does not match group size {group} over {k} columns"
+                    )));
+                }
+                Ok(group)
+            }
+            _ => Err(bad(format!(
+                "shape {shape:?}, expected [{n}] or [{n}, {}]",
+                k.div_ceil(int8::GROUP)
+            ))),
+        }
     }
 
     pub fn load(&self, cfg: &EncoderConfig) -> Result<Weights, BertError> {
@@ -310,12 +389,15 @@ impl Loader<'_> {
     }
 }
 
-/// Resident bytes the weights will take (for the fit check before the first allocation).
+/// Resident bytes the weights will take (for the fit check before the first allocation);
+/// int8 scales are counted at [`int8::GROUP`] columns per scale.
 pub fn resident_bytes(cfg: &EncoderConfig, int8: bool) -> u64 {
     let h = cfg.hidden_size as u64;
     let i = cfg.intermediate_size as u64;
     let linear_params = cfg.num_layers as u64 * (4 * h * h + 2 * h * i);
     let linear_rows = cfg.num_layers as u64 * (4 * h + h + i);
+    let g = int8::GROUP as u64;
+    let scales = cfg.num_layers as u64 * ((4 * h + i) * h.div_ceil(g) + h * i.div_ceil(g));
     let other =
         (cfg.vocab_size as u64 + cfg.max_position_embeddings as u64 + cfg.type_vocab_size as u64)
             * h
@@ -323,7 +405,7 @@ pub fn resident_bytes(cfg: &EncoderConfig, int8: bool) -> u64 {
             + linear_rows
             + 2 * h;
     let linear_bytes = if int8 {
-        linear_params + linear_rows * 4
+        linear_params + scales * 4
     } else {
         linear_params * 4
     };

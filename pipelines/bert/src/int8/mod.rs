@@ -1,68 +1,128 @@
-//! Per-channel symmetric int8 weights and their linear kernel.
+//! Group-wise symmetric int8 weights and their linear kernels.
 //!
-//! Layout: `q[n, k]` int8 (row-major, PyTorch `nn.Linear` order) and one f32 scale per output
-//! row, `w[j, i] ≈ scale[j] * q[j, i]`, `scale[j] = max_i |w[j, i]| / 127`.
-//! Key choices: activations stay f32 (only the weights are quantized, which keeps MiniLM's
-//! cosine to the f32 model far above 0.999 without calibration); the scale is applied once per
-//! output after the dot product. Few rows (GEMV, batch-1 decode of short inputs) run a
-//! register-tiled AVX2/FMA kernel that widens int8 to f32 in registers and reads 4× fewer weight
-//! bytes than f32; many rows widen the matrix into an f32 panel once per call and hand it to
-//! the runtime's f32 GEMM (the widening costs `n*k` against the GEMM's `m*n*k`).
+//! Layout: `q[n, k]` int8 (row-major, PyTorch `nn.Linear` order) and one f32 scale per output row
+//! and group of `group` input columns, `scales[n, G]` with `G = ceil(k / group)` (the last group
+//! is shorter when `group` does not divide `k`):
+//! `w[j, c] ≈ scales[j, c / group] * q[j, c]`, `scales[j, g] = max |w[j, g·group ..]| / 127`.
+//! The old per-output-row format is the special case `group = k` (`G = 1`).
+//!
+//! Key choices: activations stay f32 (weight-only quantization, no calibration). Per-row scales
+//! leave the worst MiniLM sentence at cosine 0.9956 to f32; groups of [`GROUP`] = 64 columns
+//! bring every one of the 64 test sentences above 0.999 for 1/16 more scale bytes. Few rows
+//! (GEMV, batch 1) run a register-tiled AVX2/FMA kernel ([`tiled`]) that sums each group in f32
+//! registers and folds it into the total with one FMA by its scale; many rows widen the matrix
+//! into an f32 panel once per call (group scales applied while widening) and hand it to the
+//! runtime's f32 GEMM (the widening costs `n*k` against the GEMM's `m*n*k`).
+
+mod tiled;
 
 use rayon::prelude::*;
+
+pub use tiled::linear_int8_tiled;
 
 /// Rows of `x` at or above which [`linear_int8`] widens the weights and uses the f32 GEMM.
 pub const GEMM_MIN_ROWS: usize = 16;
 
-/// Quantize row-major `w[n, k]` per output row. Returns `(q, scales)`.
-pub fn quantize_rows(w: &[f32], n: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
+/// Input columns per scale that Favlo writes and quantizes to at load.
+pub const GROUP: usize = 64;
+
+/// Quantize row-major `w[n, k]` with one scale per output row and group of `group` columns.
+/// Returns `(q[n*k], scales[n*G])`, `G = ceil(k / group)`; `group` 0 or ≥ `k` is per row.
+pub fn quantize_groups(w: &[f32], n: usize, k: usize, group: usize) -> (Vec<i8>, Vec<f32>) {
+    let group = effective_group(k, group);
+    let groups = k.div_ceil(group);
     let mut q = vec![0i8; n * k];
-    let mut scales = vec![0f32; n];
-    for (j, (row, qrow)) in w
+    let mut scales = vec![0f32; n * groups];
+    if k == 0 {
+        return (q, scales);
+    }
+    for ((row, qrow), srow) in w
         .chunks_exact(k)
         .zip(q.chunks_exact_mut(k))
-        .enumerate()
+        .zip(scales.chunks_exact_mut(groups))
         .take(n)
     {
-        let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let scale = if amax > 0.0 { amax / 127.0 } else { 1.0 };
-        scales[j] = scale;
-        let inv = 1.0 / scale;
-        for (d, &v) in qrow.iter_mut().zip(row) {
-            *d = (v * inv).round().clamp(-127.0, 127.0) as i8;
+        for ((part, qpart), s) in row.chunks(group).zip(qrow.chunks_mut(group)).zip(srow) {
+            let amax = part.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let scale = if amax > 0.0 { amax / 127.0 } else { 1.0 };
+            *s = scale;
+            let inv = 1.0 / scale;
+            for (d, &v) in qpart.iter_mut().zip(part) {
+                *d = (v * inv).round().clamp(-127.0, 127.0) as i8;
+            }
         }
     }
     (q, scales)
 }
 
+/// The old format: one scale per output row (`quantize_groups` with `group = k`).
+pub fn quantize_rows(w: &[f32], n: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
+    quantize_groups(w, n, k, k)
+}
+
+/// `group` clamped to `1..=k` (0 means one group per row).
+pub fn effective_group(k: usize, group: usize) -> usize {
+    if group == 0 || group >= k {
+        k.max(1)
+    } else {
+        group
+    }
+}
+
 /// Borrowed view of one int8 matrix.
 #[derive(Clone, Copy, Debug)]
 pub struct Int8View<'a> {
+    /// `q[n, k]`.
     pub q: &'a [i8],
+    /// `scales[n, groups()]`.
     pub scales: &'a [f32],
     pub n: usize,
     pub k: usize,
+    /// Input columns per scale (`k` for the per-row format).
+    pub group: usize,
 }
 
-/// Widen `view` to f32 (`scale * q`) into `out[n*k]`, in parallel over rows.
+impl Int8View<'_> {
+    /// Scales per output row.
+    pub fn groups(&self) -> usize {
+        self.k.div_ceil(self.group.max(1))
+    }
+
+    /// Whether the slice lengths agree with `n`, `k` and `group`.
+    pub fn is_consistent(&self) -> bool {
+        self.group >= 1
+            && self.q.len() == self.n * self.k
+            && self.scales.len() == self.n * self.groups()
+    }
+}
+
+/// Widen `view` to f32 (`scale[j, c/group] * q[j, c]`) into `out[n*k]`, in parallel over rows.
 pub fn dequantize_into(view: Int8View<'_>, out: &mut [f32]) {
-    let k = view.k;
-    out.par_chunks_mut(k * 16)
-        .zip(view.q.par_chunks(k * 16))
-        .zip(view.scales.par_chunks(16))
+    let (k, g, groups) = (view.k, view.group.max(1), view.groups());
+    const ROWS: usize = 16;
+    out.par_chunks_mut(k * ROWS)
+        .zip(view.q.par_chunks(k * ROWS))
+        .zip(view.scales.par_chunks(groups * ROWS))
         .for_each(|((o, q), s)| {
-            for ((orow, qrow), &scale) in o.chunks_exact_mut(k).zip(q.chunks_exact(k)).zip(s) {
-                for (d, &v) in orow.iter_mut().zip(qrow) {
-                    *d = f32::from(v) * scale;
+            for ((orow, qrow), srow) in o
+                .chunks_exact_mut(k)
+                .zip(q.chunks_exact(k))
+                .zip(s.chunks_exact(groups))
+            {
+                for ((opart, qpart), &scale) in orow.chunks_mut(g).zip(qrow.chunks(g)).zip(srow) {
+                    for (d, &v) in opart.iter_mut().zip(qpart) {
+                        *d = f32::from(v) * scale;
+                    }
                 }
             }
         });
 }
 
-/// `out[m, n] = x[m, k] · (scale ⊙ q)[n, k]^T + bias[n]`, `m = x.len() / k`.
+/// `out[m, n] = x[m, k] · W[n, k]^T + bias[n]` with `W` dequantized from `w`, `m = x.len() / k`.
 ///
 /// `panel` is scratch for the many-rows path (at least `n*k` long when `m >= GEMM_MIN_ROWS`);
-/// a shorter panel makes the call use the tiled kernel for every `m`.
+/// a shorter panel makes the call use the tiled kernel for every `m`. An inconsistent view
+/// (lengths that disagree with its shape) leaves `out` untouched.
 pub fn linear_int8(
     x: &[f32],
     w: Int8View<'_>,
@@ -71,7 +131,7 @@ pub fn linear_int8(
     panel: &mut [f32],
 ) {
     let (n, k) = (w.n, w.k);
-    if k == 0 || n == 0 {
+    if k == 0 || n == 0 || !w.is_consistent() {
         return;
     }
     let m = x.len() / k;
@@ -90,151 +150,28 @@ pub fn linear_int8(
     linear_int8_tiled(x, w, bias, out);
 }
 
-/// The register-tiled kernel, parallel over blocks of output columns.
-pub fn linear_int8_tiled(x: &[f32], w: Int8View<'_>, bias: Option<&[f32]>, out: &mut [f32]) {
-    let (n, k) = (w.n, w.k);
-    let m = x.len() / k;
-    const NB: usize = 32;
-    let blocks: Vec<Vec<f32>> = (0..n.div_ceil(NB))
-        .into_par_iter()
-        .map(|b| {
-            let j0 = b * NB;
-            let j1 = (j0 + NB).min(n);
-            let mut local = vec![0f32; m * (j1 - j0)];
-            block(x, w, j0, j1, m, &mut local);
-            local
-        })
-        .collect();
-    for (b, local) in blocks.iter().enumerate() {
-        let j0 = b * NB;
-        let jb = local.len() / m.max(1);
-        for i in 0..m {
-            let dst = &mut out[i * n + j0..i * n + j0 + jb];
-            dst.copy_from_slice(&local[i * jb..(i + 1) * jb]);
-            if let Some(bias) = bias {
-                for (d, &bv) in dst.iter_mut().zip(&bias[j0..j0 + jb]) {
-                    *d += bv;
-                }
-            }
-        }
-    }
-}
-
-/// Columns `j0..j1` for all `m` rows into `local[m, j1-j0]` (scaled, no bias).
-fn block(x: &[f32], w: Int8View<'_>, j0: usize, j1: usize, m: usize, local: &mut [f32]) {
-    let k = w.k;
-    let jb = j1 - j0;
-    let mut i = 0;
-    while i < m {
-        let rows = (m - i).min(4);
-        let xs = &x[i * k..(i + rows) * k];
-        for j in j0..j1 {
-            let q = &w.q[j * k..(j + 1) * k];
-            let mut acc = [0f32; 4];
-            dot_rows(xs, q, k, rows, &mut acc);
-            for (r, a) in acc.iter().enumerate().take(rows) {
-                local[(i + r) * jb + (j - j0)] = a * w.scales[j];
-            }
-        }
-        i += rows;
-    }
-}
-
-/// `acc[r] = Σ_i xs[r*k + i] * q[i]` for `rows ≤ 4` rows.
-fn dot_rows(xs: &[f32], q: &[i8], k: usize, rows: usize, acc: &mut [f32; 4]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the features were detected just above; slices are bounds-checked inside
-            // via the lengths asserted by the caller's chunking (xs.len() == rows*k, q.len()==k).
-            unsafe { avx2::dot_rows(xs, q, k, rows, acc) };
-            return;
-        }
-    }
-    dot_rows_scalar(xs, q, k, rows, acc);
-}
-
-fn dot_rows_scalar(xs: &[f32], q: &[i8], k: usize, rows: usize, acc: &mut [f32; 4]) {
-    for (r, a) in acc.iter_mut().enumerate().take(rows) {
-        let xr = &xs[r * k..(r + 1) * k];
-        *a = xr.iter().zip(q).map(|(&a, &b)| a * f32::from(b)).sum();
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use std::arch::x86_64::*;
-
-    /// AVX2+FMA body of [`super::dot_rows`]: one weight vector widened per 8 columns and
-    /// reused by up to 4 activation rows, two accumulators per row to hide FMA latency.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot_rows(xs: &[f32], q: &[i8], k: usize, rows: usize, acc: &mut [f32; 4]) {
-        if xs.len() < rows * k || q.len() < k {
-            return;
-        }
-        let k16 = k / 16 * 16;
-        let mut a0 = [_mm256_setzero_ps(); 4];
-        let mut a1 = [_mm256_setzero_ps(); 4];
-        let qp = q.as_ptr();
-        let xp = xs.as_ptr();
-        let mut i = 0;
-        while i < k16 {
-            // SAFETY: i + 16 <= k <= q.len(); each row r reads xs[r*k + i .. r*k + i + 16] < rows*k.
-            unsafe {
-                let w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                    qp.add(i) as *const __m128i
-                )));
-                let w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                    qp.add(i + 8) as *const __m128i
-                )));
-                for r in 0..4 {
-                    if r < rows {
-                        let xr = xp.add(r * k + i);
-                        a0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xr), w0, a0[r]);
-                        a1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xr.add(8)), w1, a1[r]);
-                    }
-                }
-            }
-            i += 16;
-        }
-        for r in 0..rows.min(4) {
-            let s = _mm256_add_ps(a0[r], a1[r]);
-            let hi = _mm256_extractf128_ps(s, 1);
-            let lo = _mm256_castps256_ps128(s);
-            let s4 = _mm_add_ps(hi, lo);
-            let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-            let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-            let mut total = _mm_cvtss_f32(s1);
-            for c in k16..k {
-                total += xs[r * k + c] * f32::from(q[c]);
-            }
-            acc[r] = total;
-        }
-    }
-}
-
 /// Scalar float64 references for the tests.
 pub mod reference {
-    /// `out[m, n] = x · (scale ⊙ q)^T + bias`, accumulated in f64.
-    pub fn linear_int8(
-        x: &[f32],
-        q: &[i8],
-        scales: &[f32],
-        n: usize,
-        k: usize,
-        bias: Option<&[f32]>,
-        out: &mut [f32],
-    ) {
+    use super::Int8View;
+
+    /// `out[m, n] = x · W^T + bias`, `W[j, c] = scales[j, c/group] · q[j, c]`, each group's dot
+    /// product and the sum over groups accumulated in f64.
+    pub fn linear_int8(x: &[f32], w: Int8View<'_>, bias: Option<&[f32]>, out: &mut [f32]) {
+        let (n, k, g) = (w.n, w.k, w.group.max(1));
+        let groups = w.groups();
         let m = x.len() / k;
         for i in 0..m {
             for j in 0..n {
                 let mut acc = 0f64;
-                for c in 0..k {
-                    acc += f64::from(x[i * k + c]) * f64::from(q[j * k + c]);
+                for gi in 0..groups {
+                    let mut part = 0f64;
+                    for c in gi * g..((gi + 1) * g).min(k) {
+                        part += f64::from(x[i * k + c]) * f64::from(w.q[j * k + c]);
+                    }
+                    acc += part * f64::from(w.scales[j * groups + gi]);
                 }
                 let b = bias.map_or(0.0, |b| f64::from(b[j]));
-                out[i * n + j] = (acc * f64::from(scales[j]) + b) as f32;
+                out[i * n + j] = (acc + b) as f32;
             }
         }
     }
@@ -256,58 +193,115 @@ mod tests {
     }
 
     #[test]
-    fn quantize_round_trips_within_half_a_step() {
+    fn group_quantization_round_trips_within_half_a_step() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);
-        let (n, k) = (7, 33);
-        let w = rand_vec(&mut rng, n * k);
-        let (q, s) = quantize_rows(&w, n, k);
-        for j in 0..n {
-            let amax = w[j * k..(j + 1) * k]
-                .iter()
-                .fold(0f32, |m, v| m.max(v.abs()));
-            assert!((s[j] - amax / 127.0).abs() < 1e-7);
-            for c in 0..k {
-                let back = f32::from(q[j * k + c]) * s[j];
-                assert!((back - w[j * k + c]).abs() <= s[j] * 0.5 + 1e-6);
+        for &(n, k, group) in &[(7, 33, 33), (5, 150, 64), (3, 128, 64), (4, 40, 16)] {
+            // Columns of very different magnitude so that group scales differ from row scales.
+            let mut w = rand_vec(&mut rng, n * k);
+            for (c, v) in w.iter_mut().enumerate() {
+                *v *= 1.0 + (c % k) as f32 * 0.1;
+            }
+            let (q, s) = quantize_groups(&w, n, k, group);
+            let groups = k.div_ceil(group);
+            assert_eq!(s.len(), n * groups);
+            for j in 0..n {
+                for g in 0..groups {
+                    let cols = g * group..((g + 1) * group).min(k);
+                    let amax = w[j * k + cols.start..j * k + cols.end]
+                        .iter()
+                        .fold(0f32, |m, v| m.max(v.abs()));
+                    let scale = s[j * groups + g];
+                    assert!((scale - amax / 127.0).abs() <= 1e-7 * amax.max(1.0));
+                    for c in cols {
+                        let back = f32::from(q[j * k + c]) * scale;
+                        assert!((back - w[j * k + c]).abs() <= scale * 0.5 + 1e-6);
+                    }
+                }
             }
         }
+        // Per-row is the single-group case.
+        let w = rand_vec(&mut rng, 3 * 20);
+        assert_eq!(quantize_rows(&w, 3, 20), quantize_groups(&w, 3, 20, 0));
     }
 
     #[test]
     fn kernel_paths_match_f64_reference() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(2);
-        for &(m, n, k) in &[
-            (1, 45, 384),
-            (3, 70, 37),
-            (5, 64, 100),
-            (20, 48, 130),
-            (33, 96, 384),
+        for &(m, n, k, group) in &[
+            (1, 45, 384, 64),
+            (1, 45, 384, 384),
+            (3, 70, 37, 64),
+            (2, 33, 100, 64),
+            (5, 64, 100, 32),
+            (4, 17, 150, 64),
+            (20, 48, 130, 64),
+            (20, 48, 130, 130),
+            (33, 96, 384, 64),
+            (17, 40, 1536, 64),
         ] {
             let x = rand_vec(&mut rng, m * k);
-            let w = rand_vec(&mut rng, n * k);
+            let mut w = rand_vec(&mut rng, n * k);
+            for (c, v) in w.iter_mut().enumerate() {
+                *v *= 0.2 + ((c % k) / 16) as f32;
+            }
             let bias = rand_vec(&mut rng, n);
-            let (q, scales) = quantize_rows(&w, n, k);
+            let (q, scales) = quantize_groups(&w, n, k, group);
             let view = Int8View {
                 q: &q,
                 scales: &scales,
                 n,
                 k,
+                group: effective_group(k, group),
             };
+            assert!(view.is_consistent());
             let mut want = vec![0f32; m * n];
-            reference::linear_int8(&x, &q, &scales, n, k, Some(&bias), &mut want);
+            reference::linear_int8(&x, view, Some(&bias), &mut want);
             let mut tiled = vec![0f32; m * n];
             linear_int8_tiled(&x, view, Some(&bias), &mut tiled);
-            assert!(max_rel(&tiled, &want) < 1e-5, "tiled m={m} n={n} k={k}");
+            let e = max_rel(&tiled, &want);
+            assert!(e < 1e-5, "tiled m={m} n={n} k={k} g={group}: {e}");
             let mut panel = vec![0f32; n * k];
             let mut got = vec![0f32; m * n];
             linear_int8(&x, view, Some(&bias), &mut got, &mut panel);
-            assert!(max_rel(&got, &want) < 1e-5, "dispatch m={m} n={n} k={k}");
-            let mut scalar = [0f32; 4];
-            let rows = m.min(4);
-            dot_rows_scalar(&x[..rows * k], &q[..k], k, rows, &mut scalar);
-            let mut fast = [0f32; 4];
-            dot_rows(&x[..rows * k], &q[..k], k, rows, &mut fast);
-            assert!(max_rel(&fast[..rows], &scalar[..rows]) < 1e-5);
+            let e = max_rel(&got, &want);
+            assert!(e < 1e-5, "dispatch m={m} n={n} k={k} g={group}: {e}");
+            // The widened panel is exactly scale * q.
+            let mut wide = vec![0f32; n * k];
+            dequantize_into(view, &mut wide);
+            let g = view.group;
+            for j in 0..n {
+                for c in 0..k {
+                    let s = scales[j * view.groups() + c / g];
+                    assert_eq!(wide[j * k + c], f32::from(q[j * k + c]) * s);
+                }
+            }
+            tiled::check_scalar_matches_simd(&x, view, m);
         }
+    }
+
+    #[test]
+    fn groups_beat_rows_on_outlier_columns() {
+        // A weight with one large column: per-row scales flatten the rest, groups do not.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let (n, k) = (8, 256);
+        let mut w = rand_vec(&mut rng, n * k);
+        for j in 0..n {
+            w[j * k + 5] = 40.0;
+        }
+        let err = |group: usize| {
+            let (q, s) = quantize_groups(&w, n, k, group);
+            let groups = k.div_ceil(effective_group(k, group));
+            let g = effective_group(k, group);
+            let mut e = 0f64;
+            for j in 0..n {
+                for c in 0..k {
+                    let back = f32::from(q[j * k + c]) * s[j * groups + c / g];
+                    e += f64::from(back - w[j * k + c]).powi(2);
+                }
+            }
+            e
+        };
+        // Three of the four groups lose the outlier: their error all but vanishes.
+        assert!(err(64) * 3.0 < err(0), "{} vs {}", err(64), err(0));
     }
 }
