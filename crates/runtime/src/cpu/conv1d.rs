@@ -3,26 +3,20 @@
 //! channel-major `[C, L]` f32 slices with PyTorch's weight layouts.
 //!
 //! Key design choices:
-//! - A dense convolution is an im2col GEMM over time tiles: each tile of output
-//!   columns gathers its `[Cin·K, tile]` columns (zeros where the window leaves
-//!   the input) into a cache-sized scratch and multiplies it by the weight,
-//!   which PyTorch's `[Cout, Cin, K]` layout already stores as `[Cout, Cin·K]`
-//!   ([`super::sgemm_nn`]). Tiles are spread over rayon workers, each with its
-//!   own slice of the caller-owned scratch ([`Conv1d::scratch_len`]); a tile's
-//!   result does not depend on which worker ran it, so the output is the same
-//!   at every thread count. An unfused 1×1 convolution is one GEMM on the input.
+//! - A dense convolution is one GEMM `[Cout, Cin·K] · [Cin·K, Lo]` whose
+//!   column matrix is never built: the input is copied once, zero-padded, into
+//!   the caller-owned scratch ([`Conv1d::scratch_len`]), and row `(ci, tap)` of
+//!   the column matrix is that copy read at offset `ci·Lp + tap·d` (the
+//!   row-offset GEMM in `sgemm`). PyTorch's `[Cout, Cin, K]` weight already is
+//!   `[Cout, Cin·K]`. Output columns are split over rayon workers in whole
+//!   micro-tiles, so the result is the same at every thread count.
 //! - Two fusions save whole passes over long activations ([`ConvFuse`]): a leaky
-//!   ReLU applied to the input while the columns are gathered, and a residual
-//!   the GEMM starts from (`out = residual + conv(x)`).
+//!   ReLU applied to the input while it is padded, and a residual the GEMM
+//!   starts from (`out = residual + conv(x)`).
 //! - Shapes are the caller's contract: a mismatch trips a debug assertion; in
 //!   release builds the kernel returns without writing (it never panics).
 
 use rayon::prelude::*;
-
-use super::linear::SyncPtr;
-
-/// Target size of one im2col tile, in floats (fits a core's L2 with the weight).
-pub(crate) const TILE_FLOATS: usize = 1 << 17;
 
 /// Optional work fused into a convolution.
 #[derive(Clone, Copy, Debug, Default)]
@@ -71,25 +65,14 @@ impl Conv1d {
         self.out_channels * self.in_channels * self.kernel
     }
 
-    /// Output columns per im2col tile: about [`TILE_FLOATS`] floats of columns.
-    fn tile(&self, len: usize) -> usize {
-        let rows = (self.in_channels * self.kernel).max(1);
-        ((TILE_FLOATS / rows) / 16 * 16)
-            .clamp(32, 4096)
-            .min(self.out_len(len).max(1))
-    }
-
     fn direct(&self) -> bool {
         self.kernel == 1 && self.padding == 0
     }
 
-    /// Scratch [`conv1d`] / [`conv1d_fused`] need for an input of `len`: one
-    /// column tile per worker (`min(threads, tiles)` of them).
+    /// Scratch [`conv1d`] / [`conv1d_fused`] need for an input of `len`: the
+    /// padded input `Cin·(len + 2p)`.
     pub fn scratch_len(&self, len: usize) -> usize {
-        let tile = self.tile(len);
-        let tiles = self.out_len(len).div_ceil(tile);
-        let workers = rayon::current_num_threads().clamp(1, tiles.max(1));
-        workers * self.in_channels * self.kernel * tile
+        self.in_channels * (len + 2 * self.padding)
     }
 
     fn is_valid(&self) -> bool {
@@ -135,81 +118,89 @@ pub fn conv1d_fused(
 ) {
     let lo = shape.out_len(len);
     let (cin, cout, k) = (shape.in_channels, shape.out_channels, shape.kernel);
+    let direct = shape.direct() && fuse.input_slope.is_none();
     let ok = shape.is_valid()
         && x.len() >= cin * len
         && weight.len() >= shape.weight_len()
         && out.len() >= cout * lo
         && bias.is_none_or(|b| b.len() >= cout)
         && fuse.residual.is_none_or(|r| r.len() >= cout * lo)
-        && (scratch.len() >= cin * k * shape.tile(len)
-            || (shape.direct() && fuse.input_slope.is_none()));
+        && (direct || scratch.len() >= shape.scratch_len(len));
     debug_assert!(ok, "conv1d: bad shape or short operand");
     if !ok || lo == 0 {
         return;
     }
-    if shape.direct() && fuse.input_slope.is_none() {
-        // lo == len: out[Cout, len] = residual + W[Cout, Cin] · x[Cin, len].
-        super::sgemm::sgemm_nn_par_init(cout, lo, cin, weight, cin, x, len, out, lo, fuse.residual);
-        add_bias(out, bias, cout, lo);
+    let (src, lp): (&[f32], usize) = if direct {
+        (&x[..cin * len], len)
+    } else {
+        let lp = len + 2 * shape.padding;
+        pad_act(
+            x,
+            cin,
+            len,
+            shape.padding,
+            shape.padding,
+            fuse.input_slope,
+            scratch,
+        );
+        (&scratch[..cin * lp], lp)
+    };
+    // Row (ci, tap) of the column matrix: the padded input at ci·Lp + tap·d;
+    // every read stays below ci·Lp + (K−1)·d + lo ≤ (ci + 1)·Lp.
+    let offs: Vec<usize> = (0..cin)
+        .flat_map(|ci| (0..k).map(move |tap| ci * lp + tap * shape.dilation))
+        .collect();
+    let init = fuse.residual.map_or(std::ptr::null(), <[f32]>::as_ptr);
+    // SAFETY: bounds checked above; out and residual hold cout·lo elements.
+    unsafe {
+        super::sgemm::sgemm_rows_par(
+            cout,
+            lo,
+            cin * k,
+            weight,
+            cin * k,
+            src.as_ptr(),
+            &offs,
+            out.as_mut_ptr(),
+            lo,
+            init,
+            true,
+        );
+    }
+    add_bias(out, bias, cout, lo);
+}
+
+/// Copies `x[C, len]` into `dst[C, pl + len + pr]` through `leaky_relu(·, slope)`
+/// (when given), with zeros on both sides.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pad_act(
+    x: &[f32],
+    channels: usize,
+    len: usize,
+    pl: usize,
+    pr: usize,
+    slope: Option<f32>,
+    dst: &mut [f32],
+) {
+    let lp = pl + len + pr;
+    let fill = |(row, src): (&mut [f32], &[f32])| {
+        row[..pl].fill(0.0);
+        copy_act(&mut row[pl..pl + len], src, slope);
+        row[pl + len..].fill(0.0);
+    };
+    if len == 0 {
+        dst[..channels * lp].fill(0.0);
         return;
     }
-    let tile = shape.tile(len);
-    let rows = cin * k;
-    let tiles = lo.div_ceil(tile);
-    let workers = (scratch.len() / (rows * tile)).clamp(1, tiles);
-    let dst = SyncPtr(out.as_mut_ptr());
-    let res = SyncPtr(
-        fuse.residual
-            .map_or(std::ptr::null_mut(), |r| r.as_ptr() as *mut f32),
-    );
-    let slope = fuse.input_slope;
-    let work = |(w, cols): (usize, &mut [f32])| {
-        for ti in (w..tiles).step_by(workers) {
-            let t0 = ti * tile;
-            let n = tile.min(lo - t0);
-            // cols[(ci·K + tap)·tile + j] = act(x[ci, t0 + j + tap·d − p]) (0 outside).
-            for ci in 0..cin {
-                let xs = &x[ci * len..(ci + 1) * len];
-                for tap in 0..k {
-                    let row = &mut cols[(ci * k + tap) * tile..][..n];
-                    let start = (t0 + tap * shape.dilation) as isize - shape.padding as isize;
-                    let j0 = (-start).clamp(0, n as isize) as usize;
-                    let j1 = (len as isize - start).clamp(j0 as isize, n as isize) as usize;
-                    row[..j0].fill(0.0);
-                    if j1 > j0 {
-                        let s0 = (start + j0 as isize) as usize;
-                        copy_act(&mut row[j0..j1], &xs[s0..s0 + (j1 - j0)], slope);
-                    }
-                    row[j1..].fill(0.0);
-                }
-            }
-            // SAFETY: lengths checked above; this tile writes only columns
-            // t0..t0+n of every row of out, disjoint from every other tile, and
-            // reads the same columns of the residual.
-            unsafe {
-                let o = dst.ptr().add(t0);
-                let init = if res.ptr().is_null() {
-                    std::ptr::null()
-                } else {
-                    res.ptr().add(t0) as *const f32
-                };
-                super::sgemm::sgemm_nn_raw(cout, n, rows, weight, rows, cols, tile, o, lo, init);
-                if let Some(b) = bias {
-                    for (co, bv) in b.iter().enumerate().take(cout) {
-                        let r = std::slice::from_raw_parts_mut(o.add(co * lo), n);
-                        r.iter_mut().for_each(|v| *v += bv);
-                    }
-                }
-            }
-        }
-    };
-    let chunks = scratch[..workers * rows * tile]
-        .chunks_exact_mut(rows * tile)
-        .enumerate();
-    if workers > 1 {
-        chunks.par_bridge().for_each(work);
+    let rows = dst[..channels * lp].par_chunks_exact_mut(lp);
+    let srcs = x[..channels * len].par_chunks_exact(len);
+    if channels * lp >= 1 << 16 {
+        rows.zip(srcs).for_each(fill);
     } else {
-        chunks.for_each(work);
+        dst[..channels * lp]
+            .chunks_exact_mut(lp)
+            .zip(x[..channels * len].chunks_exact(len))
+            .for_each(fill);
     }
 }
 

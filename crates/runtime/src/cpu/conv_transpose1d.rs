@@ -5,17 +5,21 @@
 //! Key design choice: polyphase. Output `t = q·s + r` only sees the taps
 //! `j ≡ r + p (mod s)`, so phase `r` is a small dense convolution: with
 //! `c = ⌊(r + p)/s⌋` and taps `j = j₀ + m·s`, `out[co, q·s + r] =
-//! Σ_{m, ci} w[ci, co, j] · x[ci, q + c − m]`. The weight is repacked once per
-//! call into per-phase `[Cout, taps·Cin]` matrices; then output tiles of `q`
-//! gather per-phase columns and run one [`super::sgemm_nn`] per phase into a
-//! contiguous staging tile that is interleaved into `out`. No zero-stuffing,
-//! no scatter-add; tiles are independent, so the result does not depend on
-//! the thread count.
+//! Σ_{m, ci} w[ci, co, j] · x[ci, q + c − m]`. Per call, the weight is
+//! repacked into per-phase `[Cout, taps·Cin]` matrices and the input copied
+//! once, zero-padded (and activated), into the scratch; each output tile of
+//! `q` then runs one row-offset GEMM per phase (row `(m, ci)` = the padded
+//! input at `ci·Lp + pl + c − m`) into a contiguous staging tile that is
+//! interleaved into `out`. No zero-stuffing, no column copies, no scatter-add;
+//! tiles are independent, so the result does not depend on the thread count.
 
 use rayon::prelude::*;
 
-use super::conv1d::{TILE_FLOATS, copy_act};
+use super::conv1d::pad_act;
 use super::linear::SyncPtr;
+
+/// Output columns `q` per tile (a multiple of the GEMM's micro-tile width).
+const TILE: usize = 4 * super::sgemm::NR;
 
 /// Geometry of one `nn.ConvTranspose1d` (one group, no dilation, no output padding).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,31 +50,34 @@ impl ConvTranspose1d {
         self.in_channels * self.out_channels * self.kernel
     }
 
-    fn max_taps(&self) -> usize {
-        self.kernel.div_ceil(self.stride.max(1))
+    /// Zero padding (left, right) the phases read around an input of `len`.
+    fn pads(&self, len: usize) -> (usize, usize) {
+        let lo = self.out_len(len);
+        let (mut pl, mut pr) = (0usize, 0usize);
+        for r in 0..self.stride.min(lo) {
+            let (_, c, taps) = phase(*self, r);
+            if taps == 0 {
+                continue;
+            }
+            let nq = (lo - r).div_ceil(self.stride);
+            pl = pl.max((taps - 1).saturating_sub(c));
+            pr = pr.max((nq - 1 + c).saturating_sub(len - 1));
+        }
+        (pl, pr)
     }
 
-    /// Columns `q` per tile.
-    fn tile(&self, len: usize) -> usize {
-        let rows = (self.in_channels * self.max_taps()).max(1);
-        let nq = self.out_len(len).div_ceil(self.stride.max(1)).max(1);
-        ((TILE_FLOATS / rows) / 16 * 16).clamp(32, 4096).min(nq)
-    }
-
-    fn worker_len(&self, len: usize) -> usize {
-        let tile = self.tile(len);
-        (self.in_channels * self.max_taps() + self.out_channels) * tile
+    fn tiles(&self, len: usize) -> usize {
+        self.out_len(len)
+            .div_ceil(self.stride.max(1))
+            .div_ceil(TILE)
     }
 
     /// Scratch [`conv_transpose1d`] needs for an input of `len`: the repacked
-    /// weight plus, per worker, a column tile and a staging tile.
+    /// weight, the padded input and a staging tile per worker.
     pub fn scratch_len(&self, len: usize) -> usize {
-        let tiles = self
-            .out_len(len)
-            .div_ceil(self.stride.max(1))
-            .div_ceil(self.tile(len));
-        let workers = rayon::current_num_threads().clamp(1, tiles.max(1));
-        self.weight_len() + workers * self.worker_len(len)
+        let (pl, pr) = self.pads(len);
+        let workers = rayon::current_num_threads().clamp(1, self.tiles(len).max(1));
+        self.weight_len() + self.in_channels * (pl + len + pr) + workers * self.out_channels * TILE
     }
 
     fn is_valid(&self) -> bool {
@@ -112,23 +119,29 @@ pub fn conv_transpose1d(
         shape.kernel,
         shape.stride,
     );
+    let (pl, pr) = shape.pads(len);
+    let lp = pl + len + pr;
+    let fixed = shape.weight_len() + cin * lp;
     let ok = shape.is_valid()
         && x.len() >= cin * len
         && weight.len() >= shape.weight_len()
         && out.len() >= cout * lo
-        && scratch.len() >= shape.weight_len() + shape.worker_len(len)
+        && scratch.len() >= fixed + cout * TILE
         && bias.is_none_or(|b| b.len() >= cout);
     debug_assert!(ok, "conv_transpose1d: bad shape or short operand");
     if !ok || lo == 0 {
         return;
     }
     let (packed, rest) = scratch.split_at_mut(shape.weight_len());
-    // Per-phase A_r[co, m·Cin + ci] = w[ci, co, j0 + m·s], phases back to back.
-    let mut offsets = Vec::with_capacity(s);
+    let (xp, stages) = rest.split_at_mut(cin * lp);
+    pad_act(x, cin, len, pl, pr, input_slope, xp);
+    let xp = &xp[..];
+    // Per-phase A_r[co, m·Cin + ci] = w[ci, co, j0 + m·s], phases back to back,
+    // with the row offsets of their column matrices.
+    let mut phases = Vec::with_capacity(s);
     let mut off = 0;
-    for r in 0..s {
-        let (j0, _, taps) = phase(shape, r);
-        offsets.push(off);
+    for r in 0..s.min(lo) {
+        let (j0, c, taps) = phase(shape, r);
         for co in 0..cout {
             for m in 0..taps {
                 for ci in 0..cin {
@@ -137,51 +150,51 @@ pub fn conv_transpose1d(
                 }
             }
         }
+        // Row (m, ci) reads x[ci, q + c − m] at padded column pl + c − m + q ≥ 0.
+        let offs: Vec<usize> = (0..taps)
+            .flat_map(|m| (0..cin).map(move |ci| ci * lp + pl + c - m))
+            .collect();
+        phases.push((off, taps, offs));
         off += cout * taps * cin;
     }
     let packed = &packed[..];
-    let tile = shape.tile(len);
-    let nq_max = lo.div_ceil(s);
-    let tiles = nq_max.div_ceil(tile);
-    let wl = shape.worker_len(len);
-    let workers = (rest.len() / wl).clamp(1, tiles);
+    let tiles = shape.tiles(len);
+    let workers = (stages.len() / (cout * TILE)).clamp(1, tiles);
     let dst = SyncPtr(out.as_mut_ptr());
-    let work = |(w, buf): (usize, &mut [f32])| {
-        let (cols, stage) = buf.split_at_mut(cin * shape.max_taps() * tile);
+    let work = |(w, stage): (usize, &mut [f32])| {
         for ti in (w..tiles).step_by(workers) {
-            let q0 = ti * tile;
-            for (r, &po) in offsets.iter().enumerate().take(s.min(lo)) {
-                let (_, c, taps) = phase(shape, r);
+            let q0 = ti * TILE;
+            for (r, (po, taps, offs)) in phases.iter().enumerate() {
                 let nq = (lo - r).div_ceil(s);
                 if q0 >= nq {
                     continue;
                 }
-                let n = tile.min(nq - q0);
-                if taps > 0 {
-                    // cols[(m·Cin + ci)·tile + jj] = act(x[ci, q0 + jj + c − m]).
-                    for m in 0..taps {
-                        let start = (q0 + c) as isize - m as isize;
-                        let j0 = (-start).clamp(0, n as isize) as usize;
-                        let j1 = (len as isize - start).clamp(j0 as isize, n as isize) as usize;
-                        for ci in 0..cin {
-                            let row = &mut cols[(m * cin + ci) * tile..][..n];
-                            row[..j0].fill(0.0);
-                            if j1 > j0 {
-                                let s0 = (start + j0 as isize) as usize;
-                                let xs = &x[ci * len + s0..ci * len + s0 + (j1 - j0)];
-                                copy_act(&mut row[j0..j1], xs, input_slope);
-                            }
-                            row[j1..].fill(0.0);
-                        }
+                let n = TILE.min(nq - q0);
+                if *taps > 0 {
+                    let a = &packed[*po..*po + cout * taps * cin];
+                    // SAFETY: row (m, ci) reads xp[ci·lp + pl + c − m + q0 + jj]
+                    // for jj < n, inside the padding computed by `pads`; stage
+                    // holds cout·TILE elements.
+                    unsafe {
+                        super::sgemm::sgemm_rows_raw(
+                            cout,
+                            n,
+                            taps * cin,
+                            a,
+                            taps * cin,
+                            xp.as_ptr().add(q0),
+                            offs,
+                            stage.as_mut_ptr(),
+                            TILE,
+                            std::ptr::null(),
+                        );
                     }
-                    let a = &packed[po..po + cout * taps * cin];
-                    super::sgemm_nn(cout, n, taps * cin, a, taps * cin, cols, tile, stage, tile);
                 } else {
-                    stage[..cout * tile].fill(0.0);
+                    stage[..cout * TILE].fill(0.0);
                 }
                 for co in 0..cout {
                     let b = bias.map_or(0.0, |b| b[co]);
-                    let src = &stage[co * tile..co * tile + n];
+                    let src = &stage[co * TILE..co * TILE + n];
                     for (jj, v) in src.iter().enumerate() {
                         // SAFETY: lengths checked above; (q0 + jj)·s + r < lo, and
                         // output positions of this q-tile belong to no other tile.
@@ -191,7 +204,9 @@ pub fn conv_transpose1d(
             }
         }
     };
-    let chunks = rest[..workers * wl].chunks_exact_mut(wl).enumerate();
+    let chunks = stages[..workers * cout * TILE]
+        .chunks_exact_mut(cout * TILE)
+        .enumerate();
     if workers > 1 {
         chunks.par_bridge().for_each(work);
     } else {
