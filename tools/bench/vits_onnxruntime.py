@@ -4,7 +4,8 @@
 
 Phonemizes with the piper-tts package, runs each sentence through onnxruntime
 (CPU, intra_op_num_threads = threads, inter_op 1), repeats, and prints seconds
-of compute per second of audio (best and median; the first run is a warm-up).
+of compute per second of audio (best and median; the first run is a warm-up),
+and the process CPU time per audio second (less sensitive to a busy machine).
 
 Usage: pip install piper-tts onnxruntime
        python3 tools/bench/vits_onnxruntime.py /path/en_US-joe-medium.onnx [threads] [runs]
@@ -42,7 +43,9 @@ def main() -> None:
     sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
     scales = np.array([config.noise_scale, config.length_scale, config.noise_w_scale], dtype=np.float32)
     rtfs = []
+    cpu = []
     for run in range(runs + 1):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         n = 0
         for seq in ids:
@@ -53,10 +56,13 @@ def main() -> None:
         audio = n / config.sample_rate
         if run > 0:
             rtfs.append(secs / audio)
+            cpu.append((time.process_time() - c0) / audio)
     rtfs.sort()
+    cpu.sort()
     print(
         f"onnxruntime {ort.__version__}: {len(ids)} sentences, {audio:.2f} s of audio, {threads} threads: "
-        f"RTF best {rtfs[0]:.3f}, median {rtfs[len(rtfs) // 2]:.3f} ({len(rtfs)} runs)"
+        f"RTF best {rtfs[0]:.3f}, median {rtfs[len(rtfs) // 2]:.3f}; "
+        f"CPU-seconds per audio second median {cpu[len(cpu) // 2]:.3f} ({len(rtfs)} runs)"
     )
 
 

@@ -21,6 +21,16 @@ pub const TEXT: &str = "The quick brown fox jumps over the lazy dog. \
     Is this the right way to the station? \
     On January fifth, we met at half past ten and talked for an hour.";
 
+/// CPU seconds (user + system, all threads) of this process so far, from
+/// `/proc/self/stat` (Linux; `None` elsewhere). Ticks are 1/100 s.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let path = args
@@ -40,8 +50,10 @@ fn main() {
     let scales = voice.config().scales;
     let rate = voice.config().sample_rate as f64;
     let mut rtfs = Vec::new();
+    let mut cpu = Vec::new();
     let mut audio_s = 0.0;
     for run in 0..=runs {
+        let c0 = cpu_seconds();
         let t0 = Instant::now();
         let mut n = 0usize;
         for (i, s) in sentences.iter().enumerate() {
@@ -57,14 +69,19 @@ fn main() {
         if run > 0 {
             // run 0 warms caches and the allocator
             rtfs.push(secs / audio_s);
+            if let (Some(a), Some(b)) = (c0, cpu_seconds()) {
+                cpu.push((b - a) / audio_s);
+            }
         }
     }
     rtfs.sort_by(f64::total_cmp);
+    cpu.sort_by(f64::total_cmp);
     println!(
-        "favlo-vits: {} sentences, {audio_s:.2} s of audio, {threads} threads: RTF best {:.3}, median {:.3} ({} runs)",
+        "favlo-vits: {} sentences, {audio_s:.2} s of audio, {threads} threads: RTF best {:.3}, median {:.3}; CPU-seconds per audio second median {:.3} ({} runs)",
         sentences.len(),
         rtfs[0],
         rtfs[rtfs.len() / 2],
+        cpu.get(cpu.len() / 2).copied().unwrap_or(f64::NAN),
         rtfs.len()
     );
 }

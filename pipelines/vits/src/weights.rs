@@ -9,8 +9,9 @@
 //! embeddings) are read by name; the token embedding through its `Gather` node.
 
 use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use favlo_formats::onnx::{OnnxAttrValue, OnnxModel, OnnxNode};
 use favlo_runtime::buffer::Buffer;
@@ -19,11 +20,46 @@ use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
 
 use crate::error::VitsError;
 
-/// Scratch buffers for one synthesis, all ledger spans of the voice's owner.
-#[derive(Clone, Debug)]
+/// Scratch buffers for one synthesis, all ledger spans of the voice's owner,
+/// recycled by exact length until [`Workspace::release`].
+///
+/// A synthesis allocates the same few sizes over and over (every convolution
+/// of a decoder stage, every coupling of the flow); reusing them saves the
+/// zero-fill and page faults of fresh allocations. Recycled contents are
+/// unspecified: callers overwrite what they read.
+#[derive(Debug)]
 pub struct Workspace {
     ledger: Arc<Ledger>,
     owner: Owner,
+    pool: Mutex<Vec<Buffer<f32>>>,
+}
+
+/// A scratch buffer that returns to its workspace's pool when dropped.
+#[derive(Debug)]
+pub struct Scratch<'a> {
+    buf: Option<Buffer<f32>>,
+    ws: &'a Workspace,
+}
+
+impl Deref for Scratch<'_> {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        self.buf.as_deref().unwrap_or(&[])
+    }
+}
+
+impl DerefMut for Scratch<'_> {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        self.buf.as_deref_mut().unwrap_or(&mut [])
+    }
+}
+
+impl Drop for Scratch<'_> {
+    fn drop(&mut self) {
+        if let (Some(b), Ok(mut pool)) = (self.buf.take(), self.ws.pool.lock()) {
+            pool.push(b);
+        }
+    }
 }
 
 impl Workspace {
@@ -32,19 +68,45 @@ impl Workspace {
         Workspace {
             ledger: Arc::clone(ledger),
             owner: owner.clone(),
+            pool: Mutex::new(Vec::new()),
         }
     }
 
+    /// A scratch buffer of `len` floats (contents unspecified).
+    pub fn buf(&self, len: usize) -> Result<Scratch<'_>, VitsError> {
+        let reused = self.pool.lock().ok().and_then(|mut pool| {
+            let i = pool.iter().position(|b| b.len() == len)?;
+            Some(pool.swap_remove(i))
+        });
+        let buf = match reused {
+            Some(b) => b,
+            None => self.ledger.alloc(&self.owner, SpanKind::Scratch, len)?,
+        };
+        Ok(Scratch {
+            buf: Some(buf),
+            ws: self,
+        })
+    }
+
     /// A zeroed scratch buffer of `len` floats.
-    pub fn buf(&self, len: usize) -> Result<Buffer<f32>, VitsError> {
-        Ok(self.ledger.alloc(&self.owner, SpanKind::Scratch, len)?)
+    pub fn zeroed(&self, len: usize) -> Result<Scratch<'_>, VitsError> {
+        let mut b = self.buf(len)?;
+        b.fill(0.0);
+        Ok(b)
     }
 
     /// A scratch buffer holding a copy of `data`.
-    pub fn copy(&self, data: &[f32]) -> Result<Buffer<f32>, VitsError> {
-        Ok(self
-            .ledger
-            .alloc_from(&self.owner, SpanKind::Scratch, data)?)
+    pub fn copy(&self, data: &[f32]) -> Result<Scratch<'_>, VitsError> {
+        let mut b = self.buf(data.len())?;
+        b.copy_from_slice(data);
+        Ok(b)
+    }
+
+    /// Frees every recycled buffer (their spans leave the ledger).
+    pub fn release(&self) {
+        if let Ok(mut pool) = self.pool.lock() {
+            pool.clear();
+        }
     }
 }
 
@@ -151,7 +213,12 @@ impl Conv {
     }
 
     /// A new buffer `conv(x[Cin, len])` of `Cout · out_len(len)`.
-    pub fn run(&self, ws: &Workspace, x: &[f32], len: usize) -> Result<Buffer<f32>, VitsError> {
+    pub fn run<'w>(
+        &self,
+        ws: &'w Workspace,
+        x: &[f32],
+        len: usize,
+    ) -> Result<Scratch<'w>, VitsError> {
         let mut out = ws.buf(self.out_channels() * self.out_len(len))?;
         self.run_into(ws, x, len, &mut out)?;
         Ok(out)

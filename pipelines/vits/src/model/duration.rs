@@ -9,7 +9,6 @@
 //! "a useless vflow"); the ONNX graph carries no weights for it either. The
 //! affine's `exp(-logs)` is read as the graph's folded constant.
 
-use favlo_runtime::buffer::Buffer;
 use favlo_runtime::cpu;
 
 use crate::error::VitsError;
@@ -152,7 +151,7 @@ impl DurationPredictor {
             z.swap(0, 1); // Flip
             let mut hh = flow.pre.run(ws, &z[0], len)?;
             flow.convs.run(ws, &mut hh, Some(&g), len)?;
-            let p: Buffer<f32> = flow.proj.run(ws, &hh, len)?;
+            let p = flow.proj.run(ws, &hh, len)?;
             let s = 1.0 / (flow.filter as f32).sqrt();
             let mut wv = [0f32; BINS];
             let mut hv = [0f32; BINS];

@@ -10,7 +10,7 @@ use favlo_runtime::buffer::Buffer;
 use favlo_runtime::cpu::{self, RelAttnShape};
 
 use crate::error::VitsError;
-use crate::weights::{Conv, Loader, Workspace};
+use crate::weights::{Conv, Loader, Scratch, Workspace};
 
 /// Layer norm epsilon of VITS's `attentions.LayerNorm`.
 pub const LN_EPS: f32 = 1e-5;
@@ -61,13 +61,13 @@ struct Layer {
 
 /// What the encoder produces for one sentence.
 #[derive(Debug)]
-pub struct Encoded {
+pub struct Encoded<'w> {
     /// Hidden states `[h, T]` (the duration predictor's input).
-    pub x: Buffer<f32>,
+    pub x: Scratch<'w>,
     /// Prior means `[c, T]`.
-    pub m: Buffer<f32>,
+    pub m: Scratch<'w>,
     /// Prior log standard deviations `[c, T]`.
-    pub logs: Buffer<f32>,
+    pub logs: Scratch<'w>,
 }
 
 /// The loaded text encoder.
@@ -146,7 +146,7 @@ impl TextEncoder {
     }
 
     /// Runs the encoder on phoneme ids (ids outside the vocabulary are an error).
-    pub fn run(&self, ws: &Workspace, ids: &[i64]) -> Result<Encoded, VitsError> {
+    pub fn run<'w>(&self, ws: &'w Workspace, ids: &[i64]) -> Result<Encoded<'w>, VitsError> {
         let (h, t) = (self.hidden, ids.len());
         let scale = (h as f32).sqrt();
         let mut x = ws.buf(h * t)?;

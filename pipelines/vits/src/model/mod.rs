@@ -108,8 +108,22 @@ impl Vits {
     }
 
     /// Synthesizes one sentence of phoneme ids; `max_frames` bounds the length
-    /// (the working set the voice was fitted for).
+    /// (the working set the voice was fitted for). Scratch spans are released
+    /// before it returns.
     pub fn synthesize(
+        &self,
+        ids: &[i64],
+        scales: Scales,
+        noise: Noise<'_>,
+        max_frames: usize,
+        trace: Option<&mut Trace>,
+    ) -> Result<Vec<f32>, VitsError> {
+        let out = self.run(ids, scales, noise, max_frames, trace);
+        self.ws.release();
+        out
+    }
+
+    fn run(
         &self,
         ids: &[i64],
         scales: Scales,
@@ -164,7 +178,7 @@ impl Vits {
             }
         };
         // Length regulation and the prior sample z_p = m + ε·exp(logs)·noise_scale.
-        let mut z = ws.buf(c * frames)?;
+        let mut z = ws.zeroed(c * frames)?;
         let mut f0 = 0usize;
         for (j, w) in w_ceil.iter().enumerate() {
             let n = (*w as usize).min(frames - f0.min(frames));
