@@ -13,7 +13,7 @@
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 use favlo_runtime::cpu::{WeightRef, reference};
 use favlo_runtime::cuda::{
-    CudaContext, CudaKernels, GemvDecode, MxDevice, copy_bandwidth_gbps, time_ms,
+    CudaContext, CudaKernels, GemvDecode, GemvMma, MxDevice, XPrep, copy_bandwidth_gbps, time_ms,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
@@ -55,6 +55,7 @@ fn main() {
     };
     let t0 = std::time::Instant::now();
     let k = CudaKernels::load(&ctx).expect("kernels");
+    let mma = GemvMma::load(&ctx).expect("gemv_mma");
     println!(
         "device cuda:{} {} (sm_{}{}, NVRTC arch {}), ledger budget {:.1} GiB; kernels loaded in {:.0} ms (cache hits {:?})",
         ctx.ordinal(),
@@ -97,10 +98,17 @@ fn main() {
             )
             .unwrap();
         let mut yd = ctx.alloc::<f32>(&owner, SpanKind::Scratch, n).unwrap();
+        let mut prep = XPrep::new(&ctx, &owner, layout.padded_cols()).unwrap();
+        mma.prep_x(&xd, layout.padded_cols(), &mut prep).unwrap();
 
         // Correctness on the big shape: first 64 rows against the f64 reference.
-        for decode in [GemvDecode::F16x2, GemvDecode::F32Bits] {
-            k.gemv_mx_with(&ws[0], &xd, &mut yd, decode).unwrap();
+        // Variants: None = tensor-core GEMV alone (x prepared once), Some(d) = CUDA-core.
+        for variant in [None, Some(GemvDecode::F16x2), Some(GemvDecode::F32Bits)] {
+            let run = |w: &MxDevice, yd: &mut _| match variant {
+                None => mma.gemv(w, &prep, yd, false),
+                Some(d) => k.gemv_mx_with(w, &xd, yd, d),
+            };
+            run(&ws[0], &mut yd).unwrap();
             let got = ctx.download(&yd).unwrap();
             let sub = MxLayout {
                 format,
@@ -125,7 +133,7 @@ fn main() {
 
             let ms = time_ms(&ctx, 2, 15, || {
                 for w in &ws {
-                    k.gemv_mx_with(w, &xd, &mut yd, decode)?;
+                    run(w, &mut yd)?;
                 }
                 Ok(())
             })
@@ -133,8 +141,9 @@ fn main() {
                 / copies as f64;
             let bytes = layout.total_bytes() as f64 + (layout.padded_cols() * 4) as f64;
             let gbps = bytes / (ms * 1e-3) / 1e9;
+            let name = variant.map_or("Mma".to_string(), |d| format!("{d:?}"));
             let line = format!(
-                "| {:?} {decode:?} | {n}×{kk} | {:.1} MB | {:.1} µs | {gbps:.0} | {:.0}% | {rel:.1e} |",
+                "| {:?} {name} | {n}×{kk} | {:.1} MB | {:.1} µs | {gbps:.0} | {:.0}% | {rel:.1e} |",
                 format,
                 bytes / 1e6,
                 ms * 1e3,
@@ -143,7 +152,29 @@ fn main() {
             println!("{line}");
             rows_out.push(line);
         }
-        drop((ws, xd, yd));
+        // The x preparation alone (shared by every GEMV reading the same x).
+        let xs: Vec<_> = (0..64)
+            .map(|_| {
+                ctx.upload(
+                    &owner,
+                    SpanKind::Scratch,
+                    &CudaKernels::padded_x(layout, &x),
+                )
+                .unwrap()
+            })
+            .collect();
+        let pms = time_ms(&ctx, 2, 15, || {
+            for xv in &xs {
+                mma.prep_x(xv, layout.padded_cols(), &mut prep)?;
+            }
+            Ok(())
+        })
+        .unwrap()
+            / xs.len() as f64;
+        let line = format!("| prep_x | {kk} | | {:.2} µs | | | |", pms * 1e3);
+        println!("{line}");
+        rows_out.push(line);
+        drop((ws, xd, yd, prep, xs));
         ctx.sweep(&owner).expect("sweep");
     }
     println!("\ncopy bandwidth {copy:.0} GB/s");

@@ -92,7 +92,9 @@ impl CudaContext {
             .compute_capability()
             .map_err(driver_err("cuDeviceGetAttribute"))?;
         ctx.mem_get_info().map_err(driver_err("cuMemGetInfo"))?;
-        let stream = ctx.default_stream();
+        // A stream of our own (not the legacy default stream), so decode steps can be
+        // captured as CUDA graphs.
+        let stream = ctx.new_stream().map_err(driver_err("cuStreamCreate"))?;
         let probe_ctx = Arc::clone(&ctx);
         // A failing cuMemGetInfo reads as "nothing free": a refusal, not a guess.
         let free = Arc::new(move || probe_ctx.mem_get_info().map_or(0, |(f, _)| f as u64));

@@ -1,0 +1,214 @@
+//! Attention decode (one query token, GQA) over a contiguous KV cache
+//! (`kernels/attention.cu`), and the KV cache buffers it reads.
+//!
+//! Key design choice: split-K over blocks of 32 keys so a 1k-token cache spreads over
+//! ~all multiprocessors, then one small combine launch; the key count is read on the
+//! device (`len = *lenp + len_add`) so a decode step captured as a CUDA graph stays
+//! valid as the position advances, with the grid sized for the cache's capacity.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+
+use super::compile::load_or_compile;
+use super::context::{CudaContext, DeviceBuffer};
+use super::{CudaError, driver_err};
+use crate::ledger::{Owner, SpanKind};
+
+const SRC: &str = include_str!("../../kernels/attention.cu");
+/// The only head size the kernels are built for.
+pub const ATTN_HEAD_DIM: usize = 128;
+const KEYS_PER_BLOCK: usize = 32;
+
+/// A contiguous KV cache [capacity, n_kv_heads, 128] for one layer, f16 (bits) or f32.
+pub enum KvCache {
+    F16 {
+        k: DeviceBuffer<u16>,
+        v: DeviceBuffer<u16>,
+    },
+    F32 {
+        k: DeviceBuffer<f32>,
+        v: DeviceBuffer<f32>,
+    },
+}
+
+impl KvCache {
+    /// A zeroed cache of `capacity` tokens.
+    pub fn new(
+        ctx: &CudaContext,
+        owner: &Owner,
+        f16: bool,
+        capacity: usize,
+        n_kv_heads: usize,
+    ) -> Result<KvCache, CudaError> {
+        let n = capacity * n_kv_heads * ATTN_HEAD_DIM;
+        Ok(if f16 {
+            KvCache::F16 {
+                k: ctx.alloc(owner, SpanKind::Scratch, n)?,
+                v: ctx.alloc(owner, SpanKind::Scratch, n)?,
+            }
+        } else {
+            KvCache::F32 {
+                k: ctx.alloc(owner, SpanKind::Scratch, n)?,
+                v: ctx.alloc(owner, SpanKind::Scratch, n)?,
+            }
+        })
+    }
+
+    /// Values per cache (k or v).
+    pub fn len(&self) -> usize {
+        match self {
+            KvCache::F16 { k, .. } => k.len(),
+            KvCache::F32 { k, .. } => k.len(),
+        }
+    }
+
+    /// True when the cache holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes of one cached value.
+    pub fn elem_bytes(&self) -> usize {
+        match self {
+            KvCache::F16 { .. } => 2,
+            KvCache::F32 { .. } => 4,
+        }
+    }
+}
+
+/// The attention decode kernels of one context.
+pub struct AttentionDecode {
+    ctx: Arc<CudaContext>,
+    /// [f16?][log2 group] split kernels.
+    split: [[CudaFunction; 4]; 2],
+    combine: CudaFunction,
+}
+
+fn shape(detail: String) -> CudaError {
+    CudaError::Shape {
+        op: "attn_decode",
+        detail,
+    }
+}
+
+/// Scratch for the split partials of up to `n_heads` heads over `capacity` keys.
+pub fn attn_partials_len(n_heads: usize, capacity: usize) -> usize {
+    n_heads * capacity.div_ceil(KEYS_PER_BLOCK) * (ATTN_HEAD_DIM + 4)
+}
+
+impl AttentionDecode {
+    /// Compiles (or reads from the cache) and loads the module.
+    pub fn load(ctx: &Arc<CudaContext>) -> Result<AttentionDecode, CudaError> {
+        let k = load_or_compile("attention", SRC, &ctx.arch())?;
+        let m = ctx
+            .raw()
+            .load_module(Ptx::from_binary(k.cubin))
+            .map_err(driver_err("cuModuleLoadData"))?;
+        let f = |n: String| {
+            m.load_function(&n)
+                .map_err(driver_err("cuModuleGetFunction"))
+        };
+        let set = |t: &str| -> Result<[CudaFunction; 4], CudaError> {
+            Ok([
+                f(format!("attn_decode_{t}_g1"))?,
+                f(format!("attn_decode_{t}_g2"))?,
+                f(format!("attn_decode_{t}_g4"))?,
+                f(format!("attn_decode_{t}_g8"))?,
+            ])
+        };
+        Ok(AttentionDecode {
+            split: [set("f32")?, set("f16")?],
+            combine: f("attn_decode_combine".into())?,
+            ctx: Arc::clone(ctx),
+        })
+    }
+
+    /// out [n_heads, 128] = softmax(scale · q·Kᵀ) V over keys 0..len of the cache,
+    /// len = `*lenp + len_add` read on the device (`lenp` holds one i32).
+    /// `partials` holds [`attn_partials_len`]`(n_heads, capacity)` values.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decode(
+        &self,
+        q: &DeviceBuffer<f32>,
+        cache: &KvCache,
+        capacity: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        lenp: &DeviceBuffer<i32>,
+        len_add: i32,
+        scale: f32,
+        partials: &mut DeviceBuffer<f32>,
+        out: &mut DeviceBuffer<f32>,
+    ) -> Result<(), CudaError> {
+        let group = if n_kv_heads > 0 && n_heads.is_multiple_of(n_kv_heads) {
+            n_heads / n_kv_heads
+        } else {
+            0
+        };
+        let gi = match group {
+            1 => 0,
+            2 => 1,
+            4 => 2,
+            8 => 3,
+            _ => {
+                return Err(shape(format!(
+                    "{n_heads} heads over {n_kv_heads} kv heads: group must be 1, 2, 4 or 8"
+                )));
+            }
+        };
+        let hd = ATTN_HEAD_DIM;
+        let splits = capacity.div_ceil(KEYS_PER_BLOCK);
+        if capacity == 0
+            || cache.len() < capacity * n_kv_heads * hd
+            || q.len() < n_heads * hd
+            || out.len() < n_heads * hd
+            || partials.len() < attn_partials_len(n_heads, capacity)
+            || lenp.is_empty()
+        {
+            return Err(shape(format!(
+                "capacity {capacity}, cache {}, q {}, out {}, partials {}, heads {n_heads}/{n_kv_heads}",
+                cache.len(),
+                q.len(),
+                out.len(),
+                partials.len()
+            )));
+        }
+        let nkv = i32::try_from(n_kv_heads).map_err(|_| shape("n_kv_heads".into()))?;
+        let cap = i32::try_from(capacity).map_err(|_| shape("capacity".into()))?;
+        let ns = i32::try_from(splits).map_err(|_| shape("splits".into()))?;
+        let s = self.ctx.stream();
+        let cfg = LaunchConfig {
+            grid_dim: (ns as u32, nkv as u32, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let f16 = matches!(cache, KvCache::F16 { .. });
+        let mut b = s.launch_builder(&self.split[usize::from(f16)][gi]);
+        b.arg(&q.slice);
+        match cache {
+            KvCache::F16 { k, v } => b.arg(&k.slice).arg(&v.slice),
+            KvCache::F32 { k, v } => b.arg(&k.slice).arg(&v.slice),
+        };
+        b.arg(&mut partials.slice)
+            .arg(&lenp.slice)
+            .arg(&len_add)
+            .arg(&cap)
+            .arg(&nkv)
+            .arg(&scale);
+        // SAFETY: types match the kernel; it clamps len to 1..=capacity and key indices
+        // to len - 1, and the cache holds capacity rows (checked above).
+        unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(attn_decode)"))?;
+        let cfg = LaunchConfig {
+            grid_dim: (n_heads as u32, 1, 1),
+            block_dim: (hd as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = s.launch_builder(&self.combine);
+        b.arg(&partials.slice).arg(&mut out.slice).arg(&ns);
+        // SAFETY: types match; partials hold n_heads·splits·132 values.
+        unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(attn_decode_combine)"))?;
+        Ok(())
+    }
+}

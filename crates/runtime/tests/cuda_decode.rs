@@ -1,0 +1,358 @@
+//! The CUDA decode path against the CPU references (`favlo_runtime::cpu::reference`,
+//! f64) on random non-zero inputs: the tensor-core MX GEMV (x prepared as f16 hi + lo),
+//! attention decode over f16/f32 KV caches, q/k norm + RoPE + cache store, fused SwiGLU.
+//! Run: `cargo test -p favlo-runtime --features cuda --test cuda_decode`.
+//!
+//! Without CUDA every device test prints a loud SKIPPED line and passes, unless
+//! `FAVLO_REQUIRE_CUDA=1`. Tolerances: GEMV max|y−ref|/max|ref| ≤ 1e-5 (x keeps ~22
+//! bits per 32-value block; f32 tensor-core accumulation); the rest max|err|/(1+|ref|)
+//! ≤ 1e-5 (f32 arithmetic; f16 caches are compared with the f16-rounded values the
+//! kernel stored, so rounding to f16 is part of the input, not of the error).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
+use favlo_runtime::cpu::{AttnShape, RopeLayout, WeightRef, reference};
+use favlo_runtime::cuda::{
+    AttentionDecode, CudaContext, CudaError, DecodeOps, GemvMma, KvCache, MxDevice, XPrep,
+    attn_partials_len, compile_cubin, rope_tables,
+};
+use favlo_runtime::ledger::{Owner, SpanKind};
+use half::f16;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn setup() -> Option<Arc<CudaContext>> {
+    match CudaContext::open(0, None) {
+        Ok(ctx) => Some(ctx),
+        Err(CudaError::Unavailable { reason }) => {
+            if std::env::var("FAVLO_REQUIRE_CUDA").is_ok_and(|v| v == "1") {
+                panic!("FAVLO_REQUIRE_CUDA=1 but CUDA is unavailable: {reason}");
+            }
+            eprintln!(
+                "\n**** SKIPPED: CUDA unavailable ({reason}); the CUDA decode test did not run ****\n"
+            );
+            None
+        }
+        Err(e) => panic!("CUDA present but failed to open: {e}"),
+    }
+}
+
+fn rand_vec(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| (rng.random_range(-1.0f32..1.0) + 0.01) * scale)
+        .collect()
+}
+
+fn max_rel(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
+    let max = want.iter().fold(0f64, |a, b| a.max(b.abs()));
+    let err = got
+        .iter()
+        .zip(want)
+        .fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
+    err / max.max(1e-30)
+}
+
+fn max_abs_scaled(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
+    got.iter().zip(want).fold(0f64, |a, (g, w)| {
+        a.max((*g as f64 - w).abs() / (1.0 + w.abs()))
+    })
+}
+
+#[test]
+fn decode_kernels_compile_with_nvrtc_for_sm90a() {
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        eprintln!("\n**** SKIPPED: libnvrtc not found; NVRTC compile check did not run ****\n");
+        return;
+    }
+    for (name, src) in [
+        ("gemv_mma", include_str!("../kernels/gemv_mma.cu")),
+        ("attention", include_str!("../kernels/attention.cu")),
+        ("decode", include_str!("../kernels/decode.cu")),
+    ] {
+        let cubin = compile_cubin(name, src, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(&cubin[..4], b"\x7fELF", "{name}");
+    }
+}
+
+/// x with per-32-block magnitudes spread over 2^-20..2^20, so the per-block scaling
+/// of the hi/lo split is exercised.
+fn spread_x(rng: &mut StdRng, n: usize) -> Vec<f32> {
+    let mut x = rand_vec(rng, n, 1.0);
+    for (b, blk) in x.chunks_mut(32).enumerate() {
+        let m = 2f32.powi(((b * 7) % 41) as i32 - 20);
+        blk.iter_mut().for_each(|v| *v *= m);
+    }
+    x
+}
+
+fn check_gemv_mma(
+    ctx: &Arc<CudaContext>,
+    g: &GemvMma,
+    format: ElementFormat,
+    rows: usize,
+    cols: usize,
+    seed: u64,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut w = rand_vec(&mut rng, rows * cols, 1.0);
+    for (r, row) in w.chunks_mut(cols).enumerate() {
+        let m = 2f32.powi((r % 13) as i32 - 6);
+        row.iter_mut().for_each(|v| *v *= m);
+    }
+    let layout = MxLayout { format, rows, cols };
+    let mut packed = vec![0u8; layout.total_bytes()];
+    favlo_mx::pack(&w, layout, ScaleRule::Ceil, &mut packed).unwrap();
+    let view = MxView::new(layout, &packed).unwrap();
+    let owner = Owner::mint("cuda-test-gemv-mma");
+    let wd = MxDevice::upload(ctx, &owner, view).unwrap();
+    for (xi, x) in [rand_vec(&mut rng, cols, 2.0), spread_x(&mut rng, cols)]
+        .into_iter()
+        .enumerate()
+    {
+        let want = reference::linear(&x, &WeightRef::Mx(view), None);
+        let mut xp = x.clone();
+        xp.resize(layout.padded_cols(), 0.0);
+        let xd = ctx.upload(&owner, SpanKind::Scratch, &xp).unwrap();
+        let mut prep = XPrep::new(ctx, &owner, layout.padded_cols()).unwrap();
+        g.prep_x(&xd, layout.padded_cols(), &mut prep).unwrap();
+        let mut yd = ctx
+            .upload(&owner, SpanKind::Scratch, &vec![f32::NAN; rows])
+            .unwrap();
+        g.gemv(&wd, &prep, &mut yd, false).unwrap();
+        let got = ctx.download(&yd).unwrap();
+        let e = max_rel(&got, &want);
+        eprintln!("gemv_mma {format:?} {rows}x{cols} x#{xi}: max rel err {e:.3e}");
+        assert!(
+            e <= 1e-5,
+            "gemv_mma {format:?} {rows}x{cols} x#{xi}: {e:.3e}"
+        );
+        // Accumulate: y0 + W·x.
+        let y0 = rand_vec(&mut rng, rows, 3.0);
+        let mut yd = ctx.upload(&owner, SpanKind::Scratch, &y0).unwrap();
+        g.gemv(&wd, &prep, &mut yd, true).unwrap();
+        let want2: Vec<f64> = want.iter().zip(&y0).map(|(a, b)| a + *b as f64).collect();
+        let e = max_rel(&ctx.download(&yd).unwrap(), &want2);
+        assert!(e <= 1e-5, "gemv_mma accumulate {format:?}: {e:.3e}");
+    }
+    drop(wd);
+    ctx.sweep(&owner).unwrap();
+}
+
+#[test]
+fn gemv_mma_matches_reference() {
+    let Some(ctx) = setup() else { return };
+    let g = GemvMma::load(&ctx).unwrap();
+    for (i, format) in [ElementFormat::Fp4E2M1, ElementFormat::Fp8E4M3]
+        .into_iter()
+        .enumerate()
+    {
+        let s = 10 * i as u64;
+        check_gemv_mma(&ctx, &g, format, 67, 1000, s + 1);
+        check_gemv_mma(&ctx, &g, format, 256, 4096, s + 2);
+        check_gemv_mma(&ctx, &g, format, 5, 96, s + 3);
+        check_gemv_mma(&ctx, &g, format, 1000, 3072, s + 4);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_attention(
+    ctx: &Arc<CudaContext>,
+    a: &AttentionDecode,
+    f16_cache: bool,
+    nh: usize,
+    nkv: usize,
+    len: usize,
+    cap: usize,
+    seed: u64,
+) {
+    let hd = 128;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let owner = Owner::mint("cuda-test-attn");
+    let q = rand_vec(&mut rng, nh * hd, 1.0);
+    let mut k = rand_vec(&mut rng, cap * nkv * hd, 1.0);
+    let mut v = rand_vec(&mut rng, cap * nkv * hd, 2.0);
+    let mut cache = KvCache::new(ctx, &owner, f16_cache, cap, nkv).unwrap();
+    match &mut cache {
+        KvCache::F16 { k: kd, v: vd } => {
+            let kb: Vec<u16> = k.iter().map(|x| f16::from_f32(*x).to_bits()).collect();
+            let vb: Vec<u16> = v.iter().map(|x| f16::from_f32(*x).to_bits()).collect();
+            ctx.write(kd, &kb).unwrap();
+            ctx.write(vd, &vb).unwrap();
+            // The reference sees the values the cache holds.
+            k = kb.iter().map(|b| f16::from_bits(*b).to_f32()).collect();
+            v = vb.iter().map(|b| f16::from_bits(*b).to_f32()).collect();
+        }
+        KvCache::F32 { k: kd, v: vd } => {
+            ctx.write(kd, &k).unwrap();
+            ctx.write(vd, &v).unwrap();
+        }
+    }
+    let scale = 1.0 / (hd as f32).sqrt();
+    let shape = AttnShape {
+        n_heads: nh,
+        n_kv_heads: nkv,
+        head_dim: hd,
+    };
+    let want = reference::attention_causal(
+        &q,
+        &k[..len * nkv * hd],
+        &v[..len * nkv * hd],
+        shape,
+        len - 1,
+        1,
+        scale,
+    );
+    let qd = ctx.upload(&owner, SpanKind::Scratch, &q).unwrap();
+    // The length is read on the device: *lenp + len_add.
+    let lenp = ctx
+        .upload(&owner, SpanKind::Scratch, &[len as i32 - 1])
+        .unwrap();
+    let mut part = ctx
+        .alloc::<f32>(&owner, SpanKind::Scratch, attn_partials_len(nh, cap))
+        .unwrap();
+    let mut out = ctx
+        .upload(&owner, SpanKind::Scratch, &vec![f32::NAN; nh * hd])
+        .unwrap();
+    a.decode(
+        &qd, &cache, cap, nh, nkv, &lenp, 1, scale, &mut part, &mut out,
+    )
+    .unwrap();
+    let e = max_abs_scaled(&ctx.download(&out).unwrap(), &want);
+    eprintln!("attn decode f16={f16_cache} {nh}/{nkv} len {len} cap {cap}: {e:.3e}");
+    assert!(e <= 1e-5, "attention {nh}/{nkv} len {len}: {e:.3e}");
+    drop((qd, lenp, part, out, cache));
+    ctx.sweep(&owner).unwrap();
+}
+
+#[test]
+fn attention_decode_matches_reference() {
+    let Some(ctx) = setup() else { return };
+    let a = AttentionDecode::load(&ctx).unwrap();
+    for f16_cache in [true, false] {
+        check_attention(&ctx, &a, f16_cache, 32, 8, 1024, 1024, 1);
+        check_attention(&ctx, &a, f16_cache, 32, 8, 1, 64, 2);
+        check_attention(&ctx, &a, f16_cache, 8, 8, 37, 100, 3);
+        check_attention(&ctx, &a, f16_cache, 16, 2, 777, 800, 4);
+        check_attention(&ctx, &a, f16_cache, 4, 2, 300, 333, 5);
+    }
+}
+
+#[test]
+fn qk_norm_rope_store_and_swiglu_match_reference() {
+    let Some(ctx) = setup() else { return };
+    let ops = DecodeOps::load(&ctx).unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let owner = Owner::mint("cuda-test-decode-ops");
+    let (nh, nkv, hd, cap, eps, theta) = (32, 8, 128, 2048, 1e-6f32, 1_000_000f32);
+    let positions: Vec<usize> = (0..cap).collect();
+    let (c, s) = rope_tables(&positions, hd, hd, theta);
+    let cd = ctx.upload(&owner, SpanKind::Scratch, &c).unwrap();
+    let sd = ctx.upload(&owner, SpanKind::Scratch, &s).unwrap();
+    let qw = rand_vec(&mut rng, hd, 1.5);
+    let kw = rand_vec(&mut rng, hd, 1.5);
+    let qwd = ctx.upload(&owner, SpanKind::Scratch, &qw).unwrap();
+    let kwd = ctx.upload(&owner, SpanKind::Scratch, &kw).unwrap();
+    for (f16_cache, pos) in [(true, 5usize), (false, 1777), (true, 2047)] {
+        let qkv = rand_vec(&mut rng, (nh + 2 * nkv) * hd, 4.0);
+        let qkvd = ctx.upload(&owner, SpanKind::Scratch, &qkv).unwrap();
+        let posd = ctx
+            .upload(&owner, SpanKind::Scratch, &[pos as i32])
+            .unwrap();
+        let mut qo = ctx
+            .upload(&owner, SpanKind::Scratch, &vec![f32::NAN; nh * hd])
+            .unwrap();
+        let mut cache = KvCache::new(&ctx, &owner, f16_cache, cap, nkv).unwrap();
+        ops.qk_norm_rope_store(
+            &qkvd, &qwd, &kwd, &cd, &sd, &posd, nh, nkv, eps, &mut qo, &mut cache,
+        )
+        .unwrap();
+        let normed = |x: &[f32], w: &[f32]| -> Vec<f32> {
+            reference::rms_norm(x, w, eps)
+                .iter()
+                .map(|v| *v as f32)
+                .collect()
+        };
+        let (qx, rest) = qkv.split_at(nh * hd);
+        let (kx, vx) = rest.split_at(nkv * hd);
+        let want_q = reference::rope(
+            &normed(qx, &qw),
+            &[pos],
+            nh,
+            hd,
+            hd,
+            theta,
+            RopeLayout::NeoX,
+        );
+        let want_k = reference::rope(
+            &normed(kx, &kw),
+            &[pos],
+            nkv,
+            hd,
+            hd,
+            theta,
+            RopeLayout::NeoX,
+        );
+        let e = max_abs_scaled(&ctx.download(&qo).unwrap(), &want_q);
+        assert!(e <= 1e-5, "q norm+rope at {pos}: {e:.3e}");
+        let row = pos * nkv * hd..(pos + 1) * nkv * hd;
+        let (gk, gv): (Vec<f32>, Vec<f32>) = match &cache {
+            KvCache::F16 { k, v } => {
+                let f = |b: Vec<u16>| -> Vec<f32> {
+                    b[row.clone()]
+                        .iter()
+                        .map(|x| f16::from_bits(*x).to_f32())
+                        .collect()
+                };
+                (f(ctx.download(k).unwrap()), f(ctx.download(v).unwrap()))
+            }
+            KvCache::F32 { k, v } => (
+                ctx.download(k).unwrap()[row.clone()].to_vec(),
+                ctx.download(v).unwrap()[row.clone()].to_vec(),
+            ),
+        };
+        // f16 storage rounds (relative 2^-11); compare against the rounded reference.
+        let round = |w: &[f64]| -> Vec<f64> {
+            w.iter()
+                .map(|x| {
+                    if f16_cache {
+                        f16::from_f64(*x).to_f64()
+                    } else {
+                        *x
+                    }
+                })
+                .collect()
+        };
+        let tol = if f16_cache { 2e-3 } else { 1e-5 };
+        let ek = max_abs_scaled(&gk, &round(&want_k));
+        let ev = max_abs_scaled(
+            &gv,
+            &round(&vx.iter().map(|v| *v as f64).collect::<Vec<_>>()),
+        );
+        eprintln!("qk_norm_rope_store f16={f16_cache} pos {pos}: q {e:.3e} k {ek:.3e} v {ev:.3e}");
+        assert!(ek <= tol && ev <= tol, "k {ek:.3e} v {ev:.3e}");
+    }
+    // Fused SwiGLU: out = silu(gate)·up over [gate | up].
+    let n = 12288;
+    let gu = rand_vec(&mut rng, 2 * n, 8.0);
+    let gud = ctx.upload(&owner, SpanKind::Scratch, &gu).unwrap();
+    let mut od = ctx
+        .upload(&owner, SpanKind::Scratch, &vec![f32::NAN; n])
+        .unwrap();
+    ops.swiglu_fused(&gud, &mut od).unwrap();
+    let want: Vec<f64> = (0..n)
+        .map(|i| reference::silu(gu[i] as f64) * gu[n + i] as f64)
+        .collect();
+    let e = max_abs_scaled(&ctx.download(&od).unwrap(), &want);
+    eprintln!("swiglu_fused: {e:.3e}");
+    assert!(e <= 1e-5, "swiglu_fused {e:.3e}");
+    // The position counter.
+    let mut posd = ctx.upload(&owner, SpanKind::Scratch, &[41i32]).unwrap();
+    ops.advance_pos(&mut posd).unwrap();
+    assert_eq!(ctx.download(&posd).unwrap(), vec![42]);
+}
