@@ -65,6 +65,7 @@ fn main() {
             n += x.len();
         }
         let secs = t0.elapsed().as_secs_f64();
+        voice.vits().release_scratch();
         audio_s = n as f64 / rate;
         if run > 0 {
             // run 0 warms caches and the allocator

@@ -103,6 +103,23 @@ impl MediaPipeline for PiperVoice {
         if control.signal() == Some(Signal::Cancel) {
             return Err(MediaPaused::Cancel.into());
         }
+        let out = self.run_job(job, hold, control);
+        self.vits.release_scratch();
+        out
+    }
+
+    fn pack(&self, job: &MediaJob, output: MediaOutput) -> Result<MediaFile, PipelineError> {
+        pack(job, output)
+    }
+}
+
+impl PiperVoice {
+    fn run_job(
+        &self,
+        job: &MediaJob,
+        hold: Option<MediaHold>,
+        control: &Control,
+    ) -> Result<MediaOutput, MediaError> {
         let params = SpeechParams::from_json(&job.params)?;
         let sentences = self.sentences(&params.text)?;
         if sentences.is_empty() {
@@ -146,29 +163,29 @@ impl MediaPipeline for PiperVoice {
             samples,
         })
     }
+}
 
-    fn pack(&self, job: &MediaJob, output: MediaOutput) -> Result<MediaFile, PipelineError> {
-        let MediaOutput::Audio {
-            sample_rate,
-            channels: 1,
-            samples,
-        } = output
-        else {
-            return Err(PipelineError::internal("vits: not a mono audio output"));
-        };
-        let format = job
-            .params
-            .get("response_format")
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or("wav");
-        let (mime, bytes) = match format {
-            "flac" => ("audio/flac", audio::flac(&samples, sample_rate)?),
-            _ => ("audio/wav", audio::wav(&samples, sample_rate)?),
-        };
-        Ok(MediaFile {
-            mime: mime.into(),
-            extension: if format == "flac" { "flac" } else { "wav" }.into(),
-            bytes,
-        })
-    }
+fn pack(job: &MediaJob, output: MediaOutput) -> Result<MediaFile, PipelineError> {
+    let MediaOutput::Audio {
+        sample_rate,
+        channels: 1,
+        samples,
+    } = output
+    else {
+        return Err(PipelineError::internal("vits: not a mono audio output"));
+    };
+    let format = job
+        .params
+        .get("response_format")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("wav");
+    let (mime, bytes) = match format {
+        "flac" => ("audio/flac", audio::flac(&samples, sample_rate)?),
+        _ => ("audio/wav", audio::wav(&samples, sample_rate)?),
+    };
+    Ok(MediaFile {
+        mime: mime.into(),
+        extension: if format == "flac" { "flac" } else { "wav" }.into(),
+        bytes,
+    })
 }

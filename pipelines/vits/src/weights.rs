@@ -20,13 +20,16 @@ use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
 
 use crate::error::VitsError;
 
-/// Scratch buffers for one synthesis, all ledger spans of the voice's owner,
-/// recycled by exact length until [`Workspace::release`].
+/// Scratch buffers for a job, all ledger spans of the voice's owner, recycled
+/// until [`Workspace::release`].
 ///
 /// A synthesis allocates the same few sizes over and over (every convolution
-/// of a decoder stage, every coupling of the flow); reusing them saves the
-/// zero-fill and page faults of fresh allocations. Recycled contents are
-/// unspecified: callers overwrite what they read.
+/// of a decoder stage, every coupling of the flow, every sentence); reusing
+/// them saves the zero-fill and page faults of fresh allocations. A request
+/// takes the smallest free buffer that is long enough; on a miss the free
+/// buffers shorter than the request are dropped before allocating, so the pool
+/// converges to the job's peak working set instead of growing. Recycled
+/// contents are unspecified: callers overwrite what they read.
 #[derive(Debug)]
 pub struct Workspace {
     ledger: Arc<Ledger>,
@@ -38,19 +41,21 @@ pub struct Workspace {
 #[derive(Debug)]
 pub struct Scratch<'a> {
     buf: Option<Buffer<f32>>,
+    len: usize,
     ws: &'a Workspace,
 }
 
 impl Deref for Scratch<'_> {
     type Target = [f32];
     fn deref(&self) -> &[f32] {
-        self.buf.as_deref().unwrap_or(&[])
+        self.buf.as_deref().map_or(&[], |b| &b[..self.len])
     }
 }
 
 impl DerefMut for Scratch<'_> {
     fn deref_mut(&mut self) -> &mut [f32] {
-        self.buf.as_deref_mut().unwrap_or(&mut [])
+        let len = self.len;
+        self.buf.as_deref_mut().map_or(&mut [], |b| &mut b[..len])
     }
 }
 
@@ -75,8 +80,19 @@ impl Workspace {
     /// A scratch buffer of `len` floats (contents unspecified).
     pub fn buf(&self, len: usize) -> Result<Scratch<'_>, VitsError> {
         let reused = self.pool.lock().ok().and_then(|mut pool| {
-            let i = pool.iter().position(|b| b.len() == len)?;
-            Some(pool.swap_remove(i))
+            let best = pool
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.len() >= len)
+                .min_by_key(|(_, b)| b.len())
+                .map(|(i, _)| i);
+            match best {
+                Some(i) => Some(pool.swap_remove(i)),
+                None => {
+                    pool.retain(|b| b.len() >= len);
+                    None
+                }
+            }
         });
         let buf = match reused {
             Some(b) => b,
@@ -84,6 +100,7 @@ impl Workspace {
         };
         Ok(Scratch {
             buf: Some(buf),
+            len,
             ws: self,
         })
     }

@@ -108,8 +108,8 @@ impl Vits {
     }
 
     /// Synthesizes one sentence of phoneme ids; `max_frames` bounds the length
-    /// (the working set the voice was fitted for). Scratch spans are released
-    /// before it returns.
+    /// (the working set the voice was fitted for). Scratch buffers stay
+    /// pooled for the next sentence until [`Vits::release_scratch`].
     pub fn synthesize(
         &self,
         ids: &[i64],
@@ -118,9 +118,12 @@ impl Vits {
         max_frames: usize,
         trace: Option<&mut Trace>,
     ) -> Result<Vec<f32>, VitsError> {
-        let out = self.run(ids, scales, noise, max_frames, trace);
+        self.run(ids, scales, noise, max_frames, trace)
+    }
+
+    /// Frees the pooled scratch (call at the end of a job).
+    pub fn release_scratch(&self) {
         self.ws.release();
-        out
     }
 
     fn run(
