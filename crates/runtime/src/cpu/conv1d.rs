@@ -151,6 +151,7 @@ pub fn conv1d_fused(
         .flat_map(|ci| (0..k).map(move |tap| ci * lp + tap * shape.dilation))
         .collect();
     let init = fuse.residual.map_or(std::ptr::null(), <[f32]>::as_ptr);
+    let bias_p = bias.map_or(std::ptr::null(), <[f32]>::as_ptr);
     // SAFETY: bounds checked above; out and residual hold cout·lo elements.
     unsafe {
         super::sgemm::sgemm_rows_par(
@@ -164,10 +165,10 @@ pub fn conv1d_fused(
             out.as_mut_ptr(),
             lo,
             init,
+            bias_p,
             true,
         );
     }
-    add_bias(out, bias, cout, lo);
 }
 
 /// Copies `x[C, len]` into `dst[C, pl + len + pr]` through `leaky_relu(·, slope)`
@@ -201,14 +202,6 @@ pub(crate) fn pad_act(
             .chunks_exact_mut(lp)
             .zip(x[..channels * len].chunks_exact(len))
             .for_each(fill);
-    }
-}
-
-pub(crate) fn add_bias(out: &mut [f32], bias: Option<&[f32]>, channels: usize, len: usize) {
-    if let Some(b) = bias {
-        for (row, bv) in out[..channels * len].chunks_exact_mut(len).zip(b) {
-            row.iter_mut().for_each(|v| *v += bv);
-        }
     }
 }
 

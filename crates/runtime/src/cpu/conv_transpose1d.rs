@@ -187,6 +187,7 @@ pub fn conv_transpose1d(
                             stage.as_mut_ptr(),
                             TILE,
                             std::ptr::null(),
+                            std::ptr::null(),
                         );
                     }
                 } else {

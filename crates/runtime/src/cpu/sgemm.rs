@@ -103,6 +103,7 @@ pub(crate) fn sgemm_nn_par_init(
             c.as_mut_ptr(),
             ldc,
             ip,
+            std::ptr::null(),
             parallel,
         );
     }
@@ -139,17 +140,19 @@ pub(crate) unsafe fn sgemm_rows_par(
     c: *mut f32,
     ldc: usize,
     init: *const f32,
+    bias: *const f32,
     parallel: bool,
 ) {
     let threads = rayon::current_num_threads();
     if !parallel || threads <= 1 || m * n * k < (1 << 18) || n < 2 * NR {
         // SAFETY: the caller's contract.
-        unsafe { sgemm_rows_raw(m, n, k, a, lda, b, offs, c, ldc, init) };
+        unsafe { sgemm_rows_raw(m, n, k, a, lda, b, offs, c, ldc, init, bias) };
         return;
     }
     let block = n.div_ceil(threads * 4).div_ceil(NR) * NR;
     let blocks = n.div_ceil(block);
     let (bp, cp, ip) = (Ptr(b as *mut f32), Ptr(c), Ptr(init as *mut f32));
+    let bi_ = Ptr(bias as *mut f32);
     use rayon::prelude::*;
     (0..blocks).into_par_iter().for_each(|bi| {
         let j0 = bi * block;
@@ -173,12 +176,13 @@ pub(crate) unsafe fn sgemm_rows_par(
                 cp.get().add(j0),
                 ldc,
                 i,
+                bi_.get(),
             );
         }
     });
 }
 
-/// `c[i·ldc + j] = init[i·ldc + j] (or 0) + Σ_p a[i·lda + p] · b[offs[p] + j]`
+/// `c[i·ldc + j] = init[i·ldc + j] (or 0) + bias[i] (or 0) + Σ_p a[i·lda + p] · b[offs[p] + j]`
 /// for `i < m`, `j < n`. Single-threaded.
 ///
 /// # Safety
@@ -198,6 +202,7 @@ pub(crate) unsafe fn sgemm_rows_raw(
     c: *mut f32,
     ldc: usize,
     init: *const f32,
+    bias: *const f32,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -205,12 +210,12 @@ pub(crate) unsafe fn sgemm_rows_raw(
     match isa() {
         // SAFETY: the ISA was detected at run time; the caller's contract.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { avx512::sgemm(m, n, k, a, lda, b, offs, c, ldc, init) },
+        Isa::Avx512 => unsafe { avx512::sgemm(m, n, k, a, lda, b, offs, c, ldc, init, bias) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { avx2::sgemm(m, n, k, a, lda, b, offs, c, ldc, init) },
+        Isa::Avx2 => unsafe { avx2::sgemm(m, n, k, a, lda, b, offs, c, ldc, init, bias) },
         // SAFETY: the caller's contract.
-        _ => unsafe { portable(m, n, k, a, lda, b, offs, c, ldc, init) },
+        _ => unsafe { portable(m, n, k, a, lda, b, offs, c, ldc, init, bias) },
     }
 }
 
@@ -230,15 +235,18 @@ unsafe fn portable(
     c: *mut f32,
     ldc: usize,
     init: *const f32,
+    bias: *const f32,
 ) {
     // SAFETY: the caller's contract; each row of C is a disjoint slice.
     unsafe {
         for i in 0..m {
             let row = std::slice::from_raw_parts_mut(c.add(i * ldc), n);
+            let b0 = if bias.is_null() { 0.0 } else { *bias.add(i) };
             if init.is_null() {
-                row.fill(0.0);
+                row.fill(b0);
             } else {
-                row.copy_from_slice(std::slice::from_raw_parts(init.add(i * ldc), n));
+                let src = std::slice::from_raw_parts(init.add(i * ldc), n);
+                row.iter_mut().zip(src).for_each(|(x, y)| *x = y + b0);
             }
             for (p, off) in offs.iter().enumerate().take(k) {
                 let av = a[i * lda + p];
@@ -271,6 +279,7 @@ mod avx512 {
         c: *mut f32,
         ldc: usize,
         init: *const f32,
+        bias: *const f32,
     ) {
         let ap = a.as_ptr();
         let mut j0 = 0;
@@ -295,12 +304,13 @@ mod avx512 {
                     } else {
                         init.add(i0 * ldc + j0)
                     };
+                    let bt0 = if bias.is_null() { bias } else { bias.add(i0) };
                     macro_rules! go {
                         ($mr:literal) => {
                             match nv {
-                                1 => tile::<$mr, 1>(k, at, lda, bt, offs, ct, ldc, it, mask),
-                                2 => tile::<$mr, 2>(k, at, lda, bt, offs, ct, ldc, it, mask),
-                                _ => tile::<$mr, 3>(k, at, lda, bt, offs, ct, ldc, it, mask),
+                                1 => tile::<$mr, 1>(k, at, lda, bt, offs, ct, ldc, it, bt0, mask),
+                                2 => tile::<$mr, 2>(k, at, lda, bt, offs, ct, ldc, it, bt0, mask),
+                                _ => tile::<$mr, 3>(k, at, lda, bt, offs, ct, ldc, it, bt0, mask),
                             }
                         };
                     }
@@ -335,6 +345,7 @@ mod avx512 {
         c: *mut f32,
         ldc: usize,
         init: *const f32,
+        bias: *const f32,
         mask: __mmask16,
     ) {
         let mut acc = [[_mm512_setzero_ps(); V]; R];
@@ -347,11 +358,14 @@ mod avx512 {
                     _mm512_loadu_ps(p.add(16 * v))
                 }
             };
-            if !init.is_null() {
-                for (i, acc_i) in acc.iter_mut().enumerate() {
-                    for (v, x) in acc_i.iter_mut().enumerate() {
-                        *x = load(init.add(i * ldc), v);
-                    }
+            for (i, acc_i) in acc.iter_mut().enumerate() {
+                let b0 = _mm512_set1_ps(if bias.is_null() { 0.0 } else { *bias.add(i) });
+                for (v, x) in acc_i.iter_mut().enumerate() {
+                    *x = if init.is_null() {
+                        b0
+                    } else {
+                        _mm512_add_ps(load(init.add(i * ldc), v), b0)
+                    };
                 }
             }
             for (p, off) in offs.iter().enumerate().take(k) {
@@ -405,6 +419,7 @@ mod avx2 {
         c: *mut f32,
         ldc: usize,
         init: *const f32,
+        bias: *const f32,
     ) {
         let ap = a.as_ptr();
         let mut j0 = 0;
@@ -433,11 +448,12 @@ mod avx2 {
                     } else {
                         init.add(i0 * ldc + j0)
                     };
+                    let bt0 = if bias.is_null() { bias } else { bias.add(i0) };
                     macro_rules! go {
                         ($mr:literal) => {
                             match nv {
-                                1 => tile::<$mr, 1>(k, at, lda, bt, offs, ct, ldc, it, mask),
-                                _ => tile::<$mr, 2>(k, at, lda, bt, offs, ct, ldc, it, mask),
+                                1 => tile::<$mr, 1>(k, at, lda, bt, offs, ct, ldc, it, bt0, mask),
+                                _ => tile::<$mr, 2>(k, at, lda, bt, offs, ct, ldc, it, bt0, mask),
                             }
                         };
                     }
@@ -468,6 +484,7 @@ mod avx2 {
         c: *mut f32,
         ldc: usize,
         init: *const f32,
+        bias: *const f32,
         mask: __m256i,
     ) {
         let mut acc = [[_mm256_setzero_ps(); V]; R];
@@ -480,11 +497,14 @@ mod avx2 {
                     _mm256_loadu_ps(p.add(8 * v))
                 }
             };
-            if !init.is_null() {
-                for (i, acc_i) in acc.iter_mut().enumerate() {
-                    for (v, x) in acc_i.iter_mut().enumerate() {
-                        *x = load(init.add(i * ldc), v);
-                    }
+            for (i, acc_i) in acc.iter_mut().enumerate() {
+                let b0 = _mm256_set1_ps(if bias.is_null() { 0.0 } else { *bias.add(i) });
+                for (v, x) in acc_i.iter_mut().enumerate() {
+                    *x = if init.is_null() {
+                        b0
+                    } else {
+                        _mm256_add_ps(load(init.add(i * ldc), v), b0)
+                    };
                 }
             }
             for (p, off) in offs.iter().enumerate().take(k) {
