@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use favlo_formats::gguf::GgufFile;
+use favlo_formats::gguf::{GgmlType, GgufFile};
 use favlo_formats::safetensors::SafeTensors;
 
 use crate::error::LlamaError;
@@ -95,6 +95,18 @@ impl Checkpoint {
             }
         };
         Ok(Some(got))
+    }
+
+    /// The stored GGUF blocks of a tensor (type, bytes, PyTorch shape); `None` for
+    /// safetensors checkpoints and absent tensors.
+    pub(crate) fn raw(&self, role: Role, layer: usize) -> Option<(GgmlType, &[u8], Vec<usize>)> {
+        match self {
+            Checkpoint::Gguf { file, .. } => {
+                let info = file.tensor(&gguf_name(role, layer))?;
+                Some((info.ggml_type, file.tensor_bytes(info), info.shape()))
+            }
+            Checkpoint::Safetensors { .. } => None,
+        }
     }
 
     /// Like [`Checkpoint::load`] but the tensor must exist and have `shape`.

@@ -10,6 +10,7 @@
 //! - Generation is id-level ([`LlamaRuntime::generate`]); the `LanguagePipeline`
 //!   seam, streaming and logprobs are thin layers over it.
 
+mod attention;
 mod bench;
 mod checkpoint;
 pub mod config;

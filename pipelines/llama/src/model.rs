@@ -12,6 +12,7 @@ use favlo_runtime::buffer::Buffer;
 use favlo_runtime::cpu::{self, AttnShape};
 use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
 
+use crate::attention::{attention_ggml, rms_norm_ggml, round_f16};
 use crate::config::LlamaConfig;
 use crate::error::LlamaError;
 use crate::rotary::Rotary;
@@ -140,24 +141,26 @@ impl LlamaModel {
         for chunk in ids.chunks(CHUNK) {
             let t = chunk.len();
             self.chunk(chunk, n_past + start)?;
-            let head = self.w.head().weight();
+            let head = self.w.head();
+            let (ggml, eps) = (self.w.ggml_numerics, self.cfg.rms_eps);
+            let norm = |x: &[f32], w: &[f32], out: &mut [f32]| {
+                if ggml {
+                    rms_norm_ggml(x, w, eps, out);
+                } else {
+                    cpu::rms_norm(x, w, eps, out);
+                }
+            };
             if all {
-                cpu::rms_norm(
-                    &self.s.x[..t * d],
-                    &self.w.out_norm,
-                    self.cfg.rms_eps,
-                    &mut self.s.h[..t * d],
-                );
-                cpu::linear(
+                norm(&self.s.x[..t * d], &self.w.out_norm, &mut self.s.h[..t * d]);
+                head.linear(
                     &self.s.h[..t * d],
-                    head,
                     None,
                     &mut logits[start * v..(start + t) * v],
                 );
             } else if start + t == ids.len() {
                 let last = &self.s.x[(t - 1) * d..t * d];
-                cpu::rms_norm(last, &self.w.out_norm, self.cfg.rms_eps, &mut self.s.h[..d]);
-                cpu::linear(&self.s.h[..d], head, None, logits);
+                norm(last, &self.w.out_norm, &mut self.s.h[..d]);
+                head.linear(&self.s.h[..d], None, logits);
             }
             start += t;
         }
@@ -178,16 +181,25 @@ impl LlamaModel {
             head_dim: hd,
         };
         let scale = 1.0 / (hd as f32).sqrt();
+        let ggml = self.w.ggml_numerics;
+        let eps = c.rms_eps;
+        let norm = |x: &[f32], w: &[f32], out: &mut [f32]| {
+            if ggml {
+                rms_norm_ggml(x, w, eps, out);
+            } else {
+                cpu::rms_norm(x, w, eps, out);
+            }
+        };
         let s = &mut self.s;
         let (x, h) = (&mut s.x[..t * d], &mut s.h[..t * d]);
-        cpu::embedding(self.w.embed.weight(), ids, x);
+        self.w.embed.embed(ids, x);
         for (li, layer) in self.w.layers.iter().enumerate() {
             let kc = &mut self.k_cache[li * cap_l..(li + 1) * cap_l];
             let vc = &mut self.v_cache[li * cap_l..(li + 1) * cap_l];
             // Attention block.
-            cpu::rms_norm(x, &layer.attn_norm, c.rms_eps, h);
+            norm(x, &layer.attn_norm, h);
             let qkv = &mut s.qkv[..t * w_qkv];
-            cpu::linear(h, layer.qkv.weight(), layer.qkv_bias.as_deref(), qkv);
+            layer.qkv.linear(h, layer.qkv_bias.as_deref(), qkv);
             let q = &mut s.q[..t * qd];
             let kn = &mut kc[n_past * kvd..(n_past + t) * kvd];
             let vn = &mut vc[n_past * kvd..(n_past + t) * kvd];
@@ -210,19 +222,25 @@ impl LlamaModel {
             self.rotary.apply(q, &positions, c.n_heads);
             self.rotary.apply(kn, &positions, c.n_kv_heads);
             let att = &mut s.att[..t * qd];
-            cpu::attention_causal(q, kc, vc, att, shape, n_past, t, scale);
-            cpu::linear(att, layer.wo.weight(), None, h);
+            if self.w.ggml_numerics {
+                round_f16(kn);
+                round_f16(vn);
+                attention_ggml(q, kc, vc, att, shape, n_past, t, scale);
+            } else {
+                cpu::attention_causal(q, kc, vc, att, shape, n_past, t, scale);
+            }
+            layer.wo.linear(att, None, h);
             cpu::add(x, h);
             // Feed-forward block.
-            cpu::rms_norm(x, &layer.ffn_norm, c.rms_eps, h);
+            norm(x, &layer.ffn_norm, h);
             let gu = &mut s.gu[..t * 2 * ff];
-            cpu::linear(h, layer.gate_up.weight(), None, gu);
+            layer.gate_up.linear(h, None, gu);
             let act = &mut s.act[..t * ff];
             for r in 0..t {
                 let row = &gu[r * 2 * ff..(r + 1) * 2 * ff];
                 cpu::swiglu(&row[..ff], &row[ff..], &mut act[r * ff..(r + 1) * ff]);
             }
-            cpu::linear(act, layer.down.weight(), None, h);
+            layer.down.linear(act, None, h);
             cpu::add(x, h);
         }
         Ok(())

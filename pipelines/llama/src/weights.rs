@@ -1,7 +1,11 @@
-//! Resident weights: every tensor decoded once and re-stored in a ledger buffer.
+//! Resident weights: every tensor copied or decoded once into a ledger buffer.
 //!
 //! Key design choices:
-//! - Linear layers are stored as f16 (default), MXFP8, MXFP4 or f32 ([`WeightFormat`]);
+//! - GGUF checkpoints keep their blocks by default ([`WeightFormat::Native`]): the
+//!   matrices stay Q4_1/Q5_0/Q8_0/Q4_K/Q6_K… and run through `cpu::gguf_dot`, which
+//!   quantizes activations to 8-bit blocks as llama.cpp does (same near-tie rounding,
+//!   ~0.6 bytes/weight streamed per token). Block types the kernels lack fall back to f16.
+//! - Otherwise linear layers are stored as f16, MXFP8, MXFP4 or f32 ([`WeightFormat`]);
 //!   norms, biases and q/k norms stay f32. f16 is the default because it is
 //!   near-exact for GGUF's 4/5/8-bit blocks, while MXFP8 (3 mantissa bits)
 //!   re-quantizes them audibly: on SmolLM2 Q4_1 it flips 10 % of greedy steps
@@ -13,9 +17,10 @@
 
 use std::sync::Arc;
 
+use favlo_formats::gguf::GgmlType;
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::buffer::Buffer;
-use favlo_runtime::cpu::WeightRef;
+use favlo_runtime::cpu::{self, GgufMatrix, GgufType, WeightRef};
 use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
 
 use crate::checkpoint::{Checkpoint, Role};
@@ -25,10 +30,12 @@ use crate::error::LlamaError;
 /// How the linear layers are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum WeightFormat {
+    /// GGUF checkpoints: keep the file's blocks (llama.cpp numerics); others: f16.
+    #[default]
+    Native,
     /// Everything f32 (reference quality, 4 bytes/weight).
     F32,
     /// IEEE half (2 bytes/weight): near-exact for GGUF 4/5/8-bit blocks.
-    #[default]
     F16,
     /// MXFP8 E4M3 with E8M0 scales per 32 (≈1.03 bytes/weight).
     Mxfp8,
@@ -37,9 +44,10 @@ pub enum WeightFormat {
 }
 
 impl WeightFormat {
-    /// Parse `f32` / `mxfp8` / `mxfp4` (case-insensitive).
+    /// Parse `native` (or `gguf`) / `f32` / `f16` / `mxfp8` / `mxfp4` (case-insensitive).
     pub fn parse(s: &str) -> Option<Self> {
         match s.to_ascii_lowercase().as_str() {
+            "native" | "gguf" | "auto" => Some(WeightFormat::Native),
             "f32" => Some(WeightFormat::F32),
             "f16" => Some(WeightFormat::F16),
             "mxfp8" | "fp8" => Some(WeightFormat::Mxfp8),
@@ -65,6 +73,19 @@ pub(crate) enum Matrix {
         buf: Buffer<u8>,
         layout: MxLayout,
     },
+    /// GGUF blocks as stored in the file.
+    Gguf {
+        buf: Buffer<u8>,
+        ty: GgufType,
+        n: usize,
+        k: usize,
+    },
+    /// Row-stacked GGUF matrices of different block types (e.g. Q/K/V of a
+    /// mixed-quant file), filling consecutive output columns.
+    Split {
+        parts: Vec<Matrix>,
+        n: usize,
+    },
 }
 
 impl Matrix {
@@ -82,7 +103,7 @@ impl Matrix {
                 let buf = ledger.alloc_from(owner, SpanKind::Resident, values)?;
                 return Ok(Matrix::F32 { buf, n, k });
             }
-            WeightFormat::F16 => {
+            WeightFormat::F16 | WeightFormat::Native => {
                 let mut buf = ledger.alloc::<half::f16>(owner, SpanKind::Resident, values.len())?;
                 for (d, s) in buf.iter_mut().zip(values) {
                     *d = half::f16::from_f32(*s);
@@ -102,9 +123,9 @@ impl Matrix {
         Ok(Matrix::Mx { buf, layout })
     }
 
-    /// The kernels' view.
-    pub(crate) fn weight(&self) -> WeightRef<'_> {
-        match self {
+    /// The dense/MX kernels' view (`None` for GGUF blocks).
+    pub(crate) fn weight(&self) -> Option<WeightRef<'_>> {
+        Some(match self {
             Matrix::F32 { buf, n, k } => WeightRef::F32 {
                 data: buf,
                 n: *n,
@@ -119,6 +140,54 @@ impl Matrix {
                 layout: *layout,
                 bytes: buf,
             }),
+            Matrix::Gguf { .. } | Matrix::Split { .. } => return None,
+        })
+    }
+
+    fn gguf(&self) -> Option<GgufMatrix<'_>> {
+        match self {
+            Matrix::Gguf { buf, ty, n, k } => Some(GgufMatrix {
+                ty: *ty,
+                data: buf,
+                n: *n,
+                k: *k,
+            }),
+            _ => None,
+        }
+    }
+
+    /// `out[m, n] = x[m, k] · W^T (+ bias)`.
+    pub(crate) fn linear(&self, x: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+        if let Some(w) = self.weight() {
+            cpu::linear(x, w, bias, out);
+        } else if let Some(g) = self.gguf() {
+            cpu::gguf_linear(x, g, bias, out);
+        } else if let Matrix::Split { parts, n } = self {
+            let mut col = 0;
+            for g in parts.iter().filter_map(Matrix::gguf) {
+                cpu::gguf_linear_into(x, g, out, *n, col);
+                col += g.n;
+            }
+            if let Some(b) = bias {
+                for row in out.chunks_exact_mut(*n) {
+                    for (o, bi) in row.iter_mut().zip(b) {
+                        *o += *bi;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rows `ids` of the matrix as f32 (`out` = `[ids.len(), k]`), for embeddings.
+    pub(crate) fn embed(&self, ids: &[u32], out: &mut [f32]) {
+        if let Some(w) = self.weight() {
+            cpu::embedding(w, ids, out);
+        } else if let Some(g) = self.gguf() {
+            for (&id, o) in ids.iter().zip(out.chunks_exact_mut(g.k)) {
+                if (id as usize) < g.n {
+                    g.row_to_f32(id as usize, o);
+                }
+            }
         }
     }
 
@@ -127,9 +196,76 @@ impl Matrix {
         match self {
             Matrix::F32 { buf, .. } => buf.bytes(),
             Matrix::F16 { buf, .. } => buf.bytes(),
-            Matrix::Mx { buf, .. } => buf.bytes(),
+            Matrix::Mx { buf, .. } | Matrix::Gguf { buf, .. } => buf.bytes(),
+            Matrix::Split { parts, .. } => parts.iter().map(Matrix::bytes).sum(),
         }
     }
+}
+
+/// The kernels' type for a GGUF tensor type, if they have one.
+fn gguf_type(t: GgmlType) -> Option<GgufType> {
+    Some(match t {
+        GgmlType::Q4_0 => GgufType::Q4_0,
+        GgmlType::Q4_1 => GgufType::Q4_1,
+        GgmlType::Q5_0 => GgufType::Q5_0,
+        GgmlType::Q5_1 => GgufType::Q5_1,
+        GgmlType::Q8_0 => GgufType::Q8_0,
+        GgmlType::Q4_K => GgufType::Q4_K,
+        GgmlType::Q5_K => GgufType::Q5_K,
+        GgmlType::Q6_K => GgufType::Q6_K,
+        _ => return None,
+    })
+}
+
+/// Load `[rows_i, k]` tensors `parts` stacked by rows into one matrix: GGUF blocks
+/// when `format` is native and every part has a kernel type, else decoded to `format`
+/// (native → f16).
+fn load_matrix(
+    ck: &Checkpoint,
+    parts: &[(Role, usize, usize)],
+    k: usize,
+    format: WeightFormat,
+    ledger: &Arc<Ledger>,
+    owner: &Owner,
+) -> Result<Matrix, LlamaError> {
+    let n: usize = parts.iter().map(|p| p.2).sum();
+    if format == WeightFormat::Native {
+        let raws: Vec<_> = parts
+            .iter()
+            .filter_map(|&(role, l, rows)| {
+                let (t, bytes, shape) = ck.raw(role, l)?;
+                let ty = gguf_type(t)?;
+                (shape == [rows, k] && k.is_multiple_of(ty.block_size()))
+                    .then_some((ty, bytes, rows))
+            })
+            .collect();
+        if raws.len() == parts.len() {
+            let one = |ty: GgufType, chunks: &[&[u8]], n: usize| -> Result<Matrix, LlamaError> {
+                let len = chunks.iter().map(|c| c.len()).sum();
+                let mut buf = ledger.alloc::<u8>(owner, SpanKind::Resident, len)?;
+                let mut at = 0;
+                for c in chunks {
+                    buf[at..at + c.len()].copy_from_slice(c);
+                    at += c.len();
+                }
+                Ok(Matrix::Gguf { buf, ty, n, k })
+            };
+            if raws.iter().all(|r| r.0 == raws[0].0) {
+                let chunks: Vec<&[u8]> = raws.iter().map(|r| r.1).collect();
+                return one(raws[0].0, &chunks, n);
+            }
+            let parts = raws
+                .iter()
+                .map(|&(ty, bytes, rows)| one(ty, &[bytes], rows))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(Matrix::Split { parts, n });
+        }
+    }
+    let mut values = Vec::with_capacity(n * k);
+    for &(role, l, rows) in parts {
+        values.extend(ck.need(role, l, &[rows, k])?);
+    }
+    Matrix::build(ledger, owner, &values, n, k, format)
 }
 
 /// One decoder block.
@@ -154,6 +290,8 @@ pub(crate) struct Weights {
     pub head: Option<Matrix>,
     pub out_norm: Buffer<f32>,
     pub layers: Vec<Layer>,
+    /// Native GGUF: attention follows llama.cpp's f16 KV numerics too.
+    pub ggml_numerics: bool,
 }
 
 impl Weights {
@@ -200,22 +338,26 @@ pub(crate) fn load(
     };
     let f32buf = |v: Vec<f32>| ledger.alloc_from(owner, SpanKind::Resident, &v);
 
-    let embed_v = ck.need(Role::Embed, 0, &[cfg.vocab_size, d])?;
-    let embed = Matrix::build(ledger, owner, &embed_v, cfg.vocab_size, d, table_format)?;
-    drop(embed_v);
-    let head = match ck.maybe(Role::Head, 0, &[cfg.vocab_size, d])? {
-        Some(v) if !cfg.tie_embeddings => Some(Matrix::build(
-            ledger,
-            owner,
-            &v,
-            cfg.vocab_size,
+    let embed = load_matrix(
+        ck,
+        &[(Role::Embed, 0, cfg.vocab_size)],
+        d,
+        table_format,
+        ledger,
+        owner,
+    )?;
+    let head = if ck.has(Role::Head, 0) && !cfg.tie_embeddings {
+        Some(load_matrix(
+            ck,
+            &[(Role::Head, 0, cfg.vocab_size)],
             d,
             table_format,
-        )?),
-        _ => {
-            cfg.tie_embeddings = true;
-            None
-        }
+            ledger,
+            owner,
+        )?)
+    } else {
+        cfg.tie_embeddings = true;
+        None
     };
     let out_norm = f32buf(ck.need(Role::OutputNorm, 0, &[d])?)?;
     if let Some(f) = ck.maybe(Role::RopeFreqs, 0, &[cfg.rope_dim / 2])? {
@@ -224,10 +366,10 @@ pub(crate) fn load(
 
     let mut layers = Vec::with_capacity(cfg.n_layers);
     for l in 0..cfg.n_layers {
-        let mut qkv = ck.need(Role::Q, l, &[qd, d])?;
-        qkv.extend(ck.need(Role::K, l, &[kvd, d])?);
-        qkv.extend(ck.need(Role::V, l, &[kvd, d])?);
-        let qkv = Matrix::build(ledger, owner, &qkv, qd + 2 * kvd, d, format)?;
+        let mat = |parts: &[(Role, usize, usize)], k: usize| {
+            load_matrix(ck, parts, k, format, ledger, owner)
+        };
+        let qkv = mat(&[(Role::Q, l, qd), (Role::K, l, kvd), (Role::V, l, kvd)], d)?;
         let qkv_bias = match ck.maybe(Role::QBias, l, &[qd])? {
             None => None,
             Some(mut b) => {
@@ -244,25 +386,9 @@ pub(crate) fn load(
         };
         let q_norm = ck.maybe(Role::QNorm, l, &[hd])?.map(f32buf).transpose()?;
         let k_norm = ck.maybe(Role::KNorm, l, &[hd])?.map(f32buf).transpose()?;
-        let wo = Matrix::build(
-            ledger,
-            owner,
-            &ck.need(Role::O, l, &[d, qd])?,
-            d,
-            qd,
-            format,
-        )?;
-        let mut gu = ck.need(Role::Gate, l, &[ff, d])?;
-        gu.extend(ck.need(Role::Up, l, &[ff, d])?);
-        let gate_up = Matrix::build(ledger, owner, &gu, 2 * ff, d, format)?;
-        let down = Matrix::build(
-            ledger,
-            owner,
-            &ck.need(Role::Down, l, &[d, ff])?,
-            d,
-            ff,
-            format,
-        )?;
+        let wo = mat(&[(Role::O, l, d)], qd)?;
+        let gate_up = mat(&[(Role::Gate, l, ff), (Role::Up, l, ff)], d)?;
+        let down = mat(&[(Role::Down, l, d)], ff)?;
         layers.push(Layer {
             attn_norm: f32buf(ck.need(Role::AttnNorm, l, &[d])?)?,
             qkv,
@@ -280,6 +406,7 @@ pub(crate) fn load(
         head,
         out_norm,
         layers,
+        ggml_numerics: format == WeightFormat::Native && ck.raw(Role::Embed, 0).is_some(),
     })
 }
 
@@ -306,7 +433,7 @@ mod tests {
         let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
         let mut want = vec![0.0; m * n];
         let f = Matrix::build(&ledger, &owner, &w, n, k, WeightFormat::F32).unwrap();
-        cpu::linear(&x, f.weight(), None, &mut want);
+        cpu::linear(&x, f.weight().unwrap(), None, &mut want);
         for (fmt, bound) in [
             (WeightFormat::F16, 2e-3),
             (WeightFormat::Mxfp8, 0.03),
@@ -314,7 +441,7 @@ mod tests {
         ] {
             let q = Matrix::build(&ledger, &owner, &w, n, k, fmt).unwrap();
             let mut got = vec![0.0; m * n];
-            cpu::linear(&x, q.weight(), None, &mut got);
+            cpu::linear(&x, q.weight().unwrap(), None, &mut got);
             let num = got
                 .iter()
                 .zip(&want)
@@ -322,7 +449,7 @@ mod tests {
                 .fold(0.0, f32::max);
             let den = want.iter().map(|b| b.abs()).fold(0.0, f32::max);
             let mut deq = vec![0.0; k];
-            q.weight().row_to_f32(0, &mut deq);
+            q.weight().unwrap().row_to_f32(0, &mut deq);
             let werr = deq
                 .iter()
                 .zip(&w[..k])

@@ -1,0 +1,160 @@
+//! Causal attention with llama.cpp's default (non-flash) CPU numerics, for native GGUF
+//! weights: K/V cached at f16 precision, q rounded to f16 before `q·k`, softmax in f32
+//! with an f64 sum, probabilities rounded to f16 before they weight V.
+//!
+//! Key design choice: the cache stays f32 (holding f16-representable values, so the
+//! arithmetic equals an f16 cache's) and the rounding happens where ggml converts to
+//! f16 (`mul_mat` with an f16 `src0` converts `src1`); this reproduces llama.cpp's
+//! near-tie behaviour while reusing the f32 SIMD dot/axpy. Work is split over
+//! (query token, head) pairs with rayon when there is enough of it.
+
+use favlo_runtime::cpu::AttnShape;
+use half::f16;
+use rayon::prelude::*;
+
+/// Round every value to the nearest f16 (kept as f32).
+pub(crate) fn round_f16(x: &mut [f32]) {
+    for v in x {
+        *v = f16::from_f32(*v).to_f32();
+    }
+}
+
+/// ggml's `rms_norm` then `mul`: Σx² in f64 of f32 products, `scale = 1/sqrtf(mean+eps)`
+/// in f32, `y = (x·scale)·w`. `x`, `out`: `[t, w.len()]`.
+pub(crate) fn rms_norm_ggml(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let n = w.len();
+    for (xr, yr) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+        let sum: f64 = xr.iter().map(|v| f64::from(v * v)).sum();
+        let mean = (sum / n as f64) as f32;
+        let scale = 1.0 / (mean + eps).sqrt();
+        for ((y, v), g) in yr.iter_mut().zip(xr).zip(w) {
+            *y = (v * scale) * g;
+        }
+    }
+}
+
+/// Lanes the ggml/tinyBLAS AVX2 f16 dot keeps (element i goes to lane i % 8).
+const LANES: usize = 8;
+
+/// ggml's `hsum` of 8 lanes: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
+#[inline]
+fn hsum8(a: &[f32; LANES]) -> f32 {
+    let s = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
+    (s[0] + s[2]) + (s[1] + s[3])
+}
+
+/// One query head: scores over `len` keys, softmax, weighted V, in tinyBLAS's order.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn head_body(
+    qh: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    stride: usize,
+    off: usize,
+    len: usize,
+    scale: f32,
+    p: &mut Vec<f32>,
+    lanes: &mut Vec<[f32; LANES]>,
+    o: &mut [f32],
+) {
+    let hd = qh.len();
+    p.clear();
+    for j in 0..len {
+        let kr = &k_cache[j * stride + off..j * stride + off + hd];
+        let mut acc = [0f32; LANES];
+        for (qc, kc) in qh.chunks_exact(LANES).zip(kr.chunks_exact(LANES)) {
+            for l in 0..LANES {
+                acc[l] = qc[l].mul_add(kc[l], acc[l]);
+            }
+        }
+        p.push(hsum8(&acc) * scale);
+    }
+    let max = p.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let mut sum = 0f64;
+    for v in p.iter_mut() {
+        *v = (*v - max).exp();
+        sum += f64::from(*v);
+    }
+    let inv = (1.0 / sum) as f32;
+    lanes.clear();
+    lanes.resize(hd, [0f32; LANES]);
+    for (j, v) in p.iter().enumerate() {
+        let w = f16::from_f32(*v * inv).to_f32();
+        let l = j % LANES;
+        let vr = &v_cache[j * stride + off..j * stride + off + hd];
+        for (a, &x) in lanes.iter_mut().zip(vr) {
+            a[l] = w.mul_add(x, a[l]);
+        }
+    }
+    for (y, a) in o.iter_mut().zip(lanes.iter()) {
+        *y = hsum8(a);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn head_fma(
+    qh: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    stride: usize,
+    off: usize,
+    len: usize,
+    scale: f32,
+    p: &mut Vec<f32>,
+    lanes: &mut Vec<[f32; LANES]>,
+    o: &mut [f32],
+) {
+    head_body(qh, k_cache, v_cache, stride, off, len, scale, p, lanes, o);
+}
+
+/// q, out: `[t, n_heads*hd]`; caches `[capacity, n_kv_heads*hd]` (rounded at store);
+/// token i sits at position `n_past + i` and sees positions `0..=n_past+i`.
+/// `hd` must be a multiple of 8 (ggml's f16 dot lanes).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_ggml(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    out: &mut [f32],
+    shape: AttnShape,
+    n_past: usize,
+    t: usize,
+    scale: f32,
+) {
+    let (nh, hd) = (shape.n_heads, shape.head_dim);
+    let kvd = shape.n_kv_heads * hd;
+    let group = (nh / shape.n_kv_heads.max(1)).max(1);
+    #[cfg(target_arch = "x86_64")]
+    let fma = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+    let one = |(idx, o): (usize, &mut [f32])| {
+        let (i, h) = (idx / nh, idx % nh);
+        let g = h / group;
+        let len = n_past + i + 1;
+        let mut qh: Vec<f32> = q[idx * hd..(idx + 1) * hd].to_vec();
+        round_f16(&mut qh);
+        let (mut p, mut lanes) = (Vec::with_capacity(len), Vec::new());
+        let args = (&qh[..], k_cache, v_cache, kvd, g * hd, len, scale);
+        #[cfg(target_arch = "x86_64")]
+        if fma {
+            // SAFETY: AVX2 and FMA were detected at run time.
+            unsafe {
+                head_fma(
+                    args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut p, &mut lanes, o,
+                )
+            };
+            return;
+        }
+        head_body(
+            args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut p, &mut lanes, o,
+        );
+    };
+    let out = &mut out[..t * nh * hd];
+    if t * nh * (n_past + t) * hd < (1 << 16) {
+        out.chunks_exact_mut(hd).enumerate().for_each(one);
+    } else {
+        out.par_chunks_exact_mut(hd).enumerate().for_each(one);
+    }
+}
