@@ -15,7 +15,8 @@ use favlo_runtime::cpu::{self, AttnShape};
 use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
 use rayon::prelude::*;
 
-use crate::config::{Activation, EncoderConfig};
+use crate::config::EncoderConfig;
+use crate::epilogue::Epilogue;
 use crate::error::BertError;
 use crate::weights::{self, Loader, Reader, WeightFormat, Weights};
 
@@ -163,14 +164,16 @@ impl Encoder {
         };
         let scale = 1.0 / (cfg.head_dim() as f32).sqrt();
         for layer in &self.weights.layers {
-            layer.qkv.forward(&x, &mut qkv, &mut panel);
+            layer.qkv.forward(&x, &mut qkv, &mut panel, Epilogue::Bias);
             for (r, row) in qkv.chunks_exact(3 * h).enumerate() {
                 q[r * h..(r + 1) * h].copy_from_slice(&row[..h]);
                 k[r * h..(r + 1) * h].copy_from_slice(&row[h..2 * h]);
                 v[r * h..(r + 1) * h].copy_from_slice(&row[2 * h..]);
             }
             attend(&q, &k, &v, &mut ctx, &offsets, h, shape, scale);
-            layer.attn_out.forward(&ctx, &mut tmp, &mut panel);
+            layer
+                .attn_out
+                .forward(&ctx, &mut tmp, &mut panel, Epilogue::Bias);
             cpu::add(&mut tmp, &x);
             cpu::layer_norm(
                 &tmp,
@@ -179,13 +182,12 @@ impl Encoder {
                 cfg.layer_norm_eps,
                 &mut x,
             );
-            layer.ffn_up.forward(&x, &mut up, &mut panel);
-            match cfg.activation {
-                Activation::Gelu => cpu::gelu(&mut up),
-                Activation::GeluTanh => cpu::gelu_tanh(&mut up),
-                Activation::Relu => up.iter_mut().for_each(|u| *u = u.max(0.0)),
-            }
-            layer.ffn_down.forward(&up, &mut tmp, &mut panel);
+            layer
+                .ffn_up
+                .forward(&x, &mut up, &mut panel, Epilogue::BiasAct(cfg.activation));
+            layer
+                .ffn_down
+                .forward(&up, &mut tmp, &mut panel, Epilogue::Bias);
             cpu::add(&mut tmp, &x);
             cpu::layer_norm(
                 &tmp,

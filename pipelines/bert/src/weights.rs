@@ -12,10 +12,11 @@ use std::sync::Arc;
 
 use favlo_formats::safetensors::SafeTensors;
 use favlo_runtime::buffer::Buffer;
-use favlo_runtime::cpu::{self, WeightRef};
+use favlo_runtime::cpu;
 use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
 
 use crate::config::EncoderConfig;
+use crate::epilogue::{self, Epilogue};
 use crate::error::BertError;
 use crate::int8::{self, Int8View};
 use crate::quantize::meta as int8_meta;
@@ -32,7 +33,9 @@ pub enum WeightFormat {
 
 /// The weights of one linear layer.
 pub(crate) enum LinearWeights {
-    F32(Buffer<f32>),
+    /// `W^T` as row-major `[k, n]` (transposed at load for the runtime's row-major AVX-512/AVX2
+    /// `sgemm_nn_par`, 1.7–3× the `gemm` crate's speed on MiniLM's shapes).
+    F32T(Buffer<f32>),
     Int8 {
         q: Buffer<i8>,
         scales: Buffer<f32>,
@@ -49,33 +52,30 @@ pub(crate) struct Linear {
 }
 
 impl Linear {
-    /// Run on `x[m, k]` into `out[m, n]`; `panel` is int8 widening scratch (may be empty).
-    pub fn forward(&self, x: &[f32], out: &mut [f32], panel: &mut [f32]) {
+    /// Run on `x[m, k]` into `out[m, n]`, then the epilogue (bias, activation); `panel` is int8
+    /// widening scratch (may be empty).
+    pub fn forward(&self, x: &[f32], out: &mut [f32], panel: &mut [f32], ep: Epilogue) {
+        let (n, k) = (self.n, self.k);
         match &self.w {
-            LinearWeights::F32(w) => cpu::linear(
-                x,
-                WeightRef::F32 {
-                    data: w,
-                    n: self.n,
-                    k: self.k,
-                },
-                Some(&self.bias),
-                out,
-            ),
+            LinearWeights::F32T(wt) => {
+                let m = x.len() / k.max(1);
+                cpu::sgemm_nn_par(m, n, k, x, k, wt, n, out, n);
+            }
             LinearWeights::Int8 { q, scales, group } => int8::linear_int8(
                 x,
                 Int8View {
                     q,
                     scales,
-                    n: self.n,
-                    k: self.k,
+                    n,
+                    k,
                     group: *group,
                 },
-                Some(&self.bias),
+                None,
                 out,
                 panel,
             ),
         }
+        epilogue::apply(out, &self.bias, ep);
     }
 
     pub fn is_int8(&self) -> bool {
@@ -278,7 +278,9 @@ impl Loader<'_> {
                 w.extend(self.reader.f32(&format!("{b}.weight"), &[n_each, k])?);
             }
             match self.format {
-                WeightFormat::AsStored => LinearWeights::F32(self.put(&w, &what)?),
+                WeightFormat::AsStored => {
+                    LinearWeights::F32T(self.put(&transpose(&w, n, k), &what)?)
+                }
                 WeightFormat::Int8 => {
                     let (q, scales) = int8::quantize_groups(&w, n, k, int8::GROUP);
                     LinearWeights::Int8 {
@@ -387,6 +389,22 @@ impl Loader<'_> {
             layers,
         })
     }
+}
+
+/// `w[n, k]` → `w^T[k, n]`, in cache-sized tiles.
+fn transpose(w: &[f32], n: usize, k: usize) -> Vec<f32> {
+    let mut t = vec![0f32; n * k];
+    const B: usize = 32;
+    for j0 in (0..n).step_by(B) {
+        for c0 in (0..k).step_by(B) {
+            for j in j0..(j0 + B).min(n) {
+                for c in c0..(c0 + B).min(k) {
+                    t[c * n + j] = w[j * k + c];
+                }
+            }
+        }
+    }
+    t
 }
 
 /// Resident bytes the weights will take (for the fit check before the first allocation);

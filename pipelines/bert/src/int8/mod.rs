@@ -11,8 +11,9 @@
 //! bring every one of the 64 test sentences above 0.999 for 1/16 more scale bytes. Few rows
 //! (GEMV, batch 1) run a register-tiled AVX2/FMA kernel ([`tiled`]) that sums each group in f32
 //! registers and folds it into the total with one FMA by its scale; many rows widen the matrix
-//! into an f32 panel once per call (group scales applied while widening) and hand it to the
-//! runtime's f32 GEMM (the widening costs `n*k` against the GEMM's `m*n*k`).
+//! into a transposed f32 panel `[k, n]` once per call (group scales applied while widening)
+//! and hand it to the runtime's row-major `sgemm_nn_par` (the widening costs `n*k` against the
+//! GEMM's `m*n*k`).
 
 mod tiled;
 
@@ -96,6 +97,24 @@ impl Int8View<'_> {
     }
 }
 
+/// Widen `view` to f32 transposed, `out[c, j] = scale[j, c/group] * q[j, c]` (`[k, n]`, the
+/// layout of the row-major GEMM's right operand), in parallel over blocks of columns `c`.
+pub fn dequantize_t_into(view: Int8View<'_>, out: &mut [f32]) {
+    let (n, k, g, groups) = (view.n, view.k, view.group.max(1), view.groups());
+    const COLS: usize = 16;
+    out.par_chunks_mut(n * COLS).enumerate().for_each(|(b, o)| {
+        let c0 = b * COLS;
+        let cols = o.len() / n;
+        for j in 0..n {
+            let qrow = &view.q[j * k + c0..j * k + c0 + cols];
+            let srow = &view.scales[j * groups..(j + 1) * groups];
+            for (dc, &v) in qrow.iter().enumerate() {
+                o[dc * n + j] = f32::from(v) * srow[(c0 + dc) / g];
+            }
+        }
+    });
+}
+
 /// Widen `view` to f32 (`scale[j, c/group] * q[j, c]`) into `out[n*k]`, in parallel over rows.
 pub fn dequantize_into(view: Int8View<'_>, out: &mut [f32]) {
     let (k, g, groups) = (view.k, view.group.max(1), view.groups());
@@ -138,13 +157,15 @@ pub fn linear_int8(
     debug_assert_eq!(out.len(), m * n);
     if m >= GEMM_MIN_ROWS && panel.len() >= n * k {
         let panel = &mut panel[..n * k];
-        dequantize_into(w, panel);
-        favlo_runtime::cpu::linear(
-            x,
-            favlo_runtime::cpu::WeightRef::F32 { data: panel, n, k },
-            bias,
-            out,
-        );
+        dequantize_t_into(w, panel);
+        favlo_runtime::cpu::sgemm_nn_par(m, n, k, &x[..m * k], k, panel, n, &mut out[..m * n], n);
+        if let Some(bias) = bias {
+            for row in out.chunks_exact_mut(n) {
+                for (o, b) in row.iter_mut().zip(bias) {
+                    *o += *b;
+                }
+            }
+        }
         return;
     }
     linear_int8_tiled(x, w, bias, out);
@@ -265,14 +286,17 @@ mod tests {
             linear_int8(&x, view, Some(&bias), &mut got, &mut panel);
             let e = max_rel(&got, &want);
             assert!(e < 1e-5, "dispatch m={m} n={n} k={k} g={group}: {e}");
-            // The widened panel is exactly scale * q.
+            // The widened panels are exactly scale * q.
             let mut wide = vec![0f32; n * k];
             dequantize_into(view, &mut wide);
+            let mut wide_t = vec![0f32; n * k];
+            dequantize_t_into(view, &mut wide_t);
             let g = view.group;
             for j in 0..n {
                 for c in 0..k {
                     let s = scales[j * view.groups() + c / g];
                     assert_eq!(wide[j * k + c], f32::from(q[j * k + c]) * s);
+                    assert_eq!(wide_t[c * n + j], f32::from(q[j * k + c]) * s);
                 }
             }
             tiled::check_scalar_matches_simd(&x, view, m);
