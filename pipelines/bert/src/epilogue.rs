@@ -78,6 +78,37 @@ pub fn bias_gelu(row: &mut [f32], bias: &[f32]) {
     bias_gelu_scalar(row, bias);
 }
 
+/// `row = softmax(scale · row)` for every row of `n` in `x` (the attention scores' epilogue).
+pub fn softmax_rows(x: &mut [f32], n: usize, scale: f32) {
+    if n == 0 {
+        return;
+    }
+    for row in x.chunks_exact_mut(n) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                // SAFETY: the features were detected just above.
+                unsafe { avx2::softmax_row(row, scale) };
+                continue;
+            }
+        }
+        softmax_row_scalar(row, scale);
+    }
+}
+
+fn softmax_row_scalar(row: &mut [f32], scale: f32) {
+    let max = row.iter().fold(f32::MIN, |m, &v| m.max(v));
+    let mut sum = 0f32;
+    for v in row.iter_mut() {
+        *v = ((*v - max) * scale).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    row.iter_mut().for_each(|v| *v *= inv);
+}
+
 /// erfc(z) for z ≥ 0 (Abramowitz & Stegun 7.1.26).
 const ERFC_P: f32 = 0.327_591_1;
 const ERFC_A: [f32; 5] = [
@@ -160,6 +191,65 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2,fma")]
+    fn hmax(v: __m256) -> f32 {
+        let m4 = _mm_max_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let m1 = _mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1));
+        _mm_cvtss_f32(m1)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn hsum(v: __m256) -> f32 {
+        let s4 = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+        _mm_cvtss_f32(s1)
+    }
+
+    /// `row = softmax(scale · row)`, scale > 0.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn softmax_row(row: &mut [f32], scale: f32) {
+        let n = row.len();
+        let n8 = n / 8 * 8;
+        let p = row.as_mut_ptr();
+        let mut mv = _mm256_set1_ps(f32::MIN);
+        let mut j = 0;
+        while j < n8 {
+            // SAFETY: j + 8 <= n.
+            mv = _mm256_max_ps(mv, unsafe { _mm256_loadu_ps(p.add(j)) });
+            j += 8;
+        }
+        let max = row[n8..].iter().fold(hmax(mv), |m, &v| m.max(v));
+        let (maxv, sv) = (_mm256_set1_ps(max), _mm256_set1_ps(scale));
+        let mut acc = _mm256_setzero_ps();
+        j = 0;
+        while j < n8 {
+            // SAFETY: j + 8 <= n.
+            unsafe {
+                let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(p.add(j)), maxv), sv);
+                let e = exp_neg(v);
+                acc = _mm256_add_ps(acc, e);
+                _mm256_storeu_ps(p.add(j), e);
+            }
+            j += 8;
+        }
+        let mut sum = hsum(acc);
+        for v in row[n8..].iter_mut() {
+            *v = ((*v - max) * scale).exp();
+            sum += *v;
+        }
+        let inv = _mm256_set1_ps(1.0 / sum);
+        j = 0;
+        while j < n8 {
+            // SAFETY: j + 8 <= n.
+            unsafe { _mm256_storeu_ps(p.add(j), _mm256_mul_ps(_mm256_loadu_ps(p.add(j)), inv)) };
+            j += 8;
+        }
+        let inv = 1.0 / sum;
+        row[n8..].iter_mut().for_each(|v| *v *= inv);
+    }
+
+    #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn bias_gelu(row: &mut [f32], bias: &[f32]) {
         let n = row.len().min(bias.len());
         let n8 = n / 8 * 8;
@@ -226,6 +316,35 @@ mod tests {
                 got[j]
             );
             assert!((f64::from(scalar[j]) - want).abs() <= tol, "scalar v={v}");
+        }
+    }
+
+    #[test]
+    fn softmax_rows_match_f64() {
+        for n in [1, 5, 8, 29, 64] {
+            let m = 3;
+            let x: Vec<f32> = (0..m * n)
+                .map(|i| ((i * 53) % 97) as f32 / 4.0 - 12.0)
+                .collect();
+            let mut got = x.clone();
+            softmax_rows(&mut got, n, 0.37);
+            let mut scalar = x.clone();
+            for row in scalar.chunks_exact_mut(n) {
+                softmax_row_scalar(row, 0.37);
+            }
+            for (r, row) in x.chunks_exact(n).enumerate() {
+                let max = row.iter().fold(f64::MIN, |a, &b| a.max(f64::from(b)));
+                let e: Vec<f64> = row
+                    .iter()
+                    .map(|&v| ((f64::from(v) - max) * 0.37).exp())
+                    .collect();
+                let sum: f64 = e.iter().sum();
+                for c in 0..n {
+                    let want = e[c] / sum;
+                    assert!((f64::from(got[r * n + c]) - want).abs() <= 1e-6, "n={n}");
+                    assert!((f64::from(scalar[r * n + c]) - want).abs() <= 1e-6);
+                }
+            }
         }
     }
 

@@ -11,6 +11,7 @@
 //! - Tokenization ignores the padding/truncation a `tokenizer.json` configures and truncates at
 //!   the model's own limit, reporting it ([`tokenize`]).
 
+pub mod attention;
 pub mod bench;
 pub mod config;
 pub mod epilogue;

@@ -2,7 +2,8 @@
 //!
 //! Key choice: a batch is *packed*, not padded: the sequences are laid end to end
 //! (`offsets[i]..offsets[i+1]` are sequence `i`'s rows), every linear, norm and activation runs
-//! once over all real tokens, and attention runs per sequence over its own length. This is the
+//! once over all real tokens, and attention runs per sequence over its own length, reading Q, K
+//! and V in place from the fused QKV rows ([`crate::attention`]). This is the
 //! per-batch padding of Hugging Face with the padding removed: the attention mask would zero the
 //! pad keys anyway, so the result is the same and no pad token is ever computed. Scratch for a
 //! batch is taken from the ledger (`Scratch` spans) and returned when the batch ends.
@@ -11,10 +12,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use favlo_runtime::buffer::Buffer;
-use favlo_runtime::cpu::{self, AttnShape};
+use favlo_runtime::cpu;
 use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
-use rayon::prelude::*;
 
+use crate::attention::{PackedShape, attend_packed};
 use crate::config::EncoderConfig;
 use crate::epilogue::Epilogue;
 use crate::error::BertError;
@@ -146,9 +147,6 @@ impl Encoder {
             });
         }
         let mut qkv = self.scratch(t * 3 * h)?;
-        let mut q = self.scratch(t * h)?;
-        let mut k = self.scratch(t * h)?;
-        let mut v = self.scratch(t * h)?;
         let mut ctx = self.scratch(t * h)?;
         let mut up = self.scratch(t * cfg.intermediate_size)?;
         let panel_len = if self.int8 && t >= crate::int8::GEMM_MIN_ROWS {
@@ -157,20 +155,14 @@ impl Encoder {
             0
         };
         let mut panel = self.scratch(panel_len)?;
-        let shape = AttnShape {
-            n_heads: cfg.num_heads,
-            n_kv_heads: cfg.num_heads,
+        let shape = PackedShape {
+            heads: cfg.num_heads,
             head_dim: cfg.head_dim(),
         };
         let scale = 1.0 / (cfg.head_dim() as f32).sqrt();
         for layer in &self.weights.layers {
             layer.qkv.forward(&x, &mut qkv, &mut panel, Epilogue::Bias);
-            for (r, row) in qkv.chunks_exact(3 * h).enumerate() {
-                q[r * h..(r + 1) * h].copy_from_slice(&row[..h]);
-                k[r * h..(r + 1) * h].copy_from_slice(&row[h..2 * h]);
-                v[r * h..(r + 1) * h].copy_from_slice(&row[2 * h..]);
-            }
-            attend(&q, &k, &v, &mut ctx, &offsets, h, shape, scale);
+            attend_packed(&qkv, &mut ctx, &offsets, shape, scale);
             layer
                 .attn_out
                 .forward(&ctx, &mut tmp, &mut panel, Epilogue::Bias);
@@ -230,40 +222,4 @@ impl Encoder {
             x,
         );
     }
-}
-
-/// Bidirectional attention per sequence (no mask needed: a packed sequence has no pads),
-/// sequences in parallel.
-#[allow(clippy::too_many_arguments)]
-fn attend(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    ctx: &mut [f32],
-    offsets: &[usize],
-    h: usize,
-    shape: AttnShape,
-    scale: f32,
-) {
-    let mut parts: Vec<(usize, &mut [f32])> = Vec::with_capacity(offsets.len());
-    let mut rest = ctx;
-    for w in offsets.windows(2) {
-        let (head, tail) = rest.split_at_mut((w[1] - w[0]) * h);
-        parts.push((w[0], head));
-        rest = tail;
-    }
-    parts.into_par_iter().for_each(|(start, out)| {
-        let len = out.len() / h;
-        let r = start * h..(start + len) * h;
-        cpu::attention_full(
-            &q[r.clone()],
-            &k[r.clone()],
-            &v[r],
-            out,
-            shape,
-            len,
-            None,
-            scale,
-        );
-    });
 }
