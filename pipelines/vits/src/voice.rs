@@ -108,6 +108,12 @@ impl MediaPipeline for PiperVoice {
         out
     }
 
+    /// The job's sentence count (its text is phonemized to know it).
+    fn stages(&self, job: &MediaJob) -> Option<usize> {
+        let p = SpeechParams::from_json(&job.params).ok()?;
+        self.sentences(&p.text).ok().map(|s| s.len())
+    }
+
     fn pack(&self, job: &MediaJob, output: MediaOutput) -> Result<MediaFile, PipelineError> {
         pack(job, output)
     }

@@ -111,6 +111,32 @@ fn matches_onnxruntime() {
             report.join(", ")
         );
     }
+    // The output does not depend on the thread count (work is split by whole
+    // output columns; reductions run in a fixed order).
+    let ids = i64s(&st, "b_ids");
+    let dp = f32s(&st, "b_noise_dp");
+    let z = f32s(&st, "b_noise_z");
+    let scales = Scales {
+        noise_scale: 0.667,
+        length_scale: 1.2,
+        noise_w: 0.8,
+    };
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            vits.synthesize(&ids, scales, Noise::Given { dp: &dp, z: &z }, 100_000, None)
+                .unwrap()
+        })
+    };
+    let (one, three) = (run(1), run(3));
+    assert!(
+        one.iter()
+            .zip(&three)
+            .all(|(a, b)| a.to_bits() == b.to_bits())
+    );
     drop(vits);
     ledger.sweep(&owner).unwrap();
 }

@@ -75,6 +75,7 @@ fn speech_job_preempts_losslessly_and_sounds() {
     let body = json!({"text": TEXT, "seed": 7});
     let job = voice.parse("job-1", &body).unwrap();
     assert_eq!(voice.sentences(TEXT).unwrap().len(), 2);
+    assert_eq!(voice.stages(&job), Some(2));
 
     let t0 = std::time::Instant::now();
     let full = voice.generate(&job, None, &Control::new()).unwrap();
