@@ -8,8 +8,8 @@
 //! - Against the plain f32 dot of dequantized weights and the unquantized x: the 8-bit
 //!   activation rounding costs at most 1.5 % of max |y| over 64 outputs (measured
 //!   ≈ 0.3–0.6 %).
-//! - The driver (`gguf_linear_into`, threads, several x rows, column window) against
-//!   per-row `gguf_row_dot`: within 1e-6 relative.
+//! - The driver (`gguf_linear_into`, threads, several x rows incl. the 4-row prefill
+//!   body, column window) against per-row `gguf_row_dot`: bit-identical.
 //! - The activation quantizer: every code within half a step (plus f16 rounding of d).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -127,7 +127,14 @@ fn linear_driver_matches_row_dots() {
         .num_threads(3)
         .build()
         .unwrap();
-    for ty in [GgufType::Q4_1, GgufType::Q5_0, GgufType::Q6_K] {
+    for ty in [
+        GgufType::Q4_0,
+        GgufType::Q4_1,
+        GgufType::Q5_0,
+        GgufType::Q5_1,
+        GgufType::Q8_0,
+        GgufType::Q6_K,
+    ] {
         let (n, k) = (150, 512);
         let w = rand_rows(&mut rng, ty, n, k);
         let mat = GgufMatrix { ty, data: &w, n, k };
@@ -146,8 +153,9 @@ fn linear_driver_matches_row_dots() {
                     }
                     let r = j - col0;
                     let want = gguf_row_dot(ty, best, mat.row(r), &x[i * k..(i + 1) * k]);
-                    assert!(
-                        (got - want).abs() <= 1e-6 * want.abs().max(1.0),
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
                         "{ty:?} m={m} ({i},{r}): {got} vs {want}"
                     );
                 }

@@ -26,6 +26,14 @@ pub(crate) struct QuantAct {
     pub sums: Vec<i32>,
 }
 
+/// Round half to even for |v| < 2^22 (ggml's `nearest_int` trick: adding 1.5·2^23
+/// leaves the rounded integer in the low mantissa bits), without a libm `rintf` call.
+#[inline]
+fn nearest_int(v: f32) -> i32 {
+    let bits = (v + 12_582_912.0).to_bits();
+    (bits & 0x007F_FFFF) as i32 - 0x0040_0000
+}
+
 /// One quantized activation row.
 #[derive(Clone, Copy)]
 pub(crate) struct ActRow<'a> {
@@ -67,7 +75,7 @@ impl QuantAct {
                     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
                     let mut sum = 0i32;
                     for (q, v) in qb.iter_mut().zip(xb) {
-                        let r = (v * id).round_ties_even() as i32;
+                        let r = nearest_int(v * id);
                         *q = r as i8;
                         sum += r;
                     }
@@ -96,7 +104,7 @@ impl QuantAct {
                     }
                     let iscale = -127.0 / max;
                     for (q, v) in qb.iter_mut().zip(xb) {
-                        let r = ((iscale * v).round_ties_even() as i32).min(127);
+                        let r = nearest_int(iscale * v).min(127);
                         *q = r as i8;
                     }
                     for (g, qg) in qb.chunks_exact(16).enumerate() {
@@ -137,5 +145,22 @@ impl QuantAct {
             .enumerate()
             .map(|(i, &q)| self.d[i / bl] * f32::from(q))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nearest_int;
+
+    #[test]
+    fn nearest_int_is_round_half_even() {
+        let mut v = -130.0f32;
+        while v <= 130.0 {
+            assert_eq!(nearest_int(v), v.round_ties_even() as i32, "{v}");
+            v += 0.125;
+        }
+        for v in [0.49999997f32, -0.49999997, 126.5, -126.5, 1e-30, -1e-30] {
+            assert_eq!(nearest_int(v), v.round_ties_even() as i32, "{v}");
+        }
     }
 }

@@ -83,6 +83,16 @@ fn sdot(w: __m256i, y: __m256i) -> __m256i {
     udot(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w))
 }
 
+/// Bytes ahead of the current block to prefetch (the stream continues into the next
+/// row, which the hardware prefetcher does not always anticipate at row ends).
+const PREFETCH: usize = 640;
+
+#[inline(always)]
+fn prefetch(b: *const u8) {
+    // SAFETY: prefetching never faults; the address is only a hint.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(PREFETCH) as *const i8) };
+}
+
 /// One row: raw blocks of `ty` · quantized activations.
 ///
 /// # Safety
@@ -106,6 +116,7 @@ pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
             GgufType::Q4_0 => {
                 for i in 0..nb {
                     let b = wp.add(i * ts);
+                    prefetch(b);
                     let q = _mm256_sub_epi8(nibbles16(b.add(2)), _mm256_set1_epi8(8));
                     let p = sdot(q, ld(i, 0));
                     let dd = _mm256_set1_ps(h2f(b) * a.d[i]);
@@ -115,6 +126,7 @@ pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
             GgufType::Q4_1 => {
                 for i in 0..nb {
                     let b = wp.add(i * ts);
+                    prefetch(b);
                     let p = udot(nibbles16(b.add(4)), ld(i, 0));
                     let dd = _mm256_set1_ps(h2f(b) * a.d[i]);
                     acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
@@ -124,6 +136,7 @@ pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
             GgufType::Q5_0 => {
                 for i in 0..nb {
                     let b = wp.add(i * ts);
+                    prefetch(b);
                     let qh = std::ptr::read_unaligned(b.add(2) as *const u32);
                     let q = _mm256_or_si256(nibbles16(b.add(6)), q5_bits(qh));
                     let q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
@@ -135,6 +148,7 @@ pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
             GgufType::Q5_1 => {
                 for i in 0..nb {
                     let b = wp.add(i * ts);
+                    prefetch(b);
                     let qh = std::ptr::read_unaligned(b.add(4) as *const u32);
                     let q = _mm256_or_si256(nibbles16(b.add(8)), q5_bits(qh));
                     let p = udot(q, ld(i, 0));
@@ -146,6 +160,7 @@ pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
             GgufType::Q8_0 => {
                 for i in 0..nb {
                     let b = wp.add(i * ts);
+                    prefetch(b);
                     let q = _mm256_loadu_si256(b.add(2) as *const __m256i);
                     let p = sdot(q, ld(i, 0));
                     let dd = _mm256_set1_ps(h2f(b) * a.d[i]);
@@ -224,4 +239,86 @@ pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
         }
     }
     hsum_ps(acc) + tail
+}
+
+/// Up to [`MULTI`] activation rows against one row of a 32-element block type, each
+/// weight block unpacked once (prefill). Every output is computed with exactly the
+/// operations and order of [`row_dot`], so results are bit-identical to it.
+pub(crate) const MULTI: usize = 4;
+
+/// Whether [`row_dots`] has a multi-row body for `ty`.
+pub(crate) fn has_multi(ty: GgufType) -> bool {
+    matches!(
+        ty,
+        GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q5_0 | GgufType::Q5_1 | GgufType::Q8_0
+    )
+}
+
+/// See [`MULTI`]; `a.len() == M` rows, `out[r]` for row r.
+///
+/// # Safety
+/// As [`row_dot`]; `ty` must satisfy [`has_multi`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn row_dots<const M: usize>(
+    ty: GgufType,
+    w: &[u8],
+    a: [ActRow<'_>; M],
+    out: &mut [f32; M],
+) {
+    let ts = ty.type_size();
+    let nb = a
+        .iter()
+        .map(|r| r.qs.len() / 32)
+        .min()
+        .unwrap_or(0)
+        .min(w.len() / ts);
+    let wp = w.as_ptr();
+    let mut acc = [_mm256_setzero_ps(); M];
+    let mut tail = [0f32; M];
+    let (signed, has_min, qs_off, qh_off) = match ty {
+        GgufType::Q4_0 => (true, false, 2, 0),
+        GgufType::Q4_1 => (false, true, 4, 0),
+        GgufType::Q5_0 => (true, false, 6, 2),
+        GgufType::Q5_1 => (false, true, 8, 4),
+        _ => (true, false, 2, 0),
+    };
+    // SAFETY (all pointer reads): block i spans wp[i*ts .. (i+1)*ts] and each row's
+    // codes i*32 .. i*32+32, i < nb.
+    unsafe {
+        for i in 0..nb {
+            let b = wp.add(i * ts);
+            let q = match ty {
+                GgufType::Q8_0 => _mm256_loadu_si256(b.add(2) as *const __m256i),
+                GgufType::Q4_0 => _mm256_sub_epi8(nibbles16(b.add(qs_off)), _mm256_set1_epi8(8)),
+                GgufType::Q4_1 => nibbles16(b.add(qs_off)),
+                _ => {
+                    let qh = std::ptr::read_unaligned(b.add(qh_off) as *const u32);
+                    let q = _mm256_or_si256(nibbles16(b.add(qs_off)), q5_bits(qh));
+                    if ty == GgufType::Q5_0 {
+                        _mm256_sub_epi8(q, _mm256_set1_epi8(16))
+                    } else {
+                        q
+                    }
+                }
+            };
+            let (qa, dw) = (_mm256_abs_epi8(q), h2f(b));
+            let mw = if has_min { h2f(b.add(2)) } else { 0.0 };
+            for r in 0..M {
+                let y = _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 32) as *const __m256i);
+                let p = if signed {
+                    udot(qa, _mm256_sign_epi8(y, q))
+                } else {
+                    udot(q, y)
+                };
+                let dd = _mm256_set1_ps(dw * a[r].d[i]);
+                acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[r]);
+                if has_min {
+                    tail[r] += mw * a[r].s[i];
+                }
+            }
+        }
+    }
+    for r in 0..M {
+        out[r] = hsum_ps(acc[r]) + tail[r];
+    }
 }

@@ -97,12 +97,29 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
     };
     let optr = SyncPtr(out.as_mut_ptr());
     let rows: Vec<act::ActRow<'_>> = (0..m).map(|i| act.row(i)).collect();
+    let multi = cfg!(target_arch = "x86_64") && isa >= Isa::Avx2 && avx2::has_multi(w.ty);
     let run = |r0: usize| {
         let r1 = (r0 + chunk).min(n);
         let mut t0 = r0;
         while t0 < r1 {
             let t1 = (t0 + TILE_ROWS).min(r1);
-            for (i, a) in rows.iter().enumerate() {
+            let mut i0 = 0;
+            if multi {
+                while i0 + avx2::MULTI <= m {
+                    let group = [rows[i0], rows[i0 + 1], rows[i0 + 2], rows[i0 + 3]];
+                    for r in t0..t1 {
+                        let mut v = [0f32; avx2::MULTI];
+                        // SAFETY: `multi` implies AVX2+FMA+F16C and a multi-row type.
+                        unsafe { avx2::row_dots(w.ty, w.row(r), group, &mut v) };
+                        for (j, vj) in v.iter().enumerate() {
+                            // SAFETY: as below.
+                            unsafe { *optr.ptr().add((i0 + j) * ld + col0 + r) = *vj };
+                        }
+                    }
+                    i0 += avx2::MULTI;
+                }
+            }
+            for (i, a) in rows.iter().enumerate().skip(i0) {
                 for r in t0..t1 {
                     let v = row_dot(isa, w.ty, w.row(r), *a);
                     // SAFETY: i < m rows of ld, col0 + r < ld; column r belongs to this task.
