@@ -27,16 +27,42 @@ pub struct ConvFuse<'a> {
     pub residual: Option<&'a [f32]>,
 }
 
-/// Copies `src` into `dst`, through `leaky_relu(·, slope)` when `slope` is given.
+/// Copies `src` into `dst`, through `leaky_relu(·, slope)` when `slope` is given
+/// (the select loop compiled for AVX-512 or AVX2 when present).
 #[inline]
 pub(crate) fn copy_act(dst: &mut [f32], src: &[f32], slope: Option<f32>) {
-    match slope {
-        None => dst.copy_from_slice(src),
-        Some(s) => dst
-            .iter_mut()
-            .zip(src)
-            .for_each(|(d, v)| *d = if *v < 0.0 { s * v } else { *v }),
+    let Some(s) = slope else {
+        dst.copy_from_slice(src);
+        return;
+    };
+    match super::simd::isa() {
+        // SAFETY: the ISA was detected at run time.
+        #[cfg(target_arch = "x86_64")]
+        super::simd::Isa::Avx512 => unsafe { lrelu_avx512(dst, src, s) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        super::simd::Isa::Avx2 => unsafe { lrelu_avx2(dst, src, s) },
+        _ => lrelu_loop(dst, src, s),
     }
+}
+
+#[inline(always)]
+fn lrelu_loop(dst: &mut [f32], src: &[f32], s: f32) {
+    dst.iter_mut()
+        .zip(src)
+        .for_each(|(d, v)| *d = if *v < 0.0 { s * v } else { *v });
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn lrelu_avx512(dst: &mut [f32], src: &[f32], s: f32) {
+    lrelu_loop(dst, src, s);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn lrelu_avx2(dst: &mut [f32], src: &[f32], s: f32) {
+    lrelu_loop(dst, src, s);
 }
 
 /// Geometry of one `nn.Conv1d` with stride 1, one group and symmetric padding.
