@@ -6,14 +6,15 @@
 //! - Batches are packed (no pad token is computed) and sorted by length; attention runs per
 //!   sequence. See [`model`].
 //! - Every weight and scratch buffer is a ledger span; kernels come from
-//!   `favlo_runtime::cpu` (f32 linears: its row-major `sgemm_nn_par` on weights transposed at
-//!   load), except the int8 linear ([`int8`]) and the fused bias + GELU pass ([`epilogue`]).
+//!   `favlo_runtime::cpu` (f32 linears: its row-major `sgemm_nn` on weights packed at load,
+//!   [`dense`]), except the int8 linear ([`int8`]) and the fused bias + GELU pass ([`epilogue`]).
 //! - Tokenization ignores the padding/truncation a `tokenizer.json` configures and truncates at
 //!   the model's own limit, reporting it ([`tokenize`]).
 
 pub mod attention;
 pub mod bench;
 pub mod config;
+pub mod dense;
 pub mod epilogue;
 pub mod error;
 pub mod int8;

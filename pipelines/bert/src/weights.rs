@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use favlo_formats::safetensors::SafeTensors;
 use favlo_runtime::buffer::Buffer;
-use favlo_runtime::cpu;
 use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
 
 use crate::config::EncoderConfig;
+use crate::dense;
 use crate::epilogue::{self, Epilogue};
 use crate::error::BertError;
 use crate::int8::{self, Int8View};
@@ -33,9 +33,9 @@ pub enum WeightFormat {
 
 /// The weights of one linear layer.
 pub(crate) enum LinearWeights {
-    /// `W^T` as row-major `[k, n]` (transposed at load for the runtime's row-major AVX-512/AVX2
-    /// `sgemm_nn_par`, 1.7–3× the `gemm` crate's speed on MiniLM's shapes).
-    F32T(Buffer<f32>),
+    /// `W^T` packed into 48-column strips at load ([`dense::pack`]) for the runtime's row-major
+    /// AVX-512/AVX2 `sgemm_nn` (1.7–3× the `gemm` crate's speed on MiniLM's shapes).
+    Packed(Buffer<f32>),
     Int8 {
         q: Buffer<i8>,
         scales: Buffer<f32>,
@@ -57,10 +57,7 @@ impl Linear {
     pub fn forward(&self, x: &[f32], out: &mut [f32], panel: &mut [f32], ep: Epilogue) {
         let (n, k) = (self.n, self.k);
         match &self.w {
-            LinearWeights::F32T(wt) => {
-                let m = x.len() / k.max(1);
-                cpu::sgemm_nn_par(m, n, k, x, k, wt, n, out, n);
-            }
+            LinearWeights::Packed(wp) => dense::gemm_packed(x, wp, n, k, out),
             LinearWeights::Int8 { q, scales, group } => int8::linear_int8(
                 x,
                 Int8View {
@@ -279,7 +276,7 @@ impl Loader<'_> {
             }
             match self.format {
                 WeightFormat::AsStored => {
-                    LinearWeights::F32T(self.put(&transpose(&w, n, k), &what)?)
+                    LinearWeights::Packed(self.put(&dense::pack(&w, n, k), &what)?)
                 }
                 WeightFormat::Int8 => {
                     let (q, scales) = int8::quantize_groups(&w, n, k, int8::GROUP);
@@ -391,22 +388,6 @@ impl Loader<'_> {
     }
 }
 
-/// `w[n, k]` → `w^T[k, n]`, in cache-sized tiles.
-fn transpose(w: &[f32], n: usize, k: usize) -> Vec<f32> {
-    let mut t = vec![0f32; n * k];
-    const B: usize = 32;
-    for j0 in (0..n).step_by(B) {
-        for c0 in (0..k).step_by(B) {
-            for j in j0..(j0 + B).min(n) {
-                for c in c0..(c0 + B).min(k) {
-                    t[c * n + j] = w[j * k + c];
-                }
-            }
-        }
-    }
-    t
-}
-
 /// Resident bytes the weights will take (for the fit check before the first allocation);
 /// int8 scales are counted at [`int8::GROUP`] columns per scale.
 pub fn resident_bytes(cfg: &EncoderConfig, int8: bool) -> u64 {
@@ -425,7 +406,11 @@ pub fn resident_bytes(cfg: &EncoderConfig, int8: bool) -> u64 {
     let linear_bytes = if int8 {
         linear_params + scales * 4
     } else {
-        linear_params * 4
+        // Packed strips pad n up to a multiple of the strip width.
+        let pad = |n: u64| n.div_ceil(dense::STRIP as u64) * dense::STRIP as u64;
+        linear_params
+            .max(cfg.num_layers as u64 * (h * pad(3 * h) + h * pad(h) + h * pad(i) + i * pad(h)))
+            * 4
     };
     linear_bytes + other * 4
 }
