@@ -163,6 +163,11 @@ impl Conv {
         }
     }
 
+    /// Multiplies the weight (not the bias) by `f`.
+    pub fn scale_weight(&mut self, f: f32) {
+        self.weight.iter_mut().for_each(|w| *w *= f);
+    }
+
     /// Kernel taps.
     pub fn kernel(&self) -> usize {
         match self.kind {

@@ -7,7 +7,8 @@
 //! Key design choice: every leaky ReLU is fused into the gather of the
 //! convolution that reads it, and every residual add into the GEMM that
 //! produces it, so a residual block is two convolutions over ping-pong
-//! buffers and a stage holds four `[C, L]` buffers at its peak.
+//! buffers and a stage holds four `[C, L]` buffers at its peak; the mean over a
+//! stage's blocks is a sum, its 1/n folded into the next weights.
 
 use favlo_runtime::cpu;
 
@@ -71,18 +72,30 @@ impl Decoder {
             });
         }
         let per = blocks.len() / ups.len();
+        // Every stage after the first, and conv_post, reads the mean of the
+        // previous stage's blocks through a leaky ReLU; lrelu(x/n) = lrelu(x)/n,
+        // so the 1/n is folded into their weights instead of a pass over x.
+        let inv = 1.0 / per as f32;
         let mut blocks = blocks.into_iter();
         let stages = ups
             .into_iter()
-            .map(|up| Stage {
-                up,
-                blocks: blocks.by_ref().take(per).collect(),
+            .enumerate()
+            .map(|(i, mut up)| {
+                if i > 0 {
+                    up.scale_weight(inv);
+                }
+                Stage {
+                    up,
+                    blocks: blocks.by_ref().take(per).collect(),
+                }
             })
             .collect();
+        let mut post = l.conv("dec.conv_post", None)?;
+        post.scale_weight(inv);
         Ok(Decoder {
             pre: l.conv("dec.conv_pre", None)?,
             stages,
-            post: l.conv("dec.conv_post", None)?,
+            post,
         })
     }
 
@@ -135,18 +148,14 @@ impl Decoder {
                     conv.run_fused(ws, src, len, dst, Some(SLOPE), Some(src))?;
                     last = Some(k % 2);
                 }
-                let res: &[f32] = match last {
-                    Some(i) => &y[i],
-                    None => &up,
-                };
-                if b == 0 {
-                    acc.copy_from_slice(res);
-                } else {
-                    cpu::add(&mut acc, res);
+                match (b, last) {
+                    (0, Some(i)) => std::mem::swap(&mut acc, &mut y[i]),
+                    (0, None) => acc.copy_from_slice(&up),
+                    (_, Some(i)) => cpu::add(&mut acc, &y[i]),
+                    (_, None) => cpu::add(&mut acc, &up),
                 }
             }
-            let inv = 1.0 / stage.blocks.len() as f32;
-            acc.iter_mut().for_each(|v| *v *= inv);
+            // The mean's 1/blocks lives in the next convolution's weight.
             x = acc;
         }
         let mut out = ws.buf(self.post.out_channels() * self.post.out_len(len))?;
