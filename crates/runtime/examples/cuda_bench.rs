@@ -13,7 +13,8 @@
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 use favlo_runtime::cpu::{WeightRef, reference};
 use favlo_runtime::cuda::{
-    CudaContext, CudaKernels, GemvDecode, GemvMma, MxDevice, XPrep, copy_bandwidth_gbps, time_ms,
+    CudaContext, CudaKernels, GemvDecode, GemvMma, MxDevice, MxTiled, XPrep, copy_bandwidth_gbps,
+    tile_mx, time_ms,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
@@ -55,7 +56,7 @@ fn main() {
     };
     let t0 = std::time::Instant::now();
     let k = CudaKernels::load(&ctx).expect("kernels");
-    let mma = GemvMma::load(&ctx).expect("gemv_mma");
+    let mut mma = GemvMma::load(&ctx).expect("gemv_mma");
     println!(
         "device cuda:{} {} (sm_{}{}, NVRTC arch {}), ledger budget {:.1} GiB; kernels loaded in {:.0} ms (cache hits {:?})",
         ctx.ordinal(),
@@ -99,16 +100,27 @@ fn main() {
             .unwrap();
         let mut yd = ctx.alloc::<f32>(&owner, SpanKind::Scratch, n).unwrap();
         let mut prep = XPrep::new(&ctx, &owner, layout.padded_cols()).unwrap();
+        let tiled = tile_mx(MxView::new(layout, &host).unwrap());
+        let wts: Vec<MxTiled> = (0..copies)
+            .map(|_| MxTiled::upload(&ctx, &owner, &tiled).unwrap())
+            .collect();
         mma.prep_x(&xd, layout.padded_cols(), &mut prep).unwrap();
 
         // Correctness on the big shape: first 64 rows against the f64 reference.
         // Variants: None = tensor-core GEMV alone (x prepared once), Some(d) = CUDA-core.
-        for variant in [None, Some(GemvDecode::F16x2), Some(GemvDecode::F32Bits)] {
-            let run = |w: &MxDevice, yd: &mut _| match variant {
-                None => mma.gemv(w, &prep, yd, false),
-                Some(d) => k.gemv_mx_with(w, &xd, yd, d),
+        for (variant, pf) in [
+            (None, false),
+            (None, true),
+            (Some(GemvDecode::F16x2), false),
+            (Some(GemvDecode::F32Bits), false),
+        ] {
+            mma.l2_prefetch = pf;
+            let mma = &mma;
+            let run = |i: usize, yd: &mut _| match variant {
+                None => mma.gemv(&wts[i], &prep, yd, false),
+                Some(d) => k.gemv_mx_with(&ws[i], &xd, yd, d),
             };
-            run(&ws[0], &mut yd).unwrap();
+            run(0, &mut yd).unwrap();
             let got = ctx.download(&yd).unwrap();
             let sub = MxLayout {
                 format,
@@ -132,8 +144,8 @@ fn main() {
             let rel = err / max;
 
             let ms = time_ms(&ctx, 2, 15, || {
-                for w in &ws {
-                    run(w, &mut yd)?;
+                for i in 0..ws.len() {
+                    run(i, &mut yd)?;
                 }
                 Ok(())
             })
@@ -141,7 +153,9 @@ fn main() {
                 / copies as f64;
             let bytes = layout.total_bytes() as f64 + (layout.padded_cols() * 4) as f64;
             let gbps = bytes / (ms * 1e-3) / 1e9;
-            let name = variant.map_or("Mma".to_string(), |d| format!("{d:?}"));
+            let name = variant.map_or(if pf { "Mma+L2pf" } else { "Mma" }.to_string(), |d| {
+                format!("{d:?}")
+            });
             let line = format!(
                 "| {:?} {name} | {n}×{kk} | {:.1} MB | {:.1} µs | {gbps:.0} | {:.0}% | {rel:.1e} |",
                 format,
@@ -174,7 +188,7 @@ fn main() {
         let line = format!("| prep_x | {kk} | | {:.2} µs | | | |", pms * 1e3);
         println!("{line}");
         rows_out.push(line);
-        drop((ws, xd, yd, prep, xs));
+        drop((ws, wts, xd, yd, prep, xs));
         ctx.sweep(&owner).expect("sweep");
     }
     println!("\ncopy bandwidth {copy:.0} GB/s");

@@ -4,10 +4,10 @@
 //!
 //! Shape (Qwen3-8B config): 36 layers, hidden 4096, 32 q / 8 kv heads of 128,
 //! intermediate 12288, vocab 151936, RMSNorm eps 1e-6, NeoX RoPE θ = 1e6, q/k norm.
-//! Per token and layer: rms_norm → x prep → fused q|k|v GEMV → q/k norm + RoPE + KV
-//! store → attention over the cache → prep → o GEMV (+ residual) → rms_norm → prep →
-//! fused gate|up GEMV → SwiGLU → prep → down GEMV (+ residual); then final norm, prep,
-//! lm_head GEMV. The step is captured once as a CUDA graph (position on the device) and
+//! Per token and layer (9 launches): rms_norm → x prep (one kernel) → fused q|k|v GEMV →
+//! q/k norm + RoPE + KV store → attention split → combine → prep (one kernel) → o GEMV
+//! (+ residual) → rms_norm → prep → fused gate|up GEMV → SwiGLU → prep → down GEMV
+//! (+ residual); then final norm → prep, lm_head GEMV. The step is captured once as a CUDA graph (position on the device) and
 //! replayed; plain stream launches are timed too.
 //!
 //! Weights are random (uniform FP4 codes, E8M0 scales 2^-9..2^-7 so activations stay
@@ -16,9 +16,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use favlo_mx::{ElementFormat, MxLayout, MxView};
+use favlo_runtime::cuda::CudaError;
 use favlo_runtime::cuda::{
-    AttentionDecode, CudaContext, CudaKernels, DecodeOps, DeviceBuffer, GemvMma, KvCache, MxDevice,
-    XPrep, attn_partials_len, copy_bandwidth_gbps, rope_tables, time_ms,
+    AttentionDecode, AttnOut, CudaContext, DecodeOps, DeviceBuffer, GemvMma, KvCache, MxTiled,
+    MxTiledHost, XPrep, attn_partials_len, copy_bandwidth_gbps, rope_tables, tile_mx, time_ms,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use half::f16;
@@ -48,10 +49,10 @@ fn random_fp4(rows: usize, cols: usize, rng: &mut StdRng) -> (MxLayout, Vec<u8>)
 }
 
 struct Layer {
-    qkv: MxDevice,
-    o: MxDevice,
-    gate_up: MxDevice,
-    down: MxDevice,
+    qkv: MxTiled,
+    o: MxTiled,
+    gate_up: MxTiled,
+    down: MxTiled,
     attn_norm: DeviceBuffer<f32>,
     mlp_norm: DeviceBuffer<f32>,
     q_norm: DeviceBuffer<f32>,
@@ -77,7 +78,6 @@ struct Bufs {
 }
 
 struct Kernels {
-    base: CudaKernels,
     gemv: GemvMma,
     attn: AttentionDecode,
     ops: DecodeOps,
@@ -96,14 +96,13 @@ fn arg(name: &str, default: usize) -> usize {
 fn step(
     k: &Kernels,
     layers: &mut [Layer],
-    lm_head: &MxDevice,
+    lm_head: &MxTiled,
     b: &mut Bufs,
     cap: usize,
 ) -> Result<(), favlo_runtime::cuda::CudaError> {
     let scale = 1.0 / (HD as f32).sqrt();
     for l in layers.iter_mut() {
-        k.base.rms_norm(&b.h, &l.attn_norm, EPS, &mut b.xn)?;
-        k.gemv.prep_x(&b.xn, HIDDEN, &mut b.prep)?;
+        k.gemv.rms_norm_prep(&b.h, &l.attn_norm, EPS, &mut b.prep)?;
         k.gemv.gemv(&l.qkv, &b.prep, &mut b.qkv, false)?;
         k.ops.qk_norm_rope_store(
             &b.qkv,
@@ -128,21 +127,39 @@ fn step(
             1,
             scale,
             &mut b.part,
-            &mut b.attn,
+            AttnOut::Prep(&mut b.prep),
         )?;
-        k.gemv.prep_x(&b.attn, HIDDEN, &mut b.prep)?;
         k.gemv.gemv(&l.o, &b.prep, &mut b.h, true)?;
-        k.base.rms_norm(&b.h, &l.mlp_norm, EPS, &mut b.xn)?;
-        k.gemv.prep_x(&b.xn, HIDDEN, &mut b.prep)?;
+        k.gemv.rms_norm_prep(&b.h, &l.mlp_norm, EPS, &mut b.prep)?;
         k.gemv.gemv(&l.gate_up, &b.prep, &mut b.gu, false)?;
-        k.ops.swiglu_fused(&b.gu, &mut b.act)?;
-        k.gemv.prep_x(&b.act, INTER, &mut b.prep)?;
+        k.gemv.swiglu_prep(&b.gu, INTER, &mut b.prep)?;
         k.gemv.gemv(&l.down, &b.prep, &mut b.h, true)?;
     }
-    k.base.rms_norm(&b.h, &b.final_norm, EPS, &mut b.xn)?;
-    k.gemv.prep_x(&b.xn, HIDDEN, &mut b.prep)?;
+    k.gemv
+        .rms_norm_prep(&b.h, &b.final_norm, EPS, &mut b.prep)?;
     k.gemv.gemv(lm_head, &b.prep, &mut b.logits, false)?;
     k.ops.advance_pos(&mut b.pos)
+}
+
+/// Milliseconds per replay of a CUDA graph of what `f` launches (GPU time without the
+/// host's launch cost).
+fn graph_ms(ctx: &CudaContext, reps: usize, f: impl FnOnce() -> Result<(), CudaError>) -> f64 {
+    let stream = ctx.stream().clone();
+    stream
+        .begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+        .unwrap();
+    f().unwrap();
+    let graph = stream
+        .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("captured graph");
+    time_ms(ctx, 2, reps, || {
+        graph.launch().map_err(|e| CudaError::Driver {
+            op: "cuGraphLaunch",
+            message: format!("{e:?}"),
+        })
+    })
+    .unwrap()
 }
 
 fn main() {
@@ -156,7 +173,6 @@ fn main() {
         std::process::exit(2)
     });
     let k = Kernels {
-        base: CudaKernels::load(&ctx).unwrap(),
         gemv: GemvMma::load(&ctx).unwrap(),
         attn: AttentionDecode::load(&ctx).unwrap(),
         ops: DecodeOps::load(&ctx).unwrap(),
@@ -171,8 +187,16 @@ fn main() {
     let (l_gu, h_gu) = random_fp4(2 * INTER, HIDDEN, &mut rng);
     let (l_dn, h_dn) = random_fp4(HIDDEN, INTER, &mut rng);
     let (l_lm, h_lm) = random_fp4(VOCAB, HIDDEN, &mut rng);
-    let up =
-        |l: MxLayout, h: &[u8]| MxDevice::upload(&ctx, &owner, MxView::new(l, h).unwrap()).unwrap();
+    // Tiled once on the host per matrix kind.
+    let tile = |l: MxLayout, h: &[u8]| tile_mx(MxView::new(l, h).unwrap());
+    let (t_qkv, t_o, t_gu, t_dn, t_lm) = (
+        tile(l_qkv, &h_qkv),
+        tile(l_o, &h_o),
+        tile(l_gu, &h_gu),
+        tile(l_dn, &h_dn),
+        tile(l_lm, &h_lm),
+    );
+    let up = |h: &MxTiledHost| MxTiled::upload(&ctx, &owner, h).unwrap();
     let ones = |rng: &mut StdRng, n: usize| -> Vec<f32> {
         (0..n).map(|_| rng.random_range(0.8f32..1.2)).collect()
     };
@@ -203,10 +227,10 @@ fn main() {
                 }
             }
             Layer {
-                qkv: up(l_qkv, &h_qkv),
-                o: up(l_o, &h_o),
-                gate_up: up(l_gu, &h_gu),
-                down: up(l_dn, &h_dn),
+                qkv: up(&t_qkv),
+                o: up(&t_o),
+                gate_up: up(&t_gu),
+                down: up(&t_dn),
                 attn_norm: ctx
                     .upload(&owner, SpanKind::Resident, &ones(&mut rng, HIDDEN))
                     .unwrap(),
@@ -223,7 +247,7 @@ fn main() {
             }
         })
         .collect();
-    let lm_head = up(l_lm, &h_lm);
+    let lm_head = up(&t_lm);
     let positions: Vec<usize> = (0..cap).collect();
     let (c, s) = rope_tables(&positions, HD, HD, 1_000_000.0);
     let h0: Vec<f32> = (0..HIDDEN)
@@ -359,11 +383,59 @@ fn main() {
                 1,
                 scale,
                 &mut b.part,
-                &mut b.attn,
+                AttnOut::F32(&mut b.attn),
             )
         })
     })
     .unwrap();
+    // The same parts as graphs (GPU time, no host launch cost), one token's worth each.
+    let g_gemv = graph_ms(&ctx, 10, || {
+        for l in &layers {
+            k.gemv.gemv(&l.qkv, &b.prep, &mut b.qkv, false)?;
+            k.gemv.gemv(&l.o, &b.prep, &mut b.attn, false)?;
+            k.gemv.gemv(&l.gate_up, &b.prep, &mut b.gu, false)?;
+            k.gemv.gemv(&l.down, &b.prep, &mut b.attn, false)?;
+        }
+        k.gemv.gemv(&lm_head, &b.prep, &mut b.logits, false)
+    });
+    let g_attn = graph_ms(&ctx, 10, || {
+        for l in &layers {
+            k.attn.decode(
+                &b.q,
+                &l.cache,
+                cap,
+                NH,
+                NKV,
+                &b.pos,
+                1,
+                scale,
+                &mut b.part,
+                AttnOut::Prep(&mut b.prep),
+            )?;
+        }
+        Ok(())
+    });
+    let g_small = graph_ms(&ctx, 10, || {
+        for l in layers.iter_mut() {
+            k.gemv.rms_norm_prep(&b.h, &l.attn_norm, EPS, &mut b.prep)?;
+            k.ops.qk_norm_rope_store(
+                &b.qkv,
+                &l.q_norm,
+                &l.k_norm,
+                &b.cos,
+                &b.sin,
+                &b.pos,
+                NH,
+                NKV,
+                EPS,
+                &mut b.q,
+                &mut l.cache,
+            )?;
+            k.gemv.rms_norm_prep(&b.h, &l.mlp_norm, EPS, &mut b.prep)?;
+            k.gemv.swiglu_prep(&b.gu, INTER, &mut b.prep)?;
+        }
+        k.gemv.rms_norm_prep(&b.h, &b.final_norm, EPS, &mut b.prep)
+    });
     let gb = |ms: f64, by: usize| by as f64 * n_layers as f64 / (ms * 1e-3) / 1e9;
     let kv_now = (ctx_len + 1) as f64 * kv_per_key / n_layers as f64;
     println!(
@@ -401,6 +473,16 @@ fn main() {
         kv_now * n_layers as f64 / 1e6,
         t_attn * 1e3,
         100.0 * g / copy
+    );
+    let gemv_bytes = w_bytes;
+    println!(
+        "\nper token, as CUDA graphs: all GEMVs {:.3} ms ({:.0} GB/s, {:.0}% of copy); attention {:.3} ms; norms/prep/rope/swiglu {:.3} ms; sum {:.3} ms",
+        g_gemv,
+        gemv_bytes / (g_gemv * 1e-3) / 1e9,
+        100.0 * gemv_bytes / (g_gemv * 1e-3) / 1e9 / copy,
+        g_attn,
+        g_small,
+        g_gemv + g_attn + g_small
     );
     println!("\n| decode | ms/token | tokens/s | % of roofline |");
     println!("|---|---:|---:|---:|");

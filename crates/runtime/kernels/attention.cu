@@ -58,34 +58,46 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
         kr[u] = load_row4(kc + off);
         vr[u] = load_row4(vc + off);
     }
-    float m[G], l[G];
-    float4 o[G];
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-        m[i] = __int_as_float(0xff800000);
-        l[i] = 0.f;
-        o[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+    // All 8 x G dot products first (independent butterfly reductions: ILP), then one
+    // max, exp and weighted sum per head.
+    float sc[G][KEYS_PER_WARP];
 #pragma unroll
     for (int u = 0; u < KEYS_PER_WARP; ++u) {
-        if (j0 + u >= len) break;
 #pragma unroll
         for (int i = 0; i < G; ++i) {
             float d = qv[i].x * kr[u].x;
             d = fmaf(qv[i].y, kr[u].y, d);
             d = fmaf(qv[i].z, kr[u].z, d);
             d = fmaf(qv[i].w, kr[u].w, d);
+            sc[i][u] = d;
+        }
+    }
 #pragma unroll
-            for (int x = 16; x > 0; x >>= 1) d += __shfl_xor_sync(0xffffffffu, d, x);
-            const float mn = fmaxf(m[i], d);
-            const float corr = expf(m[i] - mn);
-            const float p = expf(d - mn);
-            m[i] = mn;
-            l[i] = fmaf(l[i], corr, p);
-            o[i].x = fmaf(o[i].x, corr, p * vr[u].x);
-            o[i].y = fmaf(o[i].y, corr, p * vr[u].y);
-            o[i].z = fmaf(o[i].z, corr, p * vr[u].z);
-            o[i].w = fmaf(o[i].w, corr, p * vr[u].w);
+    for (int x = 16; x > 0; x >>= 1)
+#pragma unroll
+        for (int u = 0; u < KEYS_PER_WARP; ++u)
+#pragma unroll
+            for (int i = 0; i < G; ++i) sc[i][u] += __shfl_xor_sync(0xffffffffu, sc[i][u], x);
+    float m[G], l[G];
+    float4 o[G];
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        m[i] = __int_as_float(0xff800000);
+#pragma unroll
+        for (int u = 0; u < KEYS_PER_WARP; ++u)
+            if (j0 + u < len) m[i] = fmaxf(m[i], sc[i][u]);
+        l[i] = 0.f;
+        o[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (j0 < len) {
+#pragma unroll
+            for (int u = 0; u < KEYS_PER_WARP; ++u) {
+                const float p = (j0 + u < len) ? expf(sc[i][u] - m[i]) : 0.f;
+                l[i] += p;
+                o[i].x = fmaf(p, vr[u].x, o[i].x);
+                o[i].y = fmaf(p, vr[u].y, o[i].y);
+                o[i].z = fmaf(p, vr[u].z, o[i].z);
+                o[i].w = fmaf(p, vr[u].w, o[i].w);
+            }
         }
     }
     // Merge the 4 warps: shared (m, l) per warp and head, o per warp, head and dim.
@@ -148,18 +160,48 @@ ATTN_KERNELS(4)
 ATTN_KERNELS(8)
 
 // out[h][d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s. Grid: n_heads; block: 128.
-extern "C" __global__ void __launch_bounds__(128)
-    attn_decode_combine(const float* __restrict__ part, float* __restrict__ out, int nsplit) {
-    const int h = blockIdx.x, d = threadIdx.x;
+// The split weights are computed once per head in shared memory (threads over splits),
+// then each thread sums its dim over the splits with many loads in flight.
+__device__ __forceinline__ float combine_head(const float* __restrict__ part, int nsplit) {
+    __shared__ float cw[1024];
+    __shared__ float red[4];
+    const int h = blockIdx.x, d = threadIdx.x, lane = d & 31, warp = d >> 5;
     const float* p = part + (long long)h * nsplit * (HD + 4);
     float mx = __int_as_float(0xff800000);
-    for (int s = 0; s < nsplit; ++s) mx = fmaxf(mx, p[s * (HD + 4) + HD]);
-    float L = 0.f, O = 0.f;
-    for (int s = 0; s < nsplit; ++s) {
-        const float* ps = p + s * (HD + 4);
-        const float c = expf(ps[HD] - mx);
-        L = fmaf(ps[HD + 1], c, L);
-        O = fmaf(ps[d], c, O);
+    for (int s = d; s < nsplit; s += HD) mx = fmaxf(mx, p[s * (HD + 4) + HD]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    mx = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+    __syncthreads();
+    float L = 0.f;
+    for (int s = d; s < nsplit; s += HD) {
+        const float c = expf(p[s * (HD + 4) + HD] - mx);  // 0 for an empty split
+        cw[s] = c;
+        L = fmaf(p[s * (HD + 4) + HD + 1], c, L);
     }
-    out[h * HD + d] = O / L;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+    if (lane == 0) red[warp] = L;
+    __syncthreads();
+    L = red[0] + red[1] + red[2] + red[3];
+    float O = 0.f;
+#pragma unroll 16
+    for (int s = 0; s < nsplit; ++s) O = fmaf(p[s * (HD + 4) + d], cw[s], O);
+    return O / L;
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+    attn_decode_combine(const float* __restrict__ part, float* __restrict__ out, int nsplit) {
+    out[blockIdx.x * HD + threadIdx.x] = combine_head(part, nsplit);
+}
+
+// As attn_decode_combine, writing the output straight into the GEMV's x preparation
+// (head h's 128 values are blocks 4h..4h+3); one warp per block of 32.
+extern "C" __global__ void __launch_bounds__(128)
+    attn_decode_combine_prep(const float* __restrict__ part, int nsplit,
+                             unsigned short* __restrict__ xhl, float* __restrict__ xs) {
+    const float v = combine_head(part, nsplit);
+    prep32_store(v, threadIdx.x & 31, (long long)blockIdx.x * 4 + (threadIdx.x >> 5), xhl, xs);
 }

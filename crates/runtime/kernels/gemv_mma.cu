@@ -1,8 +1,7 @@
 // Favlo CUDA kernels: MXFP4 / MXFP8 (E4M3) GEMV on the tensor cores, y = W x.
 //
-// Layout (favlo-mx, unchanged): `rows` rows of `data_row_bytes` (K padded to 256 for
-// FP4, 128 for FP8, zero-filled), then at `scale_offset` `rows` rows of
-// `scale_row_bytes` E8M0 bytes, one per 32 values. FP4: element 0 in the low nibble.
+// Weights: the favlo-mx codes (FP4: element 0 in the low nibble; one E8M0 scale per
+// 32 values), re-tiled on upload (`MxTiled`, src/cuda/gemv.rs; described at the kernel).
 //
 // Why tensor cores for a GEMV: the CUDA-core version spent ~4 instructions per value
 // (decode, f16->f32 widen, FFMA) and was issue-bound at 35% of copy bandwidth. Here
@@ -37,6 +36,20 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                  : "l"(p));
     return r;
+}
+
+// The same with an L2 256-byte prefetch hint (a warp's chunk is 4 KB contiguous).
+__device__ __forceinline__ uint4 ld_stream_pf(const void* p) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+template <bool PF>
+__device__ __forceinline__ uint4 ld_w(const void* p) {
+    return PF ? ld_stream_pf(p) : ld_stream(p);
 }
 
 __device__ __forceinline__ uint4 ld_x(const void* p) {
@@ -103,103 +116,114 @@ __device__ __forceinline__ void a_frag<8>(const uint4& w, int s, unsigned& p0, u
     p1 = e4m3x2(v >> 16);
 }
 
-// y[rows] = W x (+ y when `accumulate`, for a residual add). xhl: per 32-value block 32
-// f16 hi then 32 f16 lo (permuted order); xs: per block 2^-e. Block = W warps x 32 lanes;
-// grid = ceil(rows / 32).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;"); }
+
+// y[rows] = W x (+ y when `accumulate`, for a residual add), W in the tiled device
+// layout (see `MxTiled` in src/cuda/gemv.rs): for tile T (32 rows) and 128-byte column
+// chunk c, 4096 data bytes ordered [i 4][j 2][lane 32][16 B] (lane (g, t) holds row
+// 32T + g + 8i, bytes 128c + 64j + 16t of it), so every 16-byte load instruction of a
+// warp reads 512 contiguous bytes and a warp's chunk is 4 KB contiguous; and a scale
+// tile of 8 bytes per lane [i][j] (FP4: 32 lanes; FP8: 16 lane pairs, lanes t, t^1 share
+// a block). xhl: per 32-value block 32 f16 hi then 32 f16 lo (permuted order); xs: per
+// block 2^-e. Block = W warps of one tile; warp w takes chunks w, w+W, ...
 //
-// Lane (g, t) of a warp reads, for its 4 rows and 128-byte chunk c, the two 16-byte
-// pieces at c*128 + 16 t and c*128 + 64 + 16 t, so each load instruction covers whole
-// 64-byte row segments (no half-used sectors). A piece is one FP4 block (8 k-steps) or
-// half an FP8 block (4 k-steps); its partial sums are scaled and accumulated in f32.
-// The next chunk's pieces and scales are loaded before the current chunk is computed.
-template <int FMT>
-__device__ __forceinline__ void gemv_mma_body(const unsigned char* __restrict__ w,
+// A piece (16 bytes of one row) is one FP4 block (8 k-steps) or half an FP8 block (4
+// k-steps); its partial sums are scaled and accumulated in f32. The next chunk's
+// pieces and scales are loaded into registers, and its x slice (hi/lo + factors) is
+// copied into a per-warp shared-memory double buffer with cp.async, before the current
+// chunk is computed.
+template <int FMT, bool PF>
+__device__ __forceinline__ void gemv_mma_body(const unsigned char* __restrict__ wd,
+                                              const unsigned char* __restrict__ ws,
                                               const unsigned short* __restrict__ xhl,
                                               const float* __restrict__ xs,
-                                              float* __restrict__ y, int rows,
-                                              int data_row_bytes, long long scale_offset,
-                                              int scale_row_bytes, int accumulate) {
-    constexpr int STEPS = (FMT == 4) ? 8 : 4;  // k-steps per piece
+                                              float* __restrict__ y, int rows, int chunks,
+                                              int accumulate) {
+    constexpr int STEPS = (FMT == 4) ? 8 : 4;    // k-steps per piece
+    constexpr int XB = (FMT == 4) ? 8 : 4;       // x blocks per chunk
+    constexpr int SB = (FMT == 4) ? 256 : 128;   // scale bytes per tile chunk
     const float unbias = (FMT == 4) ? 16384.0f : 1.0f;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.x * TILE_ROWS;
+    const int tile = blockIdx.x;
     const bool act = (g >> 1) == t;  // this lane feeds B column g
     const int h = g & 1;             // hi or lo
-    const unsigned char* rp[4];
-    const unsigned char* sp[4];
+    // Per warp: 2 stages of x (XB blocks x 128 bytes) + their factors (XB floats).
+    __shared__ __align__(16) unsigned char xst[16][2][XB * 128 + XB * 4];
+    const unsigned char* dbase = wd + (long long)tile * chunks * 4096 + lane * 16;
+    const unsigned char* sbase =
+        ws + (long long)tile * chunks * SB + (FMT == 4 ? lane : (lane >> 1)) * 8;
+    auto stage_x = [&](int c, int buf) {
+        const unsigned char* src = reinterpret_cast<const unsigned char*>(xhl) + (long long)c * XB * 128;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int r = min(row0 + g + 8 * i, rows - 1);
-        rp[i] = w + (long long)r * data_row_bytes + t * 16;
-        sp[i] = w + scale_offset + (long long)r * scale_row_bytes;
-    }
-    // Block index of piece j of chunk c for this lane, and (FP8) which half.
-    auto blk_of = [&](int c, int j) {
-        return FMT == 4 ? c * 8 + 4 * j + t : c * 4 + 2 * j + (t >> 1);
+        for (int o = lane * 16; o < XB * 128; o += 512) cp_async16(&xst[warp][buf][o], src + o);
+        if (lane < XB / 4)
+            cp_async16(&xst[warp][buf][XB * 128 + lane * 16], xs + c * XB + lane * 4);
     };
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    const int chunks = data_row_bytes >> 7;
-    uint4 q[4][2];
-    unsigned s8[4][2];
+    uint4 q[8];
+    uint2 sc = make_uint2(0u, 0u);
     int c = warp;
     if (c < chunks) {
+        stage_x(c, 0);
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                q[i][j] = ld_stream(rp[i] + (c << 7) + 64 * j);
-                s8[i][j] = __ldg(sp[i] + blk_of(c, j));
-            }
+        for (int p = 0; p < 8; ++p) q[p] = ld_w<PF>(dbase + (long long)c * 4096 + p * 512);
+        sc = __ldg(reinterpret_cast<const uint2*>(sbase + (long long)c * SB));
     }
-    for (; c < chunks; c += nwarps) {
+    cp_async_commit();
+    for (int k = 0; c < chunks; c += nwarps, ++k) {
         const int cn = c + nwarps;
-        uint4 nq[4][2];
-        unsigned ns8[4][2];
+        uint4 nq[8];
+        uint2 nsc = make_uint2(0u, 0u);
         if (cn < chunks) {
+            stage_x(cn, (k + 1) & 1);
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    nq[i][j] = ld_stream(rp[i] + (cn << 7) + 64 * j);
-                    ns8[i][j] = __ldg(sp[i] + blk_of(cn, j));
-                }
+            for (int p = 0; p < 8; ++p) nq[p] = ld_w<PF>(dbase + (long long)cn * 4096 + p * 512);
+            nsc = __ldg(reinterpret_cast<const uint2*>(sbase + (long long)cn * SB));
         }
+        cp_async_commit();
+        cp_async_wait1();
+        __syncwarp();
+        const unsigned char* xb = xst[warp][k & 1];
+        const float* xf = reinterpret_cast<const float*>(xb + XB * 128);
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-            const int blk = blk_of(c, j);
-            const float f = xs[blk] * unbias;
+            const int bl = FMT == 4 ? 4 * j + t : 2 * j + (t >> 1);  // block within chunk
+            const float f = xf[bl] * unbias;
             uint4 bx[STEPS / 2];
-            const unsigned short* xp =
-                xhl + (long long)blk * 64 + h * 32 + (FMT == 8 ? (t & 1) * 16 : 0);
+            const uint4* xp = reinterpret_cast<const uint4*>(
+                xb + bl * 128 + h * 64 + (FMT == 8 ? (t & 1) * 32 : 0));
 #pragma unroll
-            for (int v = 0; v < STEPS / 2; ++v)
-                bx[v] = act ? ld_x(xp + 8 * v) : make_uint4(0u, 0u, 0u, 0u);
+            for (int v = 0; v < STEPS / 2; ++v) bx[v] = act ? xp[v] : make_uint4(0u, 0u, 0u, 0u);
             const unsigned* bw = reinterpret_cast<const unsigned*>(bx);
             float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
             for (int s = 0; s < STEPS; ++s) {
                 unsigned a0, a2, a1, a3, e0, e2, e1, e3;
-                a_frag<FMT>(q[0][j], s, a0, a2);  // row g
-                a_frag<FMT>(q[1][j], s, a1, a3);  // row g + 8
-                a_frag<FMT>(q[2][j], s, e0, e2);  // row g + 16
-                a_frag<FMT>(q[3][j], s, e1, e3);  // row g + 24
+                a_frag<FMT>(q[0 * 2 + j], s, a0, a2);  // row g
+                a_frag<FMT>(q[1 * 2 + j], s, a1, a3);  // row g + 8
+                a_frag<FMT>(q[2 * 2 + j], s, e0, e2);  // row g + 16
+                a_frag<FMT>(q[3 * 2 + j], s, e1, e3);  // row g + 24
                 mma16816(d0, a0, a1, a2, a3, bw[2 * s], bw[2 * s + 1]);
                 mma16816(d1, e0, e1, e2, e3, bw[2 * s], bw[2 * s + 1]);
             }
-            acc[0] = fmaf(d0[0] + d0[1], e8m0f(s8[0][j]) * f, acc[0]);
-            acc[1] = fmaf(d0[2] + d0[3], e8m0f(s8[1][j]) * f, acc[1]);
-            acc[2] = fmaf(d1[0] + d1[1], e8m0f(s8[2][j]) * f, acc[2]);
-            acc[3] = fmaf(d1[2] + d1[3], e8m0f(s8[3][j]) * f, acc[3]);
+            // Scale byte (i, j) is byte 2i + j of the lane's 8.
+            const unsigned lo = sc.x, hi = sc.y;
+            acc[0] = fmaf(d0[0] + d0[1], e8m0f((lo >> (8 * j)) & 0xffu) * f, acc[0]);
+            acc[1] = fmaf(d0[2] + d0[3], e8m0f((lo >> (16 + 8 * j)) & 0xffu) * f, acc[1]);
+            acc[2] = fmaf(d1[0] + d1[1], e8m0f((hi >> (8 * j)) & 0xffu) * f, acc[2]);
+            acc[3] = fmaf(d1[2] + d1[3], e8m0f((hi >> (16 + 8 * j)) & 0xffu) * f, acc[3]);
         }
+        __syncwarp();  // the buffer just read is refilled two chunks later
         if (cn < chunks) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    q[i][j] = nq[i][j];
-                    s8[i][j] = ns8[i][j];
-                }
+            for (int p = 0; p < 8; ++p) q[p] = nq[p];
+            sc = nsc;
         }
     }
     // Sum over the 4 lanes of a group (they hold different blocks of the same rows).
@@ -214,59 +238,90 @@ __device__ __forceinline__ void gemv_mma_body(const unsigned char* __restrict__ 
         for (int i = 0; i < 4; ++i) part[warp][g + 8 * i] = acc[i];
     }
     __syncthreads();
-    if (threadIdx.x < TILE_ROWS && row0 + (int)threadIdx.x < rows) {
+    const int row = tile * TILE_ROWS + (int)threadIdx.x;
+    if (threadIdx.x < TILE_ROWS && row < rows) {
         float s = 0.f;
         for (int v = 0; v < nwarps; ++v) s += part[v][threadIdx.x];
-        if (accumulate) s += y[row0 + threadIdx.x];
-        y[row0 + threadIdx.x] = s;
+        if (accumulate) s += y[row];
+        y[row] = s;
     }
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemv_mxfp4_mma(
-    const unsigned char* __restrict__ w, const unsigned short* __restrict__ xhl,
-    const float* __restrict__ xs, float* __restrict__ y, int rows, int data_row_bytes,
-    long long scale_offset, int scale_row_bytes, int accumulate) {
-    gemv_mma_body<4>(w, xhl, xs, y, rows, data_row_bytes, scale_offset, scale_row_bytes,
-                     accumulate);
+    const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,
+    const unsigned short* __restrict__ xhl, const float* __restrict__ xs, float* __restrict__ y,
+    int rows, int chunks, int accumulate) {
+    gemv_mma_body<4, false>(wd, ws, xhl, xs, y, rows, chunks, accumulate);
+}
+
+extern "C" __global__ void __launch_bounds__(512) gemv_mxfp4_mma_pf(
+    const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,
+    const unsigned short* __restrict__ xhl, const float* __restrict__ xs, float* __restrict__ y,
+    int rows, int chunks, int accumulate) {
+    gemv_mma_body<4, true>(wd, ws, xhl, xs, y, rows, chunks, accumulate);
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemv_mxfp8_mma(
-    const unsigned char* __restrict__ w, const unsigned short* __restrict__ xhl,
-    const float* __restrict__ xs, float* __restrict__ y, int rows, int data_row_bytes,
-    long long scale_offset, int scale_row_bytes, int accumulate) {
-    gemv_mma_body<8>(w, xhl, xs, y, rows, data_row_bytes, scale_offset, scale_row_bytes,
-                     accumulate);
+    const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,
+    const unsigned short* __restrict__ xhl, const float* __restrict__ xs, float* __restrict__ y,
+    int rows, int chunks, int accumulate) {
+    gemv_mma_body<8, false>(wd, ws, xhl, xs, y, rows, chunks, accumulate);
 }
 
-// x (f32, n = padded cols, a multiple of 32) -> xhl (per block 32 f16 hi, 32 f16 lo, in
-// the order (0,4,1,5,2,6,3,7) per 8) and xs (per block 2^-e), e chosen so the block's
-// max |x| * 2^e lies in [2^14, 2^15). One warp per block of 32 values.
+extern "C" __global__ void __launch_bounds__(512) gemv_mxfp8_mma_pf(
+    const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,
+    const unsigned short* __restrict__ xhl, const float* __restrict__ xs, float* __restrict__ y,
+    int rows, int chunks, int accumulate) {
+    gemv_mma_body<8, true>(wd, ws, xhl, xs, y, rows, chunks, accumulate);
+}
+
+// x (f32, nblocks * 32 values) -> xhl / xs (see prep32.cuh). One warp per block.
 extern "C" __global__ void gemv_prep_x(const float* __restrict__ x,
                                        unsigned short* __restrict__ xhl,
                                        float* __restrict__ xs, int nblocks) {
     const int lane = threadIdx.x & 31;
     const int blk = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (blk >= nblocks) return;
-    const float v = x[(long long)blk * 32 + lane];
-    float m = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    int e = 0;
-    if (m > 0.f && m <= 3.0e38f) {
-        int ex;
-        frexpf(m, &ex);  // m = f * 2^ex, f in [0.5, 1)
-        e = min(15 - ex, 120);
+    prep32_store(x[(long long)blk * 32 + lane], lane, blk, xhl, xs);
+}
+
+// RMSNorm of one row (dim a multiple of 128, at most 8192) straight into the GEMV's x
+// preparation: v = x / sqrt(mean(x^2) + eps) * w, never stored as f32. Grid: dim / 128
+// blocks of 128 threads; every block computes the (same) sum of squares with all its
+// loads in flight, then its 4 warps prepare blocks 4 b .. 4 b + 3 of 32 values.
+extern "C" __global__ void __launch_bounds__(128) rms_norm_prep(
+    const float* __restrict__ x, const float* __restrict__ w, float eps, int dim,
+    unsigned short* __restrict__ xhl, float* __restrict__ xs) {
+    __shared__ float red[4];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    const int n4 = dim >> 2;
+    float ss = 0.f;
+#pragma unroll 16
+    for (int i = threadIdx.x; i < n4; i += 128) {
+        const float4 v = __ldg(x4 + i);
+        ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
     }
-    const float sv = ldexpf(v, e);
-    unsigned short hi, lo;
-    float hif;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hi) : "f"(sv));
-    asm("{.reg .b16 t;\n\tmov.b16 t, %1;\n\tcvt.f32.f16 %0, t;}" : "=f"(hif) : "h"(hi));
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(lo) : "f"(sv - hif));
-    const int j = lane & 7;
-    const int pos = (lane & ~7) + ((j < 4) ? 2 * j : 2 * (j - 4) + 1);
-    unsigned short* o = xhl + (long long)blk * 64;
-    o[pos] = hi;
-    o[32 + pos] = lo;
-    if (lane == 0) xs[blk] = ldexpf(1.0f, -e);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    ss = red[0] + red[1] + red[2] + red[3];
+    const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    const int b = blockIdx.x * 4 + warp;
+    const int i = b * 32 + lane;
+    prep32_store(x[i] * inv * w[i], lane, b, xhl, xs);
+}
+
+// SwiGLU over a fused gate|up vector (n a multiple of 32) straight into the x
+// preparation: v = silu(gu[i]) * gu[n + i]. One warp per block of 32.
+extern "C" __global__ void swiglu_prep(const float* __restrict__ gu, int n,
+                                       unsigned short* __restrict__ xhl,
+                                       float* __restrict__ xs) {
+    const int lane = threadIdx.x & 31;
+    const int blk = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (blk >= n / 32) return;
+    const int i = blk * 32 + lane;
+    const float g = gu[i];
+    prep32_store(g / (1.0f + expf(-g)) * gu[n + i], lane, blk, xhl, xs);
 }

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cpu::{AttnShape, RopeLayout, WeightRef, reference};
 use favlo_runtime::cuda::{
-    AttentionDecode, CudaContext, CudaError, DecodeOps, GemvMma, KvCache, MxDevice, XPrep,
-    attn_partials_len, compile_cubin, rope_tables,
+    AttentionDecode, AttnOut, CudaContext, CudaError, DecodeOps, GemvMma, KvCache, MxTiled, XPrep,
+    attn_partials_len, compile_cubin, rope_tables, tile_mx,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use half::f16;
@@ -71,8 +71,20 @@ fn decode_kernels_compile_with_nvrtc_for_sm90a() {
         return;
     }
     for (name, src) in [
-        ("gemv_mma", include_str!("../kernels/gemv_mma.cu")),
-        ("attention", include_str!("../kernels/attention.cu")),
+        (
+            "gemv_mma",
+            concat!(
+                include_str!("../kernels/prep32.cuh"),
+                include_str!("../kernels/gemv_mma.cu")
+            ),
+        ),
+        (
+            "attention",
+            concat!(
+                include_str!("../kernels/prep32.cuh"),
+                include_str!("../kernels/attention.cu")
+            ),
+        ),
         ("decode", include_str!("../kernels/decode.cu")),
     ] {
         let cubin = compile_cubin(name, src, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
@@ -110,7 +122,7 @@ fn check_gemv_mma(
     favlo_mx::pack(&w, layout, ScaleRule::Ceil, &mut packed).unwrap();
     let view = MxView::new(layout, &packed).unwrap();
     let owner = Owner::mint("cuda-test-gemv-mma");
-    let wd = MxDevice::upload(ctx, &owner, view).unwrap();
+    let wd = MxTiled::upload(ctx, &owner, &tile_mx(view)).unwrap();
     for (xi, x) in [rand_vec(&mut rng, cols, 2.0), spread_x(&mut rng, cols)]
         .into_iter()
         .enumerate()
@@ -220,13 +232,39 @@ fn check_attention(
         .upload(&owner, SpanKind::Scratch, &vec![f32::NAN; nh * hd])
         .unwrap();
     a.decode(
-        &qd, &cache, cap, nh, nkv, &lenp, 1, scale, &mut part, &mut out,
+        &qd,
+        &cache,
+        cap,
+        nh,
+        nkv,
+        &lenp,
+        1,
+        scale,
+        &mut part,
+        AttnOut::F32(&mut out),
     )
     .unwrap();
     let e = max_abs_scaled(&ctx.download(&out).unwrap(), &want);
     eprintln!("attn decode f16={f16_cache} {nh}/{nkv} len {len} cap {cap}: {e:.3e}");
     assert!(e <= 1e-5, "attention {nh}/{nkv} len {len}: {e:.3e}");
-    drop((qd, lenp, part, out, cache));
+    // The same, combined straight into the next GEMV's x preparation.
+    let mut prep = XPrep::new(ctx, &owner, nh * hd).unwrap();
+    a.decode(
+        &qd,
+        &cache,
+        cap,
+        nh,
+        nkv,
+        &lenp,
+        1,
+        scale,
+        &mut part,
+        AttnOut::Prep(&mut prep),
+    )
+    .unwrap();
+    let e = max_abs_scaled(&prep.values(ctx, nh * hd).unwrap(), &want);
+    assert!(e <= 1e-5, "attention -> prep {nh}/{nkv} len {len}: {e:.3e}");
+    drop((qd, lenp, part, out, cache, prep));
     ctx.sweep(&owner).unwrap();
 }
 
@@ -355,4 +393,57 @@ fn qk_norm_rope_store_and_swiglu_match_reference() {
     let mut posd = ctx.upload(&owner, SpanKind::Scratch, &[41i32]).unwrap();
     ops.advance_pos(&mut posd).unwrap();
     assert_eq!(ctx.download(&posd).unwrap(), vec![42]);
+}
+
+/// The fused producers of the GEMV's x preparation: prep_x itself, RMSNorm → prep,
+/// SwiGLU → prep; the prepared values (hi + lo)·2^-e against the f64 reference.
+#[test]
+fn prep_producers_match_reference() {
+    let Some(ctx) = setup() else { return };
+    let g = GemvMma::load(&ctx).unwrap();
+    let mut rng = StdRng::seed_from_u64(21);
+    let owner = Owner::mint("cuda-test-prep");
+    let n = 4096;
+    let x = spread_x(&mut rng, n);
+    let xd = ctx.upload(&owner, SpanKind::Scratch, &x).unwrap();
+    let mut prep = XPrep::new(&ctx, &owner, 3 * n).unwrap();
+    g.prep_x(&xd, n, &mut prep).unwrap();
+    let want: Vec<f64> = x.iter().map(|v| *v as f64).collect();
+    // Relative to each 32-value block's max (the split keeps ~22 bits of it).
+    let blockwise = |got: &[f32], want: &[f64]| -> f64 {
+        got.chunks(32)
+            .zip(want.chunks(32))
+            .fold(0f64, |a, (gc, wc)| {
+                let m = wc.iter().fold(0f64, |a, b| a.max(b.abs())).max(1e-300);
+                gc.iter()
+                    .zip(wc)
+                    .fold(a, |a, (gv, wv)| a.max((*gv as f64 - wv).abs() / m))
+            })
+    };
+    let e = blockwise(&prep.values(&ctx, n).unwrap(), &want);
+    eprintln!("prep_x: {e:.3e}");
+    assert!(e <= 1e-6, "prep_x {e:.3e}");
+    let w = rand_vec(&mut rng, n, 1.5);
+    let wd = ctx.upload(&owner, SpanKind::Scratch, &w).unwrap();
+    let h = rand_vec(&mut rng, n, 3.0);
+    let hd = ctx.upload(&owner, SpanKind::Scratch, &h).unwrap();
+    g.rms_norm_prep(&hd, &wd, 1e-6, &mut prep).unwrap();
+    let e = max_abs_scaled(
+        &prep.values(&ctx, n).unwrap(),
+        &reference::rms_norm(&h, &w, 1e-6),
+    );
+    eprintln!("rms_norm_prep: {e:.3e}");
+    assert!(e <= 1e-5, "rms_norm_prep {e:.3e}");
+    let m = 3 * n;
+    let gu = rand_vec(&mut rng, 2 * m, 8.0);
+    let gud = ctx.upload(&owner, SpanKind::Scratch, &gu).unwrap();
+    g.swiglu_prep(&gud, m, &mut prep).unwrap();
+    let want: Vec<f64> = (0..m)
+        .map(|i| reference::silu(gu[i] as f64) * gu[m + i] as f64)
+        .collect();
+    let e = max_abs_scaled(&prep.values(&ctx, m).unwrap(), &want);
+    eprintln!("swiglu_prep: {e:.3e}");
+    assert!(e <= 1e-5, "swiglu_prep {e:.3e}");
+    drop((xd, wd, hd, gud, prep));
+    ctx.sweep(&owner).unwrap();
 }

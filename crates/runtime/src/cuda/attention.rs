@@ -13,13 +13,19 @@ use cudarc::nvrtc::Ptx;
 
 use super::compile::load_or_compile;
 use super::context::{CudaContext, DeviceBuffer};
+use super::gemv::XPrep;
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
-const SRC: &str = include_str!("../../kernels/attention.cu");
+const SRC: &str = concat!(
+    include_str!("../../kernels/prep32.cuh"),
+    include_str!("../../kernels/attention.cu")
+);
 /// The only head size the kernels are built for.
 pub const ATTN_HEAD_DIM: usize = 128;
 const KEYS_PER_BLOCK: usize = 32;
+/// Most splits the combine kernel's shared weights hold (`cw[1024]`): 32768 keys.
+const MAX_SPLITS: usize = 1024;
 
 /// A contiguous KV cache [capacity, n_kv_heads, 128] for one layer, f16 (bits) or f32.
 pub enum KvCache {
@@ -84,6 +90,15 @@ pub struct AttentionDecode {
     /// [f16?][log2 group] split kernels.
     split: [[CudaFunction; 4]; 2],
     combine: CudaFunction,
+    combine_prep: CudaFunction,
+}
+
+/// Where the combined attention output goes.
+pub enum AttnOut<'a> {
+    /// f32 [n_heads, 128].
+    F32(&'a mut DeviceBuffer<f32>),
+    /// Straight into the x preparation of the next GEMV (the o projection).
+    Prep(&'a mut XPrep),
 }
 
 fn shape(detail: String) -> CudaError {
@@ -121,6 +136,7 @@ impl AttentionDecode {
         Ok(AttentionDecode {
             split: [set("f32")?, set("f16")?],
             combine: f("attn_decode_combine".into())?,
+            combine_prep: f("attn_decode_combine_prep".into())?,
             ctx: Arc::clone(ctx),
         })
     }
@@ -140,7 +156,7 @@ impl AttentionDecode {
         len_add: i32,
         scale: f32,
         partials: &mut DeviceBuffer<f32>,
-        out: &mut DeviceBuffer<f32>,
+        out: AttnOut<'_>,
     ) -> Result<(), CudaError> {
         let group = if n_kv_heads > 0 && n_heads.is_multiple_of(n_kv_heads) {
             n_heads / n_kv_heads
@@ -161,17 +177,20 @@ impl AttentionDecode {
         let hd = ATTN_HEAD_DIM;
         let splits = capacity.div_ceil(KEYS_PER_BLOCK);
         if capacity == 0
+            || splits > MAX_SPLITS
             || cache.len() < capacity * n_kv_heads * hd
             || q.len() < n_heads * hd
-            || out.len() < n_heads * hd
+            || match &out {
+                AttnOut::F32(o) => o.len() < n_heads * hd,
+                AttnOut::Prep(p) => p.cols() < n_heads * hd,
+            }
             || partials.len() < attn_partials_len(n_heads, capacity)
             || lenp.is_empty()
         {
             return Err(shape(format!(
-                "capacity {capacity}, cache {}, q {}, out {}, partials {}, heads {n_heads}/{n_kv_heads}",
+                "capacity {capacity}, cache {}, q {}, partials {}, heads {n_heads}/{n_kv_heads}",
                 cache.len(),
                 q.len(),
-                out.len(),
                 partials.len()
             )));
         }
@@ -205,10 +224,25 @@ impl AttentionDecode {
             block_dim: (hd as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = s.launch_builder(&self.combine);
-        b.arg(&partials.slice).arg(&mut out.slice).arg(&ns);
-        // SAFETY: types match; partials hold n_heads·splits·132 values.
-        unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(attn_decode_combine)"))?;
+        match out {
+            AttnOut::F32(o) => {
+                let mut b = s.launch_builder(&self.combine);
+                b.arg(&partials.slice).arg(&mut o.slice).arg(&ns);
+                // SAFETY: types match; partials hold n_heads·splits·132 values.
+                unsafe { b.launch(cfg) }
+                    .map_err(driver_err("cuLaunchKernel(attn_decode_combine)"))?;
+            }
+            AttnOut::Prep(p) => {
+                let mut b = s.launch_builder(&self.combine_prep);
+                b.arg(&partials.slice)
+                    .arg(&ns)
+                    .arg(&mut p.hl.slice)
+                    .arg(&mut p.xs.slice);
+                // SAFETY: types match; n_heads·4 blocks of 32 written (checked above).
+                unsafe { b.launch(cfg) }
+                    .map_err(driver_err("cuLaunchKernel(attn_decode_combine_prep)"))?;
+            }
+        }
         Ok(())
     }
 }

@@ -15,11 +15,11 @@ mod gemv;
 mod kernels;
 mod timing;
 
-pub use attention::{ATTN_HEAD_DIM, AttentionDecode, KvCache, attn_partials_len};
+pub use attention::{ATTN_HEAD_DIM, AttentionDecode, AttnOut, KvCache, attn_partials_len};
 pub use compile::{CompiledKernel, cache_dir, compile_cubin, nvrtc_version};
 pub use context::{CudaContext, DeviceBuffer};
 pub use decode::DecodeOps;
-pub use gemv::{GemvMma, XPrep, warps_per_block};
+pub use gemv::{GemvMma, MxTiled, MxTiledHost, XPrep, tile_mx, warps_per_block};
 pub use kernels::{CudaKernels, GemvDecode, MxDevice, rope_tables};
 pub use timing::{copy_bandwidth_gbps, time_ms};
 

@@ -1,0 +1,31 @@
+// Favlo CUDA: the x preparation shared by the tensor-core GEMV's producers.
+//
+// A block of 32 values (one per lane of a full warp) -> xhl[blk*64 ..]: 32 f16 hi then
+// 32 f16 lo in the order (0,4,1,5,2,6,3,7) per 8 (the k order of the GEMV's mma
+// fragments), and xs[blk] = 2^-e, where e puts the block's max |v| in [2^14, 2^15) and
+// v * 2^e ~ hi + lo (about 22 bits). Must be called by all 32 lanes.
+__device__ __forceinline__ void prep32_store(float v, int lane, long long blk,
+                                             unsigned short* __restrict__ xhl,
+                                             float* __restrict__ xs) {
+    float m = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    int e = 0;
+    if (m > 0.f && m <= 3.0e38f) {
+        int ex;
+        frexpf(m, &ex);  // m = f * 2^ex, f in [0.5, 1)
+        e = min(15 - ex, 120);
+    }
+    const float sv = ldexpf(v, e);
+    unsigned short hi, lo;
+    float hif;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hi) : "f"(sv));
+    asm("{.reg .b16 t;\n\tmov.b16 t, %1;\n\tcvt.f32.f16 %0, t;}" : "=f"(hif) : "h"(hi));
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(lo) : "f"(sv - hif));
+    const int j = lane & 7;
+    const int pos = (lane & ~7) + ((j < 4) ? 2 * j : 2 * (j - 4) + 1);
+    unsigned short* o = xhl + blk * 64;
+    o[pos] = hi;
+    o[32 + pos] = lo;
+    if (lane == 0) xs[blk] = ldexpf(1.0f, -e);
+}
