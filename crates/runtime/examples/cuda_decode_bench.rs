@@ -4,7 +4,7 @@
 //!
 //! Shape (Qwen3-8B config): 36 layers, hidden 4096, 32 q / 8 kv heads of 128,
 //! intermediate 12288, vocab 151936, RMSNorm eps 1e-6, NeoX RoPE θ = 1e6, q/k norm.
-//! Per token and layer (9 launches): rms_norm → x prep (one kernel) → fused q|k|v GEMV →
+//! Per token and layer (10 launches): rms_norm → x prep (one kernel) → fused q|k|v GEMV →
 //! q/k norm + RoPE + KV store → attention split → combine → prep (one kernel) → o GEMV
 //! (+ residual) → rms_norm → prep → fused gate|up GEMV → SwiGLU → prep → down GEMV
 //! (+ residual); then final norm → prep, lm_head GEMV. The step is captured once as a CUDA graph (position on the device) and
