@@ -33,6 +33,53 @@ pub(crate) fn rms_norm_ggml(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// ggml's AVX2 `expf` (a restatement of its published algorithm: range reduction by
+/// `n = round(x·log2 e)` with the 1.5·2^23 shifter, two-part ln 2, a degree-5
+/// polynomial, `k·j + k` with `k = 2^n`); outside |n| ≤ 126 it defers to libm.
+#[inline(always)]
+pub(crate) fn ggml_expf(x: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0;
+    let z = x.mul_add(f32::from_bits(0x3FB8_AA3B), SHIFT);
+    let n = z - SHIFT;
+    if n.abs() > 126.0 {
+        return x.exp();
+    }
+    let b = (-n).mul_add(f32::from_bits(0x3F31_7200), x);
+    let b = (-n).mul_add(f32::from_bits(0x35BF_BE8E), b);
+    let k = f32::from_bits((z.to_bits() << 23).wrapping_add(1.0f32.to_bits()));
+    let u = b * b;
+    let p43 = f32::from_bits(0x3C07_2010).mul_add(b, f32::from_bits(0x3D2B_9F17));
+    let p21 = f32::from_bits(0x3E2A_AF33).mul_add(b, f32::from_bits(0x3EFF_FEDB));
+    let j = p43
+        .mul_add(u, p21)
+        .mul_add(u, f32::from_bits(0x3F7F_FFF6) * b);
+    j.mul_add(k, k)
+}
+
+#[inline(always)]
+fn swiglu_body(g: &[f32], up: &[f32], out: &mut [f32]) {
+    for ((o, &x), &u) in out.iter_mut().zip(g).zip(up) {
+        *o = x / (1.0 + ggml_expf(0.0 - x)) * u;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn swiglu_fma(g: &[f32], up: &[f32], out: &mut [f32]) {
+    swiglu_body(g, up, out);
+}
+
+/// ggml's `swiglu`: `silu(g)·up` with `silu(x) = x / (1 + expf(−x))` on its AVX2 `expf`.
+pub(crate) fn swiglu_ggml(g: &[f32], up: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: AVX2 and FMA were detected at run time.
+        unsafe { swiglu_fma(g, up, out) };
+        return;
+    }
+    swiglu_body(g, up, out);
+}
+
 /// Lanes the ggml/tinyBLAS AVX2 f16 dot keeps (element i goes to lane i % 8).
 const LANES: usize = 8;
 
@@ -73,7 +120,7 @@ fn head_body(
     let max = p.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
     let mut sum = 0f64;
     for v in p.iter_mut() {
-        *v = (*v - max).exp();
+        *v = ggml_expf(*v - max);
         sum += f64::from(*v);
     }
     let inv = (1.0 / sum) as f32;
@@ -156,5 +203,21 @@ pub(crate) fn attention_ggml(
         out.chunks_exact_mut(hd).enumerate().for_each(one);
     } else {
         out.par_chunks_exact_mut(hd).enumerate().for_each(one);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ggml_expf;
+
+    #[test]
+    fn ggml_expf_within_two_ulp_of_libm() {
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let (a, b) = (ggml_expf(x), x.exp());
+            let ulps = (a.to_bits() as i64 - b.to_bits() as i64).abs();
+            assert!(ulps <= 2, "{x}: {a} vs {b} ({ulps} ulp)");
+            x += 0.0137;
+        }
     }
 }

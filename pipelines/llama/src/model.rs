@@ -12,7 +12,7 @@ use favlo_runtime::buffer::Buffer;
 use favlo_runtime::cpu::{self, AttnShape};
 use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
 
-use crate::attention::{attention_ggml, rms_norm_ggml, round_f16};
+use crate::attention::{attention_ggml, rms_norm_ggml, round_f16, swiglu_ggml};
 use crate::config::LlamaConfig;
 use crate::error::LlamaError;
 use crate::rotary::Rotary;
@@ -238,7 +238,12 @@ impl LlamaModel {
             let act = &mut s.act[..t * ff];
             for r in 0..t {
                 let row = &gu[r * 2 * ff..(r + 1) * 2 * ff];
-                cpu::swiglu(&row[..ff], &row[ff..], &mut act[r * ff..(r + 1) * ff]);
+                let o = &mut act[r * ff..(r + 1) * ff];
+                if ggml {
+                    swiglu_ggml(&row[..ff], &row[ff..], o);
+                } else {
+                    cpu::swiglu(&row[..ff], &row[ff..], o);
+                }
             }
             layer.down.linear(act, None, h);
             cpu::add(x, h);
