@@ -147,10 +147,11 @@ def test_generate_speech_task(server):
                                                       "response_format": "flac"})
             s = r.structured_content
             assert not r.is_error and s["status"] == "completed", s
+            assert s["progress"] == {"stage": 2, "stages": 2}, s  # one stage per sentence
             rr = await c.read_resource(s["resource"])
             assert rr.contents[0].mime_type == "audio/flac"
             assert base64.b64decode(rr.contents[0].blob)[:4] == b"fLaC"
-            assert any((home / "voice").glob(f"{s['id']}.*"))
+            assert (home / "voice" / f"{s['id']}.wav").exists()  # the saved WAV the FLAC came from
             with pytest.raises(MCPError) as e:
                 await c.call_tool("generate_speech", {"text": ""})
             assert e.value.error.code == -32602

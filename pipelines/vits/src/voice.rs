@@ -171,7 +171,9 @@ impl PiperVoice {
     }
 }
 
-fn pack(job: &MediaJob, output: MediaOutput) -> Result<MediaFile, PipelineError> {
+/// The saved file is always the uncompressed WAV; the media store derives the
+/// FLAC download beside it and serves the job's `response_format`.
+fn pack(_job: &MediaJob, output: MediaOutput) -> Result<MediaFile, PipelineError> {
     let MediaOutput::Audio {
         sample_rate,
         channels: 1,
@@ -180,18 +182,9 @@ fn pack(job: &MediaJob, output: MediaOutput) -> Result<MediaFile, PipelineError>
     else {
         return Err(PipelineError::internal("vits: not a mono audio output"));
     };
-    let format = job
-        .params
-        .get("response_format")
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or("wav");
-    let (mime, bytes) = match format {
-        "flac" => ("audio/flac", audio::flac(&samples, sample_rate)?),
-        _ => ("audio/wav", audio::wav(&samples, sample_rate)?),
-    };
     Ok(MediaFile {
-        mime: mime.into(),
-        extension: if format == "flac" { "flac" } else { "wav" }.into(),
-        bytes,
+        mime: "audio/wav".into(),
+        extension: "wav".into(),
+        bytes: audio::wav(&samples, sample_rate)?,
     })
 }
