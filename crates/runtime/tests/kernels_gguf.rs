@@ -133,6 +133,8 @@ fn linear_driver_matches_row_dots() {
         GgufType::Q5_0,
         GgufType::Q5_1,
         GgufType::Q8_0,
+        GgufType::Q4_K,
+        GgufType::Q5_K,
         GgufType::Q6_K,
     ] {
         let (n, k) = (150, 512);

@@ -167,73 +167,10 @@ pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
                     acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
                 }
             }
-            GgufType::Q4_K => {
-                let m4 = _mm256_set1_epi8(0x0F);
-                for i in 0..nb {
-                    let b = wp.add(i * ts);
-                    let (sc, mn) = k4_scales(std::slice::from_raw_parts(b.add(4), 12));
-                    let mut sumi = _mm256_setzero_si256();
-                    for jj in 0..4 {
-                        let raw = _mm256_loadu_si256(b.add(16 + 32 * jj) as *const __m256i);
-                        let lo = _mm256_and_si256(raw, m4);
-                        let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-                        let p0 = _mm256_maddubs_epi16(lo, ld(i, 64 * jj));
-                        let p1 = _mm256_maddubs_epi16(hi, ld(i, 64 * jj + 32));
-                        let p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(i16::from(sc[2 * jj])));
-                        let p1 =
-                            _mm256_madd_epi16(p1, _mm256_set1_epi16(i16::from(sc[2 * jj + 1])));
-                        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
-                    }
-                    let sums = &a.sums[16 * i..16 * i + 16];
-                    let mut summ = 0i32;
-                    for j in 0..8 {
-                        summ += i32::from(mn[j]) * (sums[2 * j] + sums[2 * j + 1]);
-                    }
-                    let d = a.d[i] * h2f(b);
-                    let dmin = a.d[i] * h2f(b.add(2));
-                    tail += d * hsum_i32(sumi) as f32 - dmin * summ as f32;
-                }
-            }
-            GgufType::Q6_K => {
-                let m4 = _mm256_set1_epi8(0x0F);
-                let m3 = _mm256_set1_epi8(0x03);
-                for i in 0..nb {
-                    let b = wp.add(i * ts);
-                    let sc = std::slice::from_raw_parts(b.add(192) as *const i8, 16);
-                    let mut sumv = _mm256_setzero_si256();
-                    for h in 0..2 {
-                        let ql0 = _mm256_loadu_si256(b.add(64 * h) as *const __m256i);
-                        let ql1 = _mm256_loadu_si256(b.add(64 * h + 32) as *const __m256i);
-                        let qhv = _mm256_loadu_si256(b.add(128 + 32 * h) as *const __m256i);
-                        let lows = [
-                            _mm256_and_si256(ql0, m4),
-                            _mm256_and_si256(ql1, m4),
-                            _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                        ];
-                        let highs = [
-                            qhv,
-                            _mm256_srli_epi16(qhv, 2),
-                            _mm256_srli_epi16(qhv, 4),
-                            _mm256_srli_epi16(qhv, 6),
-                        ];
-                        for t in 0..4 {
-                            let hi = _mm256_slli_epi16(_mm256_and_si256(highs[t], m3), 4);
-                            let q = _mm256_or_si256(lows[t], hi);
-                            let p = _mm256_maddubs_epi16(q, ld(i, 128 * h + 32 * t));
-                            let g = 8 * h + 2 * t;
-                            let scv = _mm256_set_m128i(
-                                _mm_set1_epi16(i16::from(sc[g + 1])),
-                                _mm_set1_epi16(i16::from(sc[g])),
-                            );
-                            sumv = _mm256_add_epi32(sumv, _mm256_madd_epi16(p, scv));
-                        }
-                    }
-                    let sums = &a.sums[16 * i..16 * i + 16];
-                    let corr: i32 = sc.iter().zip(sums).map(|(&s, &q)| i32::from(s) * q).sum();
-                    let sumi = hsum_i32(sumv) - 32 * corr;
-                    tail += h2f(b.add(208)) * a.d[i] * sumi as f32;
-                }
+            GgufType::Q4_K | GgufType::Q6_K => {
+                let mut o = [0f32];
+                kquant_dots::<1>(ty, w, [a], &mut o);
+                tail = o[0];
             }
             GgufType::Q5_K => return super::scalar::row_dot(ty, w, a),
         }
@@ -248,10 +185,7 @@ pub(crate) const MULTI: usize = 4;
 
 /// Whether [`row_dots`] has a multi-row body for `ty`.
 pub(crate) fn has_multi(ty: GgufType) -> bool {
-    matches!(
-        ty,
-        GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q5_0 | GgufType::Q5_1 | GgufType::Q8_0
-    )
+    !matches!(ty, GgufType::Q5_K)
 }
 
 /// See [`MULTI`]; `a.len() == M` rows, `out[r]` for row r.
@@ -265,6 +199,11 @@ pub(crate) unsafe fn row_dots<const M: usize>(
     a: [ActRow<'_>; M],
     out: &mut [f32; M],
 ) {
+    if matches!(ty, GgufType::Q4_K | GgufType::Q6_K) {
+        // SAFETY: same contract.
+        unsafe { kquant_dots(ty, w, a, out) };
+        return;
+    }
     let ts = ty.type_size();
     let nb = a
         .iter()
@@ -321,4 +260,107 @@ pub(crate) unsafe fn row_dots<const M: usize>(
     for r in 0..M {
         out[r] = hsum_ps(acc[r]) + tail[r];
     }
+}
+
+/// Q4_K / Q6_K against `M` activation rows, each super-block's codes unpacked once;
+/// per row the integer sums and the f32 order are those of the one-row case (which is
+/// this function with `M = 1`).
+///
+/// # Safety
+/// As [`row_dot`]; `ty` is Q4_K or Q6_K.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)]
+pub(crate) unsafe fn kquant_dots<const M: usize>(
+    ty: GgufType,
+    w: &[u8],
+    a: [ActRow<'_>; M],
+    out: &mut [f32; M],
+) {
+    let ts = ty.type_size();
+    let nb = a
+        .iter()
+        .map(|r| r.qs.len() / 256)
+        .min()
+        .unwrap_or(0)
+        .min(w.len() / ts);
+    let wp = w.as_ptr();
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m3 = _mm256_set1_epi8(0x03);
+    let mut tail = [0f32; M];
+    // SAFETY (all pointer reads): block i spans wp[i*ts .. (i+1)*ts] and each row's
+    // codes i*256 .. i*256+256, i < nb.
+    unsafe {
+        let ld = |r: usize, i: usize, off: usize| {
+            _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 256 + off) as *const __m256i)
+        };
+        for i in 0..nb {
+            let b = wp.add(i * ts);
+            let mut sumi = [_mm256_setzero_si256(); M];
+            if ty == GgufType::Q4_K {
+                let (sc, mn) = k4_scales(std::slice::from_raw_parts(b.add(4), 12));
+                for jj in 0..4 {
+                    let raw = _mm256_loadu_si256(b.add(16 + 32 * jj) as *const __m256i);
+                    let lo = _mm256_and_si256(raw, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                    let s0 = _mm256_set1_epi16(i16::from(sc[2 * jj]));
+                    let s1 = _mm256_set1_epi16(i16::from(sc[2 * jj + 1]));
+                    for r in 0..M {
+                        let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld(r, i, 64 * jj)), s0);
+                        let p1 =
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld(r, i, 64 * jj + 32)), s1);
+                        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p0, p1));
+                    }
+                }
+                for r in 0..M {
+                    let sums = &a[r].sums[16 * i..16 * i + 16];
+                    let mut summ = 0i32;
+                    for j in 0..8 {
+                        summ += i32::from(mn[j]) * (sums[2 * j] + sums[2 * j + 1]);
+                    }
+                    let d = a[r].d[i] * h2f(b);
+                    let dmin = a[r].d[i] * h2f(b.add(2));
+                    tail[r] += d * hsum_i32(sumi[r]) as f32 - dmin * summ as f32;
+                }
+            } else {
+                let sc = std::slice::from_raw_parts(b.add(192) as *const i8, 16);
+                for h in 0..2 {
+                    let ql0 = _mm256_loadu_si256(b.add(64 * h) as *const __m256i);
+                    let ql1 = _mm256_loadu_si256(b.add(64 * h + 32) as *const __m256i);
+                    let qhv = _mm256_loadu_si256(b.add(128 + 32 * h) as *const __m256i);
+                    let lows = [
+                        _mm256_and_si256(ql0, m4),
+                        _mm256_and_si256(ql1, m4),
+                        _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                        _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                    ];
+                    let highs = [
+                        qhv,
+                        _mm256_srli_epi16(qhv, 2),
+                        _mm256_srli_epi16(qhv, 4),
+                        _mm256_srli_epi16(qhv, 6),
+                    ];
+                    for t in 0..4 {
+                        let hi = _mm256_slli_epi16(_mm256_and_si256(highs[t], m3), 4);
+                        let q = _mm256_or_si256(lows[t], hi);
+                        let g = 8 * h + 2 * t;
+                        let scv = _mm256_set_m128i(
+                            _mm_set1_epi16(i16::from(sc[g + 1])),
+                            _mm_set1_epi16(i16::from(sc[g])),
+                        );
+                        for r in 0..M {
+                            let p = _mm256_maddubs_epi16(q, ld(r, i, 128 * h + 32 * t));
+                            sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, scv));
+                        }
+                    }
+                }
+                for r in 0..M {
+                    let sums = &a[r].sums[16 * i..16 * i + 16];
+                    let corr: i32 = sc.iter().zip(sums).map(|(&s, &q)| i32::from(s) * q).sum();
+                    let total = hsum_i32(sumi[r]) - 32 * corr;
+                    tail[r] += h2f(b.add(208)) * a[r].d[i] * total as f32;
+                }
+            }
+        }
+    }
+    *out = tail;
 }
