@@ -2,7 +2,7 @@
 //!
 //! Key choices: no mask and no padding (each sequence attends over its own rows only); the two
 //! products of each (sequence, block of ≤ [`QUERY_BLOCK`] queries, head) run on the runtime's
-//! register-blocked `sgemm_nn` (scores = Q·Kᵀ with K transposed into a small per-task buffer,
+//! register-blocked `sgemm_nn` (scores = Q·Kᵀ with Kᵀ built once per sequence and head,
 //! context = P·V with V read in place from the QKV rows and written in place into the context
 //! rows), and the softmax is vectorized ([`crate::epilogue::softmax_rows`]). Query blocks bound
 //! the score buffer to `QUERY_BLOCK × len` floats, so 8192-token inputs need no `len²` buffer.
@@ -23,9 +23,11 @@ pub struct PackedShape {
     pub head_dim: usize,
 }
 
-/// `ctx[t, h]` = softmax(scale · Q Kᵀ) V per sequence `offsets[i]..offsets[i+1]` and head.
+/// `ctx[t, h]` = softmax(scale · Q Kᵀ) V per sequence `offsets[i]..offsets[i+1]` and head;
+/// `kt` is scratch of at least `t·h` floats (the transposed keys).
 pub fn attend_packed(
     qkv: &[f32],
+    kt: &mut [f32],
     ctx: &mut [f32],
     offsets: &[usize],
     shape: PackedShape,
@@ -33,10 +35,31 @@ pub fn attend_packed(
 ) {
     let h = shape.heads * shape.head_dim;
     let t = offsets.last().copied().unwrap_or(0);
-    if h == 0 || qkv.len() < t * 3 * h || ctx.len() < t * h {
-        debug_assert!(h == 0, "attend_packed: short qkv or ctx");
+    if h == 0 || qkv.len() < t * 3 * h || ctx.len() < t * h || kt.len() < t * h {
+        debug_assert!(h == 0, "attend_packed: short qkv, kt or ctx");
         return;
     }
+    // Kᵀ of every sequence and head once: `kt[start*h + head*dh*len + d*len + j]`.
+    let mut parts: Vec<(usize, usize, &mut [f32])> = Vec::with_capacity(offsets.len());
+    let mut rest = &mut kt[..t * h];
+    for w in offsets.windows(2) {
+        let len = w[1].saturating_sub(w[0]);
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(len * h);
+        parts.push((w[0], len, head));
+        rest = tail;
+    }
+    parts.into_par_iter().for_each(|(start, len, dst)| {
+        let dh = shape.head_dim;
+        for (j, row) in qkv[start * 3 * h..(start + len) * 3 * h]
+            .chunks_exact(3 * h)
+            .enumerate()
+        {
+            for (c, &v) in row[h..2 * h].iter().enumerate() {
+                let (head, d) = (c / dh, c % dh);
+                dst[head * dh * len + d * len + j] = v;
+            }
+        }
+    });
     // (sequence start, sequence len, first query row, output rows) per task.
     let mut tasks: Vec<(usize, usize, usize, &mut [f32])> = Vec::new();
     let mut rest = &mut ctx[..t * h];
@@ -51,14 +74,26 @@ pub fn attend_packed(
             q0 += rows;
         }
     }
+    let kt = &*kt;
     tasks.into_par_iter().for_each(|(start, len, q0, out)| {
-        block(qkv, out, start, len, q0, shape, scale);
+        block(
+            qkv,
+            &kt[start * h..(start + len) * h],
+            out,
+            start,
+            len,
+            q0,
+            shape,
+            scale,
+        );
     });
 }
 
-/// One query block of one sequence, all heads.
+/// One query block of one sequence, all heads; `kt` is the sequence's `[heads][dh][len]` Kᵀ.
+#[allow(clippy::too_many_arguments)]
 fn block(
     qkv: &[f32],
+    kt: &[f32],
     out: &mut [f32],
     start: usize,
     len: usize,
@@ -70,17 +105,12 @@ fn block(
     let ld = 3 * h;
     let rows = out.len() / h;
     let seq = &qkv[start * ld..(start + len) * ld];
-    let mut kt = vec![0f32; dh * len];
     let mut scores = vec![0f32; rows * len];
     for head in 0..shape.heads {
-        let (qc, kc, vc) = (head * dh, h + head * dh, 2 * h + head * dh);
-        for (j, row) in seq.chunks_exact(ld).enumerate() {
-            for (d, &v) in row[kc..kc + dh].iter().enumerate() {
-                kt[d * len + j] = v;
-            }
-        }
+        let (qc, vc) = (head * dh, 2 * h + head * dh);
+        let kth = &kt[head * dh * len..(head + 1) * dh * len];
         let qa = &seq[q0 * ld + qc..];
-        sgemm_nn(rows, len, dh, qa, ld, &kt, len, &mut scores, len);
+        sgemm_nn(rows, len, dh, qa, ld, kth, len, &mut scores, len);
         softmax_rows(&mut scores, len, scale);
         sgemm_nn(
             rows,
@@ -156,7 +186,8 @@ mod tests {
             .collect();
         let scale = 1.0 / (20f32).sqrt();
         let mut got = vec![0f32; t * h];
-        attend_packed(&qkv, &mut got, &offsets, shape, scale);
+        let mut kt = vec![0f32; t * h];
+        attend_packed(&qkv, &mut kt, &mut got, &offsets, shape, scale);
         let mut want = vec![0f32; t * h];
         reference(&qkv, &offsets, shape, scale, &mut want);
         let amax = want.iter().fold(0f32, |m, v| m.max(v.abs()));

@@ -147,6 +147,7 @@ impl Encoder {
             });
         }
         let mut qkv = self.scratch(t * 3 * h)?;
+        let mut kt = self.scratch(t * h)?;
         let mut ctx = self.scratch(t * h)?;
         let mut up = self.scratch(t * cfg.intermediate_size)?;
         let panel_len = if self.int8 && t >= crate::int8::GEMM_MIN_ROWS {
@@ -162,7 +163,7 @@ impl Encoder {
         let scale = 1.0 / (cfg.head_dim() as f32).sqrt();
         for layer in &self.weights.layers {
             layer.qkv.forward(&x, &mut qkv, &mut panel, Epilogue::Bias);
-            attend_packed(&qkv, &mut ctx, &offsets, shape, scale);
+            attend_packed(&qkv, &mut kt, &mut ctx, &offsets, shape, scale);
             layer
                 .attn_out
                 .forward(&ctx, &mut tmp, &mut panel, Epilogue::Bias);
