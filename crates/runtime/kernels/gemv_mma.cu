@@ -5,8 +5,8 @@
 //
 // Why tensor cores for a GEMV: the CUDA-core version spent ~4 instructions per value
 // (decode, f16->f32 widen, FFMA) and was issue-bound at 35% of copy bandwidth. Here
-// weights are decoded to f16x2 (FP4: shifts and masks, value x 2^-14, exact; FP8: the
-// hardware cvt.rn.f16x2.e4m3x2, exact) and fed to mma.sync.m16n8k16 (f32 accumulate),
+// weights are decoded to f16x2 (FP4: shifts and masks to E4M3 bytes, value x 2^-6,
+// exact, then like FP8 the hardware cvt.rn.f16x2.e4m3x2, exact) and fed to mma.sync.m16n8k16 (f32 accumulate),
 // which does the multiply-adds and the widening for free.
 //
 // x keeps ~22 bits: `gemv_prep_x` splits x, per 32-value block scaled by 2^e so the
@@ -17,15 +17,14 @@
 // 32-value block, thread (g, t) holds C[row, 2t] + C[row, 2t+1] = the block's partial
 // dot product for its own rows and its own block, and applies that block's E8M0 scale
 // (and 2^-e) in f32. The k order inside a step is free as long as A and B agree:
-// within every 8 values x is stored in the order (0,4,1,5,2,6,3,7), which is what the
-// FP4 pair decode (nibbles j, j+4 share one shift) and the FP8 byte permute produce.
+// within every 8 values x is stored in the order (0,2,4,6,1,3,5,7), which is what the
+// FP4 -> E4M3 decode (even nibbles, odd nibbles) and the FP8 byte permute produce.
 //
 // Work split: a warp owns 32 rows (two m16 tiles: rows g, g+8, g+16, g+24 for lane
 // group g = lane/4) and 128-byte chunks of every row (lane t = lane%4 loads two 16-byte
 // pieces per row with non-caching loads, and the next chunk's while computing: up to
-// 256 bytes in flight per lane). The
-// block's W warps split the chunks (warp w takes w, w+W, ...); the host picks W so the
-// grid is about one wave of 16 warps per SM. Partial sums are reduced over the 4
+// 256 bytes in flight per lane). The block's W warps split the chunks (warp w takes
+// w, w+W, ...); the host picks W so the grid is about one wave of 16 warps per SM. Partial sums are reduced over the 4
 // lanes of a group with shuffles, then over the warps in shared memory.
 
 #define TILE_ROWS 32
@@ -72,14 +71,6 @@ __device__ __forceinline__ void mma16816(float d[4], unsigned a0, unsigned a1, u
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// E2M1 nibbles j and j+4 of w -> f16x2 (nibble j in the low half), value x 2^-14.
-template <int J>
-__device__ __forceinline__ unsigned fp4_pair(unsigned w) {
-    const unsigned m = (J <= 2) ? (w << (9 - 4 * J)) : (w >> 3);
-    const unsigned s = (w << (12 - 4 * J));
-    return (m & 0x0e000e00u) | (s & 0x80008000u);
-}
-
 // Two E4M3 bytes (low 16 bits of v) -> f16x2, byte 0 in the low half, exact.
 __device__ __forceinline__ unsigned e4m3x2(unsigned v) {
     unsigned r;
@@ -87,33 +78,47 @@ __device__ __forceinline__ unsigned e4m3x2(unsigned v) {
     return r;
 }
 
+// The same for the high 16 bits of v.
+__device__ __forceinline__ unsigned e4m3x2_hi(unsigned v) {
+    unsigned r;
+    asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, h;}" : "=r"(r) : "r"(v));
+    return r;
+}
+
+// Eight E2M1 nibbles (element e at bits 4e..4e+3) -> E4M3 bytes, value x 2^-6 (exact:
+// the nibble's e e m become the E4M3 exponent's low two bits and mantissa's top bit):
+// even elements (0,2,4,6) in the bytes of `lo`, odd elements (1,3,5,7) in `hi`.
+__device__ __forceinline__ void fp4_to_e4m3(unsigned w, unsigned& lo, unsigned& hi) {
+    hi = (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
+    lo = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
+}
+
 // The A fragments of k-step s of one 16-byte piece of one row: (first pair, second
-// pair) = permuted positions (4s, 4s+1), (4s+2, 4s+3) of the piece's values.
+// pair) = permuted positions (4s, 4s+1), (4s+2, 4s+3) of the piece's values; within
+// every 8 values the k order is (0,2,4,6,1,3,5,7).
 template <int FMT>
 __device__ __forceinline__ void a_frag(const uint4& w, int s, unsigned& p0, unsigned& p1);
 
-// FP4: 32 nibbles = one block, 8 k-steps; step s uses word s/2, pairs (0,4),(1,5) or
-// (2,6),(3,7).
+// FP4: 32 nibbles = one block, 8 k-steps; step s uses word s/2, even elements (s even)
+// or odd ones, through E4M3 bytes and the hardware E4M3 -> f16x2 conversion.
 template <>
 __device__ __forceinline__ void a_frag<4>(const uint4& w, int s, unsigned& p0, unsigned& p1) {
     const unsigned v = (s >> 1) == 0 ? w.x : (s >> 1) == 1 ? w.y : (s >> 1) == 2 ? w.z : w.w;
-    if ((s & 1) == 0) {
-        p0 = fp4_pair<0>(v);
-        p1 = fp4_pair<1>(v);
-    } else {
-        p0 = fp4_pair<2>(v);
-        p1 = fp4_pair<3>(v);
-    }
+    unsigned lo, hi;
+    fp4_to_e4m3(v, lo, hi);
+    const unsigned b = (s & 1) ? hi : lo;
+    p0 = e4m3x2(b);
+    p1 = e4m3x2_hi(b);
 }
 
 // FP8: 16 bytes = half a block, 4 k-steps; step s uses words 2(s/2), 2(s/2)+1, bytes
-// (0,4,1,5) or (2,6,3,7).
+// (0,2,4,6) or (1,3,5,7).
 template <>
 __device__ __forceinline__ void a_frag<8>(const uint4& w, int s, unsigned& p0, unsigned& p1) {
     const unsigned lo = (s >> 1) == 0 ? w.x : w.z, hi = (s >> 1) == 0 ? w.y : w.w;
-    const unsigned v = __byte_perm(lo, hi, (s & 1) ? 0x7362 : 0x5140);
+    const unsigned v = __byte_perm(lo, hi, (s & 1) ? 0x7531 : 0x6420);
     p0 = e4m3x2(v);
-    p1 = e4m3x2(v >> 16);
+    p1 = e4m3x2_hi(v);
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -147,7 +152,7 @@ __device__ __forceinline__ void gemv_mma_body(const unsigned char* __restrict__ 
     constexpr int STEPS = (FMT == 4) ? 8 : 4;    // k-steps per piece
     constexpr int XB = (FMT == 4) ? 8 : 4;       // x blocks per chunk
     constexpr int SB = (FMT == 4) ? 256 : 128;   // scale bytes per tile chunk
-    const float unbias = (FMT == 4) ? 16384.0f : 1.0f;
+    const float unbias = (FMT == 4) ? 64.0f : 1.0f;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int tile = blockIdx.x;

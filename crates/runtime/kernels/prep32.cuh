@@ -1,7 +1,7 @@
 // Favlo CUDA: the x preparation shared by the tensor-core GEMV's producers.
 //
 // A block of 32 values (one per lane of a full warp) -> xhl[blk*64 ..]: 32 f16 hi then
-// 32 f16 lo in the order (0,4,1,5,2,6,3,7) per 8 (the k order of the GEMV's mma
+// 32 f16 lo in the order (0,2,4,6,1,3,5,7) per 8 (the k order of the GEMV's mma
 // fragments), and xs[blk] = 2^-e, where e puts the block's max |v| in [2^14, 2^15) and
 // v * 2^e ~ hi + lo (about 22 bits). Must be called by all 32 lanes.
 __device__ __forceinline__ void prep32_store(float v, int lane, long long blk,
@@ -23,7 +23,7 @@ __device__ __forceinline__ void prep32_store(float v, int lane, long long blk,
     asm("{.reg .b16 t;\n\tmov.b16 t, %1;\n\tcvt.f32.f16 %0, t;}" : "=f"(hif) : "h"(hi));
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(lo) : "f"(sv - hif));
     const int j = lane & 7;
-    const int pos = (lane & ~7) + ((j < 4) ? 2 * j : 2 * (j - 4) + 1);
+    const int pos = (lane & ~7) + ((j & 1) ? 4 + (j >> 1) : (j >> 1));
     unsigned short* o = xhl + blk * 64;
     o[pos] = hi;
     o[32 + pos] = lo;

@@ -61,7 +61,7 @@ impl XPrep {
             .map(|i| {
                 let (blk, k) = (i / 32, i % 32);
                 let j = k % 8;
-                let pos = (k - j) + if j < 4 { 2 * j } else { 2 * (j - 4) + 1 };
+                let pos = (k - j) + if j % 2 == 1 { 4 + j / 2 } else { j / 2 };
                 let v = h16(hl[blk * 64 + pos]) + h16(hl[blk * 64 + 32 + pos]);
                 (v * xs[blk] as f64) as f32
             })
