@@ -269,11 +269,11 @@ impl Ledger {
             // and a reservation lowers `room()` by its size.
             BudgetSource::Probe(f) => return self.capped(f().saturating_add(inner.live)),
         };
-        // What the device can still give plus what we already hold.
-        self.capped(
-            free.saturating_add(inner.live)
-                .saturating_add(inner.pending),
-        )
+        // What the device can still give plus what we already hold. Reserved
+        // (pending) bytes are not allocated yet, so they are still inside
+        // `free`: adding them back would let a reservation leave `room()`
+        // unchanged.
+        self.capped(free.saturating_add(inner.live))
     }
 
     fn capped(&self, b: u64) -> u64 {

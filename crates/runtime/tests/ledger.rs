@@ -292,3 +292,23 @@ fn free_source_respects_the_cap() {
     drop(a);
     assert_eq!(ledger.room(), 5 * MIB);
 }
+
+/// On the real CPU budget (MemAvailable), a reservation lowers `room()` by its
+/// size: reserved bytes are not allocated yet, so they are still inside the
+/// free figure and must not be added back to the budget.
+#[test]
+fn a_reservation_lowers_room_on_the_device_budget() {
+    let ledger = Ledger::new(Device::Cpu, None);
+    let owner = Owner::mint("res");
+    let before = ledger.room();
+    let size = 256 * MIB;
+    let r = ledger.reserve(&owner, size).unwrap();
+    let after = ledger.room();
+    // MemAvailable moves a little on a busy machine: 64 MiB of slack.
+    assert!(
+        after + size <= before + 64 * MIB && after + size + 64 * MIB >= before,
+        "room {before} -> {after} after reserving {size}"
+    );
+    drop(r);
+    ledger.sweep(&owner).unwrap();
+}
