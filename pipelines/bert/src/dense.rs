@@ -15,6 +15,11 @@ use rayon::prelude::*;
 /// Columns per packed strip.
 pub const STRIP: usize = 48;
 
+/// Floats of a packed `[n, k]` matrix (n padded up to whole strips).
+pub fn packed_len(n: usize, k: usize) -> usize {
+    n.div_ceil(STRIP) * STRIP * k
+}
+
 /// `W^T` packed as `[n.div_ceil(STRIP)][k][STRIP]`.
 pub fn pack(w: &[f32], n: usize, k: usize) -> Vec<f32> {
     let strips = n.div_ceil(STRIP);

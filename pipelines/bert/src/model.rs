@@ -93,12 +93,18 @@ impl Encoder {
     pub fn scratch_bytes(&self, tokens: usize) -> u64 {
         let h = self.cfg.hidden_size;
         let per_token = 9 * h + self.cfg.intermediate_size;
-        let panel = if self.int8 {
-            self.cfg.intermediate_size * h
-        } else {
-            0
-        };
+        let panel = if self.int8 { self.panel_len() } else { 0 };
         ((tokens * per_token + panel) * 4) as u64
+    }
+
+    /// Floats of the int8 widening panel: the largest packed linear.
+    fn panel_len(&self) -> usize {
+        let (h, i) = (self.cfg.hidden_size, self.cfg.intermediate_size);
+        [(3 * h, h), (h, h), (i, h), (h, i)]
+            .iter()
+            .map(|&(n, k)| crate::dense::packed_len(n, k))
+            .max()
+            .unwrap_or(0)
     }
 
     fn scratch(&self, len: usize) -> Result<Buffer<f32>, BertError> {
@@ -151,7 +157,7 @@ impl Encoder {
         let mut ctx = self.scratch(t * h)?;
         let mut up = self.scratch(t * cfg.intermediate_size)?;
         let panel_len = if self.int8 && t >= crate::int8::GEMM_MIN_ROWS {
-            cfg.intermediate_size * h
+            self.panel_len()
         } else {
             0
         };

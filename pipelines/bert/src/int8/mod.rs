@@ -11,9 +11,9 @@
 //! bring every one of the 64 test sentences above 0.999 for 1/16 more scale bytes. Few rows
 //! (GEMV, batch 1) run a register-tiled AVX2/FMA kernel ([`tiled`]) that sums each group in f32
 //! registers and folds it into the total with one FMA by its scale; many rows widen the matrix
-//! into a transposed f32 panel `[k, n]` once per call (group scales applied while widening)
-//! and hand it to the runtime's row-major `sgemm_nn_par` (the widening costs `n*k` against the
-//! GEMM's `m*n*k`).
+//! into an f32 panel in the f32 linears' packed-strip layout once per call (group scales
+//! applied while widening) and run the same packed GEMM ([`crate::dense`]; the widening costs
+//! `n*k` against the GEMM's `m*n*k`).
 
 mod tiled;
 
@@ -97,22 +97,26 @@ impl Int8View<'_> {
     }
 }
 
-/// Widen `view` to f32 transposed, `out[c, j] = scale[j, c/group] * q[j, c]` (`[k, n]`, the
-/// layout of the row-major GEMM's right operand), in parallel over blocks of columns `c`.
-pub fn dequantize_t_into(view: Int8View<'_>, out: &mut [f32]) {
+/// Widen `view` to f32 in the packed-strip layout of [`crate::dense::pack`]
+/// (`out[s][c][jj] = scale[j, c/group] * q[j, c]`, `j = 48s + jj`; `out` at least
+/// [`crate::dense::packed_len`] long; padding columns are zeroed), in parallel over strips.
+pub fn dequantize_packed_into(view: Int8View<'_>, out: &mut [f32]) {
+    use crate::dense::STRIP;
     let (n, k, g, groups) = (view.n, view.k, view.group.max(1), view.groups());
-    const COLS: usize = 16;
-    out.par_chunks_mut(n * COLS).enumerate().for_each(|(b, o)| {
-        let c0 = b * COLS;
-        let cols = o.len() / n;
-        for j in 0..n {
-            let qrow = &view.q[j * k + c0..j * k + c0 + cols];
-            let srow = &view.scales[j * groups..(j + 1) * groups];
-            for (dc, &v) in qrow.iter().enumerate() {
-                o[dc * n + j] = f32::from(v) * srow[(c0 + dc) / g];
+    out.par_chunks_mut(k * STRIP)
+        .take(n.div_ceil(STRIP))
+        .enumerate()
+        .for_each(|(s, o)| {
+            o.fill(0.0);
+            for jj in 0..STRIP.min(n - s * STRIP) {
+                let j = s * STRIP + jj;
+                let qrow = &view.q[j * k..(j + 1) * k];
+                let srow = &view.scales[j * groups..(j + 1) * groups];
+                for (c, &v) in qrow.iter().enumerate() {
+                    o[c * STRIP + jj] = f32::from(v) * srow[c / g];
+                }
             }
-        }
-    });
+        });
 }
 
 /// Widen `view` to f32 (`scale[j, c/group] * q[j, c]`) into `out[n*k]`, in parallel over rows.
@@ -139,7 +143,8 @@ pub fn dequantize_into(view: Int8View<'_>, out: &mut [f32]) {
 
 /// `out[m, n] = x[m, k] · W[n, k]^T + bias[n]` with `W` dequantized from `w`, `m = x.len() / k`.
 ///
-/// `panel` is scratch for the many-rows path (at least `n*k` long when `m >= GEMM_MIN_ROWS`);
+/// `panel` is scratch for the many-rows path (at least [`crate::dense::packed_len`]`(n, k)`
+/// long when `m >= GEMM_MIN_ROWS`);
 /// a shorter panel makes the call use the tiled kernel for every `m`. An inconsistent view
 /// (lengths that disagree with its shape) leaves `out` untouched.
 pub fn linear_int8(
@@ -155,10 +160,11 @@ pub fn linear_int8(
     }
     let m = x.len() / k;
     debug_assert_eq!(out.len(), m * n);
-    if m >= GEMM_MIN_ROWS && panel.len() >= n * k {
-        let panel = &mut panel[..n * k];
-        dequantize_t_into(w, panel);
-        favlo_runtime::cpu::sgemm_nn_par(m, n, k, &x[..m * k], k, panel, n, &mut out[..m * n], n);
+    let plen = crate::dense::packed_len(n, k);
+    if m >= GEMM_MIN_ROWS && panel.len() >= plen {
+        let panel = &mut panel[..plen];
+        dequantize_packed_into(w, panel);
+        crate::dense::gemm_packed(&x[..m * k], panel, n, k, &mut out[..m * n]);
         if let Some(bias) = bias {
             for row in out.chunks_exact_mut(n) {
                 for (o, b) in row.iter_mut().zip(bias) {
@@ -281,7 +287,7 @@ mod tests {
             linear_int8_tiled(&x, view, Some(&bias), &mut tiled);
             let e = max_rel(&tiled, &want);
             assert!(e < 1e-5, "tiled m={m} n={n} k={k} g={group}: {e}");
-            let mut panel = vec![0f32; n * k];
+            let mut panel = vec![0f32; crate::dense::packed_len(n, k)];
             let mut got = vec![0f32; m * n];
             linear_int8(&x, view, Some(&bias), &mut got, &mut panel);
             let e = max_rel(&got, &want);
@@ -289,14 +295,14 @@ mod tests {
             // The widened panels are exactly scale * q.
             let mut wide = vec![0f32; n * k];
             dequantize_into(view, &mut wide);
-            let mut wide_t = vec![0f32; n * k];
-            dequantize_t_into(view, &mut wide_t);
+            let mut packed = vec![f32::NAN; crate::dense::packed_len(n, k)];
+            dequantize_packed_into(view, &mut packed);
+            assert_eq!(packed, crate::dense::pack(&wide, n, k));
             let g = view.group;
             for j in 0..n {
                 for c in 0..k {
                     let s = scales[j * view.groups() + c / g];
                     assert_eq!(wide[j * k + c], f32::from(q[j * k + c]) * s);
-                    assert_eq!(wide_t[c * n + j], f32::from(q[j * k + c]) * s);
                 }
             }
             tiled::check_scalar_matches_simd(&x, view, m);
