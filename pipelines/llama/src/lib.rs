@@ -2,9 +2,9 @@
 //!
 //! Key design choices:
 //! - Checkpoints are GGUF (any block type formats can dequantize) or Hugging Face
-//!   safetensors; every tensor is decoded once at load and re-stored as f16
-//!   (default), MXFP8, MXFP4 or f32 in ledger buffers, so one set of runtime kernels
-//!   serves every source.
+//!   safetensors. GGUF matrices keep their blocks by default (native kernels with
+//!   llama.cpp's activation rounding); otherwise every tensor is decoded once at load
+//!   and re-stored as f16, MXFP8, MXFP4 or f32 in ledger buffers.
 //! - The context length is the one memory knob: the KV cache is sized to what
 //!   the ledger's room allows (see [`runtime::open`]).
 //! - Generation is id-level ([`LlamaRuntime::generate`]); the `LanguagePipeline`
