@@ -222,7 +222,7 @@ impl LlamaModel {
             self.rotary.apply(q, &positions, c.n_heads);
             self.rotary.apply(kn, &positions, c.n_kv_heads);
             let att = &mut s.att[..t * qd];
-            if self.w.ggml_numerics {
+            if self.w.ggml_numerics && hd.is_multiple_of(8) {
                 round_f16(kn);
                 round_f16(vn);
                 attention_ggml(q, kc, vc, att, shape, n_past, t, scale);
