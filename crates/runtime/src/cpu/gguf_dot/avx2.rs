@@ -24,6 +24,17 @@ fn h2f(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
 
+/// The two f16 values at `p`, `p+2` (one 32-bit load: a 16-bit insert would merge
+/// into, and wait for, whatever register LLVM picks — measured 3× slower on Q4_1).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn h2f2(p: *const u8) -> (f32, f32) {
+    // SAFETY: callers pass a pointer to 4 readable bytes inside a block.
+    let bits = unsafe { std::ptr::read_unaligned(p as *const u32) };
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn hsum_ps(v: __m256) -> f32 {
@@ -69,18 +80,32 @@ fn q5_bits(qh: u32) -> __m256i {
     _mm256_and_si256(set, _mm256_set1_epi8(0x10))
 }
 
-/// Σ pairs of unsigned `w` · signed `y` into 8 i32 lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn udot(w: __m256i, y: __m256i) -> __m256i {
-    _mm256_madd_epi16(_mm256_maddubs_epi16(w, y), _mm256_set1_epi16(1))
+/// Σ of unsigned `w` · signed `y` into 8 i32 lanes (4 products each): AVX2
+/// `vpmaddubsw`+`vpmaddwd`, or one AVX512-VNNI `vpdpbusd` when `VNNI` (same exact
+/// sums: our operands never saturate the 16-bit pair sums).
+///
+/// # Safety
+/// AVX2 (and with `VNNI`, AVX512-VNNI + VL) must be available.
+#[inline(always)]
+unsafe fn udot<const VNNI: bool>(w: __m256i, y: __m256i) -> __m256i {
+    // SAFETY: the caller guarantees the features.
+    unsafe {
+        if VNNI {
+            _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, y)
+        } else {
+            _mm256_madd_epi16(_mm256_maddubs_epi16(w, y), _mm256_set1_epi16(1))
+        }
+    }
 }
 
-/// Σ pairs of signed `w` · signed `y` into 8 i32 lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn sdot(w: __m256i, y: __m256i) -> __m256i {
-    udot(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w))
+/// Σ of signed `w` · signed `y` into 8 i32 lanes (`|w|` · `sign(y, w)`).
+///
+/// # Safety
+/// As [`udot`].
+#[inline(always)]
+unsafe fn sdot<const VNNI: bool>(w: __m256i, y: __m256i) -> __m256i {
+    // SAFETY: as udot.
+    unsafe { udot::<VNNI>(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w)) }
 }
 
 /// Bytes ahead of the current block to prefetch (the stream continues into the next
@@ -99,6 +124,22 @@ fn prefetch(b: *const u8) {
 /// The CPU must support AVX2, FMA and F16C; `w` must hold `a.qs.len() / block` blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
+    // SAFETY: same contract.
+    unsafe { row_dot_body::<false>(ty, w, a) }
+}
+
+/// [`row_dot`] with `vpdpbusd` (bit-identical results).
+///
+/// # Safety
+/// As [`row_dot`], plus AVX512-VNNI and AVX512-VL.
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+pub(crate) unsafe fn row_dot_vnni(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
+    // SAFETY: same contract.
+    unsafe { row_dot_body::<true>(ty, w, a) }
+}
+
+#[inline(always)]
+unsafe fn row_dot_body<const VNNI: bool>(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
     let bs = ty.block_size();
     let ts = ty.type_size();
     let nb = (a.qs.len() / bs).min(w.len() / ts);
@@ -108,7 +149,8 @@ pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
         // SAFETY: i < nb blocks of `bs` codes; off + 32 ≤ bs.
         unsafe { _mm256_loadu_si256(yp.add(i * bs + off) as *const __m256i) }
     };
-    let mut acc = _mm256_setzero_ps();
+    // SAFETY: the caller guarantees AVX2.
+    let mut acc = unsafe { _mm256_setzero_ps() };
     let mut tail = 0f32;
     // SAFETY (all pointer reads below): block i spans wp[i*ts .. (i+1)*ts], i < nb.
     unsafe {
@@ -118,8 +160,8 @@ pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
                     let b = wp.add(i * ts);
                     prefetch(b);
                     let q = _mm256_sub_epi8(nibbles16(b.add(2)), _mm256_set1_epi8(8));
-                    let p = sdot(q, ld(i, 0));
-                    let dd = _mm256_set1_ps(h2f(b) * a.d[i]);
+                    let p = sdot::<VNNI>(q, ld(i, 0));
+                    let dd = _mm256_set1_ps(h2f2(b).0 * a.d[i]);
                     acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
                 }
             }
@@ -127,10 +169,11 @@ pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
                 for i in 0..nb {
                     let b = wp.add(i * ts);
                     prefetch(b);
-                    let p = udot(nibbles16(b.add(4)), ld(i, 0));
-                    let dd = _mm256_set1_ps(h2f(b) * a.d[i]);
+                    let p = udot::<VNNI>(nibbles16(b.add(4)), ld(i, 0));
+                    let (dw, mw) = h2f2(b);
+                    let dd = _mm256_set1_ps(dw * a.d[i]);
                     acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
-                    tail += h2f(b.add(2)) * a.s[i];
+                    tail += mw * a.s[i];
                 }
             }
             GgufType::Q5_0 => {
@@ -140,8 +183,8 @@ pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
                     let qh = std::ptr::read_unaligned(b.add(2) as *const u32);
                     let q = _mm256_or_si256(nibbles16(b.add(6)), q5_bits(qh));
                     let q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-                    let p = sdot(q, ld(i, 0));
-                    let dd = _mm256_set1_ps(h2f(b) * a.d[i]);
+                    let p = sdot::<VNNI>(q, ld(i, 0));
+                    let dd = _mm256_set1_ps(h2f2(b).0 * a.d[i]);
                     acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
                 }
             }
@@ -151,10 +194,11 @@ pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
                     prefetch(b);
                     let qh = std::ptr::read_unaligned(b.add(4) as *const u32);
                     let q = _mm256_or_si256(nibbles16(b.add(8)), q5_bits(qh));
-                    let p = udot(q, ld(i, 0));
-                    let dd = _mm256_set1_ps(h2f(b) * a.d[i]);
+                    let p = udot::<VNNI>(q, ld(i, 0));
+                    let (dw, mw) = h2f2(b);
+                    let dd = _mm256_set1_ps(dw * a.d[i]);
                     acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
-                    tail += h2f(b.add(2)) * a.s[i];
+                    tail += mw * a.s[i];
                 }
             }
             GgufType::Q8_0 => {
@@ -162,8 +206,8 @@ pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
                     let b = wp.add(i * ts);
                     prefetch(b);
                     let q = _mm256_loadu_si256(b.add(2) as *const __m256i);
-                    let p = sdot(q, ld(i, 0));
-                    let dd = _mm256_set1_ps(h2f(b) * a.d[i]);
+                    let p = sdot::<VNNI>(q, ld(i, 0));
+                    let dd = _mm256_set1_ps(h2f2(b).0 * a.d[i]);
                     acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc);
                 }
             }
@@ -175,7 +219,8 @@ pub(crate) unsafe fn row_dot(ty: GgufType, w: &[u8], a: ActRow<'_>) -> f32 {
             GgufType::Q5_K => return super::scalar::row_dot(ty, w, a),
         }
     }
-    hsum_ps(acc) + tail
+    // SAFETY: as above.
+    unsafe { hsum_ps(acc) + tail }
 }
 
 /// Up to [`MULTI`] activation rows against one row of a 32-element block type, each
@@ -199,6 +244,32 @@ pub(crate) unsafe fn row_dots<const M: usize>(
     a: [ActRow<'_>; M],
     out: &mut [f32; M],
 ) {
+    // SAFETY: same contract.
+    unsafe { row_dots_body::<M, false>(ty, w, a, out) }
+}
+
+/// [`row_dots`] with `vpdpbusd` (bit-identical results).
+///
+/// # Safety
+/// As [`row_dots`], plus AVX512-VNNI and AVX512-VL.
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+pub(crate) unsafe fn row_dots_vnni<const M: usize>(
+    ty: GgufType,
+    w: &[u8],
+    a: [ActRow<'_>; M],
+    out: &mut [f32; M],
+) {
+    // SAFETY: same contract.
+    unsafe { row_dots_body::<M, true>(ty, w, a, out) }
+}
+
+#[inline(always)]
+unsafe fn row_dots_body<const M: usize, const VNNI: bool>(
+    ty: GgufType,
+    w: &[u8],
+    a: [ActRow<'_>; M],
+    out: &mut [f32; M],
+) {
     if matches!(ty, GgufType::Q4_K | GgufType::Q6_K) {
         // SAFETY: same contract.
         unsafe { kquant_dots(ty, w, a, out) };
@@ -212,7 +283,8 @@ pub(crate) unsafe fn row_dots<const M: usize>(
         .unwrap_or(0)
         .min(w.len() / ts);
     let wp = w.as_ptr();
-    let mut acc = [_mm256_setzero_ps(); M];
+    // SAFETY: the caller guarantees AVX2.
+    let mut acc = [unsafe { _mm256_setzero_ps() }; M];
     let mut tail = [0f32; M];
     let (signed, has_min, qs_off, qh_off) = match ty {
         GgufType::Q4_0 => (true, false, 2, 0),
@@ -240,14 +312,14 @@ pub(crate) unsafe fn row_dots<const M: usize>(
                     }
                 }
             };
-            let (qa, dw) = (_mm256_abs_epi8(q), h2f(b));
-            let mw = if has_min { h2f(b.add(2)) } else { 0.0 };
+            let qa = _mm256_abs_epi8(q);
+            let (dw, mw) = h2f2(b);
             for r in 0..M {
                 let y = _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 32) as *const __m256i);
                 let p = if signed {
-                    udot(qa, _mm256_sign_epi8(y, q))
+                    udot::<VNNI>(qa, _mm256_sign_epi8(y, q))
                 } else {
-                    udot(q, y)
+                    udot::<VNNI>(q, y)
                 };
                 let dd = _mm256_set1_ps(dw * a[r].d[i]);
                 acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[r]);
@@ -258,7 +330,8 @@ pub(crate) unsafe fn row_dots<const M: usize>(
         }
     }
     for r in 0..M {
-        out[r] = hsum_ps(acc[r]) + tail[r];
+        // SAFETY: as above.
+        out[r] = unsafe { hsum_ps(acc[r]) } + tail[r];
     }
 }
 
@@ -317,8 +390,9 @@ pub(crate) unsafe fn kquant_dots<const M: usize>(
                     for j in 0..8 {
                         summ += i32::from(mn[j]) * (sums[2 * j] + sums[2 * j + 1]);
                     }
-                    let d = a[r].d[i] * h2f(b);
-                    let dmin = a[r].d[i] * h2f(b.add(2));
+                    let (wd, wmin) = h2f2(b);
+                    let d = a[r].d[i] * wd;
+                    let dmin = a[r].d[i] * wmin;
                     tail[r] += d * hsum_i32(sumi[r]) as f32 - dmin * summ as f32;
                 }
             } else {

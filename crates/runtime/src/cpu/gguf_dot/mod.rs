@@ -6,7 +6,8 @@
 //! - ggml's published numerics: x is quantized per row to Q8_1 (Q4_1/Q5_1), Q8_0
 //!   (Q4_0/Q5_0/Q8_0) or Q8_K (K-quants) ([`act`]); each block's dot product is an
 //!   exact integer sum, scaled per block in f32 ([`scalar`] reference, [`avx2`] fast
-//!   path with identical integer parts). Decode then streams 0.6–1.1 bytes/weight
+//!   path with identical integer parts; with AVX-512 VNNI the u8·i8 pair sums use
+//!   `vpdpbusd`, bit-identical). Decode then streams 0.6–1.1 bytes/weight
 //!   instead of 2 (f16) and agrees with llama.cpp's rounding of near-ties.
 //! - One path for every m: x is quantized once per call, then weight rows are split
 //!   over rayon tasks in small tiles; each row (a few hundred bytes, in L1) is dotted
@@ -98,6 +99,7 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
     let optr = SyncPtr(out.as_mut_ptr());
     let rows: Vec<act::ActRow<'_>> = (0..m).map(|i| act.row(i)).collect();
     let multi = cfg!(target_arch = "x86_64") && isa >= Isa::Avx2 && avx2::has_multi(w.ty);
+    let use_vnni = isa == Isa::Avx512 && vnni();
     let run = |r0: usize| {
         let r1 = (r0 + chunk).min(n);
         let mut t0 = r0;
@@ -109,8 +111,15 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
                     let group = [rows[i0], rows[i0 + 1], rows[i0 + 2], rows[i0 + 3]];
                     for r in t0..t1 {
                         let mut v = [0f32; avx2::MULTI];
-                        // SAFETY: `multi` implies AVX2+FMA+F16C and a multi-row type.
-                        unsafe { avx2::row_dots(w.ty, w.row(r), group, &mut v) };
+                        // SAFETY: `multi` implies AVX2+FMA+F16C and a multi-row type;
+                        // `use_vnni` that AVX512-VNNI/VL were detected.
+                        unsafe {
+                            if use_vnni {
+                                avx2::row_dots_vnni(w.ty, w.row(r), group, &mut v)
+                            } else {
+                                avx2::row_dots(w.ty, w.row(r), group, &mut v)
+                            }
+                        };
                         for (j, vj) in v.iter().enumerate() {
                             // SAFETY: as below.
                             unsafe { *optr.ptr().add((i0 + j) * ld + col0 + r) = *vj };
@@ -138,9 +147,25 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
     }
 }
 
+/// Whether AVX512-VNNI (+VL) is there for `vpdpbusd` (used when the ISA is Avx512).
+fn vnni() -> bool {
+    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
+}
+
 #[inline]
 fn row_dot(isa: Isa, ty: GgufType, w: &[u8], a: act::ActRow<'_>) -> f32 {
     match isa {
+        // SAFETY: Avx512 + vnni() means AVX512-VNNI/VL were detected on top of AVX2.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if vnni() => unsafe { avx2::row_dot_vnni(ty, w, a) },
         // SAFETY: Avx2/Avx512 imply AVX2+FMA+F16C were detected; `w` is one whole row.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::Avx512 => unsafe { avx2::row_dot(ty, w, a) },
