@@ -109,7 +109,7 @@ fn config(width: usize, height: usize, fps: f64) -> EncoderConfig {
     EncoderConfig::new()
         .bitrate(BitRate::from_bps(bps as u32))
         .max_frame_rate(FrameRate::from_hz(rc_fps as f32))
-        .rate_control_mode(RateControlMode::Quality)
+        .rate_control_mode(RateControlMode::Off)
         .skip_frames(false)
         .qp(QpRange::new(10, 28))
         .intra_frame_period(IntraFramePeriod::from_num_frames(idr_every))

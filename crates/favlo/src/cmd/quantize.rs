@@ -19,7 +19,8 @@ pub struct QuantizeArgs {
     pub output: PathBuf,
     /// Format of the linear weight matrices: mxfp8, mxfp4, mxfp8-e5m2, bf16
     /// (append `:ocp` for the OCP spec's scale rule instead of `ceil`), or
-    /// int8 (per-channel symmetric, for BERT-family embedding models).
+    /// int8 (symmetric, one scale per output row and 64 input columns, for
+    /// BERT-family embedding models).
     #[arg(long, default_value = "mxfp8")]
     pub format: String,
     /// Per-matrix override, `PATTERN=FORMAT` (`*` matches any run of
@@ -149,7 +150,7 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The embeddings family's int8 checkpoint (per-output-row symmetric scales).
+/// The embeddings family's int8 checkpoint (symmetric, one scale per output row and 64 input columns).
 fn int8(args: &QuantizeArgs) -> anyhow::Result<ExitCode> {
     if !args.rules.is_empty() {
         bail!("--rule applies to MX formats; int8 quantizes every encoder linear weight");
