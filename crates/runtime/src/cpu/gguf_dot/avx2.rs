@@ -16,15 +16,8 @@ use std::arch::x86_64::*;
 use super::act::ActRow;
 use super::blocks::{GgufType, k4_scales};
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn h2f(p: *const u8) -> f32 {
-    // SAFETY: callers pass a pointer to 2 readable bytes inside a block.
-    let bits = unsafe { std::ptr::read_unaligned(p as *const u16) };
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
-}
-
-/// The two f16 values at `p`, `p+2` (one 32-bit load: a 16-bit insert would merge
+/// The two f16 values at `p`, `p+2` (one 32-bit load; Q6_K reads its d at 208 as the
+/// high half of the word at 206: a 16-bit insert would merge
 /// into, and wait for, whatever register LLVM picks — measured 3× slower on Q4_1).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -431,7 +424,7 @@ pub(crate) unsafe fn kquant_dots<const M: usize>(
                     let sums = &a[r].sums[16 * i..16 * i + 16];
                     let corr: i32 = sc.iter().zip(sums).map(|(&s, &q)| i32::from(s) * q).sum();
                     let total = hsum_i32(sumi[r]) - 32 * corr;
-                    tail[r] += h2f(b.add(208)) * a[r].d[i] * total as f32;
+                    tail[r] += h2f2(b.add(206)).1 * a[r].d[i] * total as f32;
                 }
             }
         }
