@@ -19,9 +19,10 @@ FAVLO_BIN="$PWD/target/debug/favlo"
 export FAVLO_BIN
 
 echo "== pull the real default models into $FAVLO_HOME"
-"$FAVLO_BIN" pull smollm2-135m-instruct all-minilm-l6-v2 qwen3-tokenizer piper-joe-medium dcgan-faces
+"$FAVLO_BIN" pull smollm2-135m-instruct qwen2.5-coder-0.5b-instruct all-minilm-l6-v2 qwen3-tokenizer piper-joe-medium dcgan-faces
 model() { "$FAVLO_BIN" models --path "$@"; }
 export FAVLO_TEST_SMOLLM2_GGUF="$(model smollm2-135m-instruct --file model.gguf)"
+export FAVLO_TEST_QWEN25_GGUF="$(model qwen2.5-coder-0.5b-instruct --file model.gguf)"
 export FAVLO_TEST_MINILM_DIR="$(model all-minilm-l6-v2)"
 export FAVLO_TEST_QWEN3_TOKENIZER="$(model qwen3-tokenizer --file tokenizer.json)"
 export FAVLO_TEST_PIPER_ONNX="$(ls "$(model piper-joe-medium)"/*.onnx | head -n 1)"

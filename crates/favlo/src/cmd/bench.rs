@@ -57,8 +57,9 @@ pub struct ChatBench {
     /// Tokens for the decode figure.
     #[arg(long, default_value_t = 64)]
     pub decode: usize,
-    /// Storage of the matrices: f16 (default), mxfp8, mxfp4 or f32.
-    #[arg(long, default_value = "f16")]
+    /// Storage of the matrices: native (default: GGUF blocks as stored), f16,
+    /// mxfp8, mxfp4 or f32.
+    #[arg(long, default_value = "native")]
     pub weights: String,
     /// Also run llama.cpp (the `llama-cpp-python` package) on the same GGUF.
     #[arg(long)]

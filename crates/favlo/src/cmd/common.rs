@@ -12,8 +12,10 @@ pub struct RuntimeArgs {
     /// Cap on the memory the ledger may hand out: 32GiB, 512MiB, 8g, 100m, or bytes.
     #[arg(long, env = "FAVLO_MAX_MEMORY")]
     pub max_memory: Option<String>,
-    /// Storage of language-model matrices: f16 (default), mxfp8, mxfp4 or f32.
-    #[arg(long, default_value = "f16")]
+    /// Storage of language-model matrices: native (default: GGUF blocks kept
+    /// as they are, llama.cpp's numerics; f16 for safetensors), f16, mxfp8,
+    /// mxfp4 or f32.
+    #[arg(long, default_value = "native")]
     pub weights: String,
 }
 
@@ -34,7 +36,7 @@ impl RuntimeArgs {
     pub fn weights(&self) -> anyhow::Result<favlo_llama::WeightFormat> {
         favlo_llama::WeightFormat::parse(&self.weights).with_context(|| {
             format!(
-                "unknown --weights {:?}: use f16 (default), mxfp8, mxfp4 or f32",
+                "unknown --weights {:?}: use native (default), f16, mxfp8, mxfp4 or f32",
                 self.weights
             )
         })
