@@ -74,13 +74,7 @@ impl PipelineFactory for Factory {
                 MediaKind::Video,
                 favlo_dcgan::request::video_params(id, body)?,
             ),
-            ("vits", ModelKind::Voice) => {
-                let mut json = favlo_vits::onnx_path(spec)?.into_os_string();
-                json.push(".json");
-                let config = favlo_vits::VoiceConfig::open(std::path::Path::new(&json))?;
-                let p = favlo_vits::request::speech_params(id, body, config.scales)?;
-                (MediaKind::Voice, p.to_json())
-            }
+            ("vits", ModelKind::Voice) => return favlo_vits::parse_job(spec, id, body),
             (other, _) => return Err(unknown_family(spec, other)),
         };
         Ok(MediaJob {

@@ -107,6 +107,17 @@ impl Session {
     }
 }
 
+/// POST a chat body to the router.
+async fn post_chat(app: &axum::Router, chat: &Value) -> axum::response::Response {
+    let req = Request::builder()
+        .method("POST")
+        .uri("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(Body::from(chat.to_string()))
+        .unwrap();
+    app.clone().oneshot(req).await.unwrap()
+}
+
 fn png_of(v: &Value) -> Vec<u8> {
     let blob = v["result"]["contents"][0]["blob"].as_str().unwrap();
     base64::engine::general_purpose::STANDARD
@@ -367,13 +378,7 @@ async fn chat_preempts_a_job_that_resumes_to_the_same_bytes() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let chat = json!({"model": "chat-a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4});
-    let req = Request::builder()
-        .method("POST")
-        .uri("/v1/chat/completions")
-        .header("content-type", "application/json")
-        .body(Body::from(chat.to_string()))
-        .unwrap();
-    let resp = app.clone().oneshot(req).await.unwrap();
+    let resp = post_chat(&app, &chat).await;
     assert_eq!(resp.status(), StatusCode::OK);
     // While the chat ran, the job was paused with the same id, not lost.
     let rec = state.scheduler.jobs().get(&id).unwrap();
@@ -443,16 +448,7 @@ async fn many_preemptions_same_bytes_and_expiry() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         tokio::time::sleep(Duration::from_millis(60)).await;
-        let req = Request::builder()
-            .method("POST")
-            .uri("/v1/chat/completions")
-            .header("content-type", "application/json")
-            .body(Body::from(chat.to_string()))
-            .unwrap();
-        assert_eq!(
-            app.clone().oneshot(req).await.unwrap().status(),
-            StatusCode::OK
-        );
+        assert_eq!(post_chat(&app, &chat).await.status(), StatusCode::OK);
     }
     let rec = state.scheduler.jobs().wait(&id).await.unwrap();
     assert_eq!(
@@ -499,13 +495,7 @@ async fn a_held_machine_lock_turns_chat_away() {
     };
     lock.acquire(&me).unwrap();
     let chat = json!({"model": "chat-a", "messages": [{"role": "user", "content": "hi"}]});
-    let req = Request::builder()
-        .method("POST")
-        .uri("/v1/chat/completions")
-        .header("content-type", "application/json")
-        .body(Body::from(chat.to_string()))
-        .unwrap();
-    let resp = app.clone().oneshot(req).await.unwrap();
+    let resp = post_chat(&app, &chat).await;
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     let v: Value = serde_json::from_slice(&body).unwrap();

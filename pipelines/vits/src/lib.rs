@@ -62,6 +62,28 @@ pub fn onnx_path(spec: &ModelSpec) -> Result<PathBuf, PipelineError> {
     })
 }
 
+/// The voice config beside a Piper `.onnx`: `<file>.onnx.json`.
+pub fn config_path(onnx: &Path) -> PathBuf {
+    let mut json = onnx.as_os_str().to_owned();
+    json.push(".json");
+    PathBuf::from(json)
+}
+
+/// Validates a speech body for a `vits` row without opening the voice (reads
+/// only its small JSON config for the default scales): the job `parse` makes.
+pub fn parse_job(
+    spec: &ModelSpec,
+    id: &str,
+    body: &serde_json::Value,
+) -> Result<favlo_pipeline::MediaJob, PipelineError> {
+    let config = VoiceConfig::open(&config_path(&onnx_path(spec)?))?;
+    Ok(favlo_pipeline::MediaJob {
+        id: id.to_string(),
+        kind: favlo_pipeline::MediaKind::Voice,
+        params: request::speech_params(id, body, config.scales)?.to_json(),
+    })
+}
+
 /// Opens a Piper voice from its `.onnx` (config beside it as `.onnx.json`):
 /// checks espeak-ng first, fits weights plus the sentence working set in the
 /// ledger's room (the knob: the longest sentence, in frames), then loads.
@@ -70,9 +92,7 @@ pub fn open_path(
     ledger: &Arc<Ledger>,
     owner: &Owner,
 ) -> Result<PiperVoice, VitsError> {
-    let mut json = onnx.as_os_str().to_owned();
-    json.push(".json");
-    let config = VoiceConfig::open(Path::new(&json))?;
+    let config = VoiceConfig::open(&config_path(onnx))?;
     let phonemizer = Phonemizer::new(&config.espeak_voice, config.phoneme_id_map.clone())?;
     let weights = std::fs::metadata(onnx)
         .map_err(|e| VitsError::Checkpoint {

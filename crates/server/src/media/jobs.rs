@@ -301,7 +301,6 @@ impl Jobs {
                 t.queue.pop_front();
                 continue;
             }
-            e.control.clear_preempt();
             e.control = fresh(&e.control);
             e.record.status = JobStatus::InProgress;
             e.record.paused = false;

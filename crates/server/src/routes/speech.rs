@@ -52,25 +52,25 @@ fn voice_model(state: &AppState, body: &Map<String, Value>) -> Result<String, Ap
     };
     let model = named("model")?;
     let voice = named("voice")?;
+    // One read of the registry (rows may touch the disk).
+    let rows = state.catalog.rows();
+    let kind_of = |id: &str| rows.iter().find(|r| r.id == id).map(|r| r.kind);
     // `voice` may name a voice model row; OpenAI voice names ("alloy") are
     // accepted and mean the model's own voice.
     for candidate in [voice.as_deref(), model.as_deref()].into_iter().flatten() {
-        if state
-            .catalog
-            .row(candidate)
-            .is_some_and(|r| r.kind == ModelKind::Voice)
-        {
+        if kind_of(candidate) == Some(ModelKind::Voice) {
             return Ok(candidate.to_string());
         }
     }
     match model {
-        Some(m) if state.catalog.row(&m).is_some() => Ok(m), // wrong kind: resolve_model says so
+        Some(m) if kind_of(&m).is_some() => Ok(m), // wrong kind: resolve_model says so
         Some(m) if !m.starts_with("tts-") && !m.starts_with("gpt-") => {
             Err(ApiError::model_not_found(&m))
         }
-        _ => state
-            .catalog
-            .default_for(ModelKind::Voice)
+        _ => rows
+            .iter()
+            .find(|r| r.kind == ModelKind::Voice)
+            .map(|r| r.id.clone())
             .ok_or_else(|| ApiError::invalid("no voice model is installed", Some("model"))),
     }
 }
