@@ -11,6 +11,7 @@
 //!   builds the kernel writes only the part of `out` that is consistent (it never panics).
 
 mod activation;
+pub mod amx;
 mod attention;
 mod channels;
 pub mod conv;
