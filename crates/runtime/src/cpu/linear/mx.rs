@@ -271,14 +271,14 @@ unsafe fn fp4_avx512<const M: usize>(
     // SAFETY (all loads): the caller guarantees nb blocks of data and x.
     unsafe {
         let lut = _mm512_loadu_ps(FP4_E2M1_VALUES.as_ptr());
-        let low = _mm512_set1_epi32(15);
         let mut acc = [[_mm512_setzero_ps(); 2]; M];
         // One block: decode 32 codes, dot with each x row, add (dot · scale) into acc[j][u].
+        // `vpermps` reads only bits 3:0 of each index lane, so the low nibble needs no mask.
         macro_rules! block {
             ($b:expr, $u:literal) => {{
                 let b = $b;
                 let v = _mm512_cvtepu8_epi32(_mm_loadu_si128(d.add(b * 16) as *const __m128i));
-                let wl = _mm512_permutexvar_ps(_mm512_and_si512(v, low), lut);
+                let wl = _mm512_permutexvar_ps(v, lut);
                 let wh = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(v), lut);
                 let s = _mm512_set1_ps(*st.get_unchecked(*scales.add(b) as usize));
                 for j in 0..M {
@@ -290,13 +290,17 @@ unsafe fn fp4_avx512<const M: usize>(
             }};
         }
         let mut b = 0;
-        while b + 2 <= nb {
+        while b + 4 <= nb {
+            prefetch(d.wrapping_add(b * 16 + PREFETCH_BYTES));
             block!(b, 0);
             block!(b + 1, 1);
-            b += 2;
+            block!(b + 2, 0);
+            block!(b + 3, 1);
+            b += 4;
         }
-        if b < nb {
+        while b < nb {
             block!(b, 0);
+            b += 1;
         }
         let mut out = [0f32; M];
         for j in 0..M {
@@ -304,6 +308,22 @@ unsafe fn fp4_avx512<const M: usize>(
         }
         out
     }
+}
+
+/// How far ahead of the block being decoded the row kernels prefetch packed codes.
+/// One row's codes are one sequential stream; a thread walks its rows in order, so near
+/// a row's end this reaches into the next row (a prefetch never faults). The decode is
+/// too slow for the hardware prefetcher alone to keep enough lines in flight: on a
+/// 2-vCPU Sapphire Rapids a 2 KiB lead took one thread from ≈ 5 to ≈ 8–10 GB/s of MXFP4
+/// codes on a matrix larger than L2.
+const PREFETCH_BYTES: usize = 2048;
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "sse")]
+fn prefetch(p: *const u8) {
+    // A prefetch is a hint: it never faults, whatever the address.
+    _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -342,6 +362,7 @@ unsafe fn fp8_avx512<const M: usize, const E5M2: bool>(
         }
         let mut b = 0;
         while b + 2 <= nb {
+            prefetch(d.wrapping_add(b * BLOCK + PREFETCH_BYTES));
             block!(b, 0);
             block!(b + 1, 1);
             b += 2;
@@ -384,6 +405,9 @@ unsafe fn fp4_avx2<const M: usize>(
         let mut acc = [_mm256_setzero_ps(); M];
         for b in 0..nb {
             let p = d.add(b * 16);
+            if b % 4 == 0 {
+                prefetch(p.wrapping_add(PREFETCH_BYTES));
+            }
             let v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
             let v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(8) as *const __m128i));
             let l0 = fp4_decode8(_mm256_and_si256(v0, low), lut8);
@@ -424,6 +448,9 @@ unsafe fn fp8_avx2<const M: usize, const E5M2: bool>(
         let mut acc = [_mm256_setzero_ps(); M];
         for b in 0..nb {
             let p = d.add(b * BLOCK);
+            if b % 2 == 0 {
+                prefetch(p.wrapping_add(PREFETCH_BYTES));
+            }
             let mut w = [_mm256_setzero_ps(); 4];
             for half in 0..2 {
                 let raw = _mm_loadu_si128(p.add(16 * half) as *const __m128i);
