@@ -234,6 +234,52 @@ impl Conv {
         Ok(())
     }
 
+    /// Zero padding on each side of a dense convolution (its halo when run on
+    /// a time chunk); 0 for other kinds.
+    pub fn padding(&self) -> usize {
+        match self.kind {
+            ConvKind::Dense(s) => s.padding,
+            _ => 0,
+        }
+    }
+
+    /// `out = conv(leaky_relu(x, slope))` without padding ("valid"): `out`
+    /// holds `Cout · (len − 2·padding)`. Dense convolutions only; used on time
+    /// chunks whose halo stands in for the padding.
+    pub fn run_valid(
+        &self,
+        ws: &Workspace,
+        x: &[f32],
+        len: usize,
+        out: &mut [f32],
+        slope: Option<f32>,
+    ) -> Result<(), VitsError> {
+        let ConvKind::Dense(s) = self.kind else {
+            return Err(VitsError::Graph {
+                path: Default::default(),
+                what: "convolution".into(),
+                reason: "a valid (unpadded) run needs a dense convolution".into(),
+            });
+        };
+        let s = Conv1d { padding: 0, ..s };
+        let mut scratch = ws.buf(s.scratch_len(len))?;
+        let fuse = ConvFuse {
+            input_slope: slope,
+            residual: None,
+        };
+        cpu::conv1d_fused(
+            x,
+            len,
+            &self.weight,
+            self.bias.as_deref(),
+            s,
+            out,
+            &mut scratch,
+            fuse,
+        );
+        Ok(())
+    }
+
     /// A new buffer `conv(x[Cin, len])` of `Cout · out_len(len)`.
     pub fn run<'w>(
         &self,

@@ -5,13 +5,14 @@
 //! `conv_post` and tanh.
 //!
 //! Key design choice: every leaky ReLU is fused into the gather of the
-//! convolution that reads it, and every residual add into the GEMM that
-//! produces it, so a residual block is two convolutions over ping-pong
-//! buffers and a stage holds four `[C, L]` buffers at its peak; the mean over a
-//! stage's blocks is a sum, its 1/n folded into the next weights.
+//! convolution that reads it; a stage's residual blocks run over time chunks
+//! that stay in cache (`mrf.rs`), so a stage holds two `[C, L]` buffers (the
+//! upsampled input and the block sum) plus one chunked copy of the sum; the
+//! mean over a stage's blocks is a sum, its 1/n folded into the next weights.
 
 use favlo_runtime::cpu;
 
+use super::mrf;
 use crate::error::VitsError;
 use crate::weights::{Conv, Loader, Workspace};
 
@@ -21,14 +22,10 @@ pub const SLOPE: f32 = 0.1;
 pub const SLOPE_POST: f32 = 0.01;
 
 #[derive(Debug)]
-struct ResBlock {
-    convs: Vec<Conv>,
-}
-
-#[derive(Debug)]
 struct Stage {
     up: Conv,
-    blocks: Vec<ResBlock>,
+    /// Each block: its residual convolutions in order.
+    blocks: Vec<Vec<Conv>>,
 }
 
 /// The loaded generator.
@@ -53,7 +50,7 @@ impl Decoder {
             while l.has_conv(&format!("dec.resblocks.{b}.convs.{}", convs.len())) {
                 convs.push(l.conv(&format!("dec.resblocks.{b}.convs.{}", convs.len()), None)?);
             }
-            blocks.push(ResBlock { convs });
+            blocks.push(convs);
         }
         if ups.is_empty() || blocks.len() % ups.len() != 0 {
             let reason = if l.has_conv("dec.resblocks.0.convs1.0") {
@@ -131,30 +128,16 @@ impl Decoder {
                 .run_fused(ws, &x, len, &mut up, Some(SLOPE), None)?;
             drop(x);
             len = out_len;
-            let n = up.len();
-            let mut acc = ws.buf(n)?;
-            let mut y = [ws.buf(n)?, ws.buf(n)?];
-            for (b, block) in stage.blocks.iter().enumerate() {
-                // y ← y + conv(lrelu(y)) per conv, starting from y = up, in
-                // ping-pong buffers (residual and activation fused).
-                let mut last = None;
-                for (k, conv) in block.convs.iter().enumerate() {
-                    let (lo, hi) = y.split_at_mut(1);
-                    let (src, dst): (&[f32], &mut [f32]) = match (k, k % 2) {
-                        (0, _) => (&up, &mut lo[0]),
-                        (_, 1) => (&lo[0], &mut hi[0]),
-                        _ => (&hi[0], &mut lo[0]),
-                    };
-                    conv.run_fused(ws, src, len, dst, Some(SLOPE), Some(src))?;
-                    last = Some(k % 2);
-                }
-                match (b, last) {
-                    (0, Some(i)) => std::mem::swap(&mut acc, &mut y[i]),
-                    (0, None) => acc.copy_from_slice(&up),
-                    (_, Some(i)) => cpu::add(&mut acc, &y[i]),
-                    (_, None) => cpu::add(&mut acc, &up),
-                }
-            }
+            let mut acc = ws.buf(up.len())?;
+            mrf::run_blocks(
+                ws,
+                &stage.blocks,
+                &up,
+                stage.up.out_channels(),
+                len,
+                SLOPE,
+                &mut acc,
+            )?;
             // The mean's 1/blocks lives in the next convolution's weight.
             x = acc;
         }

@@ -11,6 +11,7 @@ pub mod decoder;
 pub mod duration;
 pub mod encoder;
 pub mod flow;
+pub mod mrf;
 pub mod spline;
 
 use std::path::Path;
