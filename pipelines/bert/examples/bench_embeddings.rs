@@ -1,16 +1,20 @@
 //! Run the embeddings benchmark without the CLI:
-//! `cargo run --release -p favlo-bert --example bench_embeddings -- <model dir> [int8]`.
+//! `cargo run --release -p favlo-bert --example bench_embeddings -- <model dir> [f32|bf16|bf16x3|int8]`
+//! (default: the serving default, AMX bf16x3 where the CPU has AMX).
 //! Prints the Markdown table that `favlo bench embeddings` prints.
 
-use favlo_bert::{BenchOptions, WeightFormat, bench_embeddings};
+use favlo_bert::{BenchOptions, Precision, WeightFormat, bench_embeddings};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let dir = args
         .next()
-        .ok_or("usage: bench_embeddings <model dir> [int8]")?;
+        .ok_or("usage: bench_embeddings <model dir> [f32|bf16|bf16x3|int8]")?;
     let format = match args.next().as_deref() {
         Some("int8") => WeightFormat::Int8,
+        Some("f32") => WeightFormat::F32,
+        Some("bf16") => WeightFormat::Amx(Precision::Bf16),
+        Some("bf16x3") => WeightFormat::Amx(Precision::Bf16x3),
         _ => WeightFormat::AsStored,
     };
     let report = bench_embeddings(

@@ -75,6 +75,8 @@ pub struct BenchReport {
     pub p90_ms: f64,
     pub threads: usize,
     pub int8: bool,
+    /// What the linears ran as ([`crate::Encoder::weights_kind`]).
+    pub weights: &'static str,
 }
 
 impl BenchReport {
@@ -86,14 +88,7 @@ impl BenchReport {
         }
         s += &format!(
             "\np50 latency (one short sentence): {:.2} ms (p90 {:.2} ms), {} threads, {}\n",
-            self.p50_ms,
-            self.p90_ms,
-            self.threads,
-            if self.int8 {
-                "int8 weights"
-            } else {
-                "f32 weights"
-            }
+            self.p50_ms, self.p90_ms, self.threads, self.weights
         );
         s
     }
@@ -153,6 +148,7 @@ pub fn bench_embeddings(
             p90_ms: pct(0.9),
             threads: options.threads.max(1),
             int8: model.encoder().is_int8(),
+            weights: model.encoder().weights_kind(),
         })
     })
 }

@@ -89,6 +89,11 @@ impl Encoder {
         self.int8 && self.weights.layers.iter().all(|l| l.qkv.is_int8())
     }
 
+    /// What the linear layers run as (`"f32"`, `"int8"`, `"amx-bf16"`, `"amx-bf16x3"`).
+    pub fn weights_kind(&self) -> &'static str {
+        self.weights.layers.first().map_or("f32", |l| l.qkv.kind())
+    }
+
     /// Scratch bytes one forward over `tokens` packed tokens takes (for sizing batches).
     pub fn scratch_bytes(&self, tokens: usize) -> u64 {
         let h = self.cfg.hidden_size;

@@ -5,13 +5,15 @@
 //! a linear is either f32 or group-wise int8 ([`crate::int8`]), chosen at load (an int8
 //! checkpoint written by [`crate::quantize_int8`] is detected by its `*.weight_scale` tensors:
 //! `[n, G]` group scales, group size from the file's `favlo.int8.group_size` metadata, or the old
-//! per-row `[n]`; an f32 checkpoint can be quantized on the fly).
+//! per-row `[n]`; an f32 checkpoint can be quantized on the fly), or, for the serving default on
+//! a CPU with AMX, packed once into the runtime's AMX tile layout ([`DEFAULT_AMX`] precision).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use favlo_formats::safetensors::SafeTensors;
 use favlo_runtime::buffer::Buffer;
+use favlo_runtime::cpu::amx::{self, BLayout, GemmOpts, PackedB, Precision};
 use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
 
 use crate::config::EncoderConfig;
@@ -21,12 +23,23 @@ use crate::error::BertError;
 use crate::int8::{self, Int8View};
 use crate::quantize::meta as int8_meta;
 
+/// The AMX precision [`WeightFormat::AsStored`] serves f32 checkpoints with when the CPU has
+/// AMX: the one that keeps all-MiniLM-L6-v2 at cosine ≥ 0.9999 against sentence-transformers
+/// (README: cosines per precision).
+pub const DEFAULT_AMX: Precision = Precision::Bf16;
+
 /// How the linear layers are stored in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum WeightFormat {
-    /// As in the checkpoint (f32; an int8 checkpoint stays int8).
+    /// The serving default: an int8 checkpoint stays int8; f32 weights run on AMX tiles at
+    /// [`DEFAULT_AMX`] precision when the CPU has AMX, else as [`WeightFormat::F32`].
     #[default]
     AsStored,
+    /// Exact f32 linears (packed strips on the AVX-512/AVX2 `sgemm_nn`) for f32 checkpoints.
+    F32,
+    /// f32 checkpoints packed for the AMX tile GEMM at this precision (on a CPU without AMX
+    /// the runtime's fallback runs the same packed weights).
+    Amx(Precision),
     /// Quantize f32 linears to group-wise int8 ([`int8::GROUP`] columns per scale) while loading.
     Int8,
 }
@@ -40,6 +53,11 @@ pub(crate) enum LinearWeights {
         q: Buffer<i8>,
         scales: Buffer<f32>,
         group: usize,
+    },
+    /// `W` packed at load into AMX tiles ([`amx::pack_b_into`], bf16 or bf16 hi+lo pairs).
+    Amx {
+        packed: Buffer<u16>,
+        precision: Precision,
     },
 }
 
@@ -57,6 +75,25 @@ impl Linear {
     pub fn forward(&self, x: &[f32], out: &mut [f32], panel: &mut [f32], ep: Epilogue) {
         let (n, k) = (self.n, self.k);
         match &self.w {
+            LinearWeights::Amx { packed, precision } => {
+                let m = x.len() / k.max(1);
+                let Some(b) = PackedB::new(packed, n, k, *precision) else {
+                    debug_assert!(false, "amx linear: packed length");
+                    return;
+                };
+                // The bias rides in the GEMM's tile initialisation; only an activation needs
+                // a second pass.
+                let fused = matches!(ep, Epilogue::Bias);
+                let opts = GemmOpts {
+                    bias: fused.then_some(&self.bias[..]),
+                    ..GemmOpts::default()
+                };
+                amx::gemm(m, x, k, &b, out, n, &opts);
+                if !fused {
+                    epilogue::apply(out, &self.bias, ep);
+                }
+                return;
+            }
             LinearWeights::Packed(wp) => dense::gemm_packed(x, wp, n, k, out),
             LinearWeights::Int8 { q, scales, group } => int8::linear_int8(
                 x,
@@ -77,6 +114,18 @@ impl Linear {
 
     pub fn is_int8(&self) -> bool {
         matches!(self.w, LinearWeights::Int8 { .. })
+    }
+
+    /// What the weights run as: `"f32"`, `"int8"`, `"amx-bf16"` or `"amx-bf16x3"`.
+    pub fn kind(&self) -> &'static str {
+        match &self.w {
+            LinearWeights::Packed(_) => "f32",
+            LinearWeights::Int8 { .. } => "int8",
+            LinearWeights::Amx { precision, .. } => match precision {
+                Precision::Bf16 => "amx-bf16",
+                Precision::Bf16x3 => "amx-bf16x3",
+            },
+        }
     }
 }
 
@@ -274,8 +323,22 @@ impl Loader<'_> {
             for b in bases {
                 w.extend(self.reader.f32(&format!("{b}.weight"), &[n_each, k])?);
             }
+            let amx_precision = match self.format {
+                WeightFormat::AsStored if amx::available() => Some(DEFAULT_AMX),
+                WeightFormat::Amx(p) => Some(p),
+                _ => None,
+            };
             match self.format {
-                WeightFormat::AsStored => {
+                _ if amx_precision.is_some() => {
+                    let precision = amx_precision.unwrap_or(DEFAULT_AMX);
+                    let mut packed = vec![0u16; amx::packed_len(n, k, precision)];
+                    amx::pack_b_into(&w, BLayout::Nk, n, k, precision, &mut packed);
+                    LinearWeights::Amx {
+                        packed: self.put(&packed, &what)?,
+                        precision,
+                    }
+                }
+                WeightFormat::AsStored | WeightFormat::F32 | WeightFormat::Amx(_) => {
                     LinearWeights::Packed(self.put(&dense::pack(&w, n, k), &what)?)
                 }
                 WeightFormat::Int8 => {
@@ -408,9 +471,16 @@ pub fn resident_bytes(cfg: &EncoderConfig, int8: bool) -> u64 {
     } else {
         // Packed strips pad n up to a multiple of the strip width.
         let pad = |n: u64| n.div_ceil(dense::STRIP as u64) * dense::STRIP as u64;
-        linear_params
-            .max(cfg.num_layers as u64 * (h * pad(3 * h) + h * pad(h) + h * pad(i) + i * pad(h)))
-            * 4
+        let strips =
+            cfg.num_layers as u64 * (h * pad(3 * h) + h * pad(h) + h * pad(i) + i * pad(h));
+        // AMX bf16x3 packing: two u16 per weight, n and k padded to whole tiles.
+        let (hu, iu) = (cfg.hidden_size, cfg.intermediate_size);
+        let tiles: usize = [(3 * hu, hu), (hu, hu), (iu, hu), (hu, iu)]
+            .iter()
+            .map(|&(n, k)| amx::packed_len(n, k, Precision::Bf16x3))
+            .sum();
+        let tiles = cfg.num_layers as u64 * tiles as u64 / 2;
+        linear_params.max(strips).max(tiles) * 4
     };
     linear_bytes + other * 4
 }

@@ -140,7 +140,7 @@ fn group_file_equals_f32_on_dequantized_weights() {
         let int8 = encoder(q.path(), WeightFormat::AsStored);
         assert!(int8.is_int8());
         let got = hidden(&int8);
-        let want = hidden(&encoder(deq.path(), WeightFormat::AsStored));
+        let want = hidden(&encoder(deq.path(), WeightFormat::F32));
         let e = rel_err(&got, &want);
         println!("group {group}: int8 file vs f32 on dequantized weights, rel err {e:.2e}");
         assert!(e <= 1e-5, "group {group}: {e}");
@@ -193,7 +193,7 @@ fn version_1_per_row_file_still_loads() {
     assert!(int8.is_int8());
     let e = rel_err(
         &hidden(&int8),
-        &hidden(&encoder(deq.path(), WeightFormat::AsStored)),
+        &hidden(&encoder(deq.path(), WeightFormat::F32)),
     );
     println!("version-1 per-row file vs f32 on dequantized weights, rel err {e:.2e}");
     assert!(e <= 1e-5, "{e}");

