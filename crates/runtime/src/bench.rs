@@ -75,7 +75,7 @@ fn print(rows: &[Row]) {
 
 /// Runs the kernel benchmark and prints its table to stdout. `quick` shortens
 /// the time budget and the shape list; `sections` filters (gemv, gemm, attn,
-/// norm; empty = all). Uses the current rayon pool's threads.
+/// gguf, norm; empty = all). Uses the current rayon pool's threads.
 pub fn kernels(quick: bool, sections: &[&str]) -> Result<(), favlo_mx::MxError> {
     let want = |s: &str| sections.is_empty() || sections.contains(&s);
     let budget = Duration::from_millis(if quick { 150 } else { 600 });
@@ -190,6 +190,9 @@ pub fn kernels(quick: bool, sections: &[&str]) -> Result<(), favlo_mx::MxError> 
     if want("attn") {
         attention(&mut rows, budget, read_bw, gflops);
     }
+    if want("gguf") {
+        gguf(&mut rows, budget, read_bw, gflops, quick);
+    }
     if want("norm") {
         norms(&mut rows, budget, copy_bw);
     }
@@ -235,6 +238,95 @@ fn attention(rows: &mut Vec<Row>, budget: Duration, read_bw: f64, gflops: f64) {
         ceiling: gflops,
         ceiling_name: "gemm f32",
     });
+}
+
+/// GGUF-block GEMV (decode) and 32-row GEMM (prefill) at Qwen2.5-0.5B's FFN shapes
+/// and one DRAM-sized shape. Random code bytes with sane f16 block scales.
+fn gguf(rows: &mut Vec<Row>, budget: Duration, read_bw: f64, gflops: f64, quick: bool) {
+    use crate::cpu::gguf_dot::{GgufMatrix, GgufType};
+    let types = [
+        ("Q4_0", GgufType::Q4_0),
+        ("Q4_1", GgufType::Q4_1),
+        ("Q5_0", GgufType::Q5_0),
+        ("Q8_0", GgufType::Q8_0),
+        ("Q4_K", GgufType::Q4_K),
+        ("Q6_K", GgufType::Q6_K),
+    ];
+    let shapes: &[(usize, usize)] = if quick {
+        &[(4864, 896)]
+    } else {
+        &[(4864, 896), (896, 4864), (4096, 14336)]
+    };
+    for &(n, k) in shapes {
+        let x1 = noise(k, 21);
+        let x32 = noise(32 * k, 22);
+        let mut y = vec![0f32; 32 * n];
+        for (label, ty) in types {
+            if !k.is_multiple_of(ty.block_size()) {
+                continue;
+            }
+            let data = gguf_blocks(ty, n, k);
+            let w = GgufMatrix {
+                ty,
+                data: &data,
+                n,
+                k,
+            };
+            let s = time(budget, || cpu::gguf_linear(&x1, w, None, &mut y[..n]));
+            rows.push(Row {
+                name: format!("GEMV {label} {n}×{k} (m=1)"),
+                secs: s,
+                rate: data.len() as f64 / s / 1e9,
+                unit: "GB/s",
+                ceiling: read_bw,
+                ceiling_name: "read",
+            });
+            if n * k <= 4096 * 4096 {
+                let s = time(budget, || cpu::gguf_linear(&x32, w, None, &mut y));
+                rows.push(Row {
+                    name: format!("GEMM {label} {n}×{k} (m=32)"),
+                    secs: s,
+                    rate: 2.0 * (32 * n * k) as f64 / s / 1e9,
+                    unit: "GFLOP/s",
+                    ceiling: gflops,
+                    ceiling_name: "gemm f32",
+                });
+            }
+        }
+    }
+}
+
+/// `n` rows of `k` random codes in `ty`'s blocks, with every f16 scale/min field set
+/// to a small finite value (as a quantizer would leave them).
+fn gguf_blocks(ty: crate::cpu::gguf_dot::GgufType, n: usize, k: usize) -> Vec<u8> {
+    use crate::cpu::gguf_dot::GgufType;
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    let mut data: Vec<u8> = (0..n * ty.row_bytes(k))
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 32) as u8
+        })
+        .collect();
+    let put = |b: &mut [u8], at: usize, v: f32| {
+        b[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+    };
+    for b in data.chunks_exact_mut(ty.type_size()) {
+        match ty {
+            GgufType::Q4_0 | GgufType::Q5_0 | GgufType::Q8_0 => put(b, 0, 0.01),
+            GgufType::Q4_1 | GgufType::Q5_1 => {
+                put(b, 0, 0.01);
+                put(b, 2, -0.1);
+            }
+            GgufType::Q4_K | GgufType::Q5_K => {
+                put(b, 0, 0.001);
+                put(b, 2, 0.005);
+            }
+            GgufType::Q6_K => put(b, 208, 0.001),
+        }
+    }
+    data
 }
 
 fn norms(rows: &mut Vec<Row>, budget: Duration, copy_bw: f64) {
