@@ -39,7 +39,7 @@ pub struct KernelBench {
     /// Threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Sections to run: gemv, gemm, attn, norm (default: all).
+    /// Sections to run: gemv, gemm, attn, gguf, norm (default: all).
     pub sections: Vec<String>,
 }
 
