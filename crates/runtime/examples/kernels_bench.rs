@@ -1,4 +1,4 @@
-//! Kernel benchmark: `cargo run --release -p favlo-runtime --example kernels_bench [-- quick] [gemv|gemm|attn|norm]`
+//! Kernel benchmark: `cargo run --release -p favlo-runtime --example kernels_bench [-- quick] [gemv|gemm|attn|gguf|norm]`
 //! (the same table as `favlo bench kernels`).
 
 fn main() -> Result<(), favlo_mx::MxError> {
