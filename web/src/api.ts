@@ -2,7 +2,10 @@
 //
 // Key design choice: the UI has no private endpoints; every call here is one
 // of the documented `/v1/*` routes, and errors surface the server's own
-// `error.message` text.
+// `error.message` text. Requests go through the API key gate (src/auth.ts),
+// which adds `Authorization: Bearer` when a key is stored.
+
+import { apiFetch } from './auth';
 
 export type ModelKind = 'chat' | 'embeddings' | 'image' | 'video' | 'music' | 'voice' | string;
 
@@ -60,7 +63,7 @@ export async function errorFrom(res: Response): Promise<ApiError> {
 }
 
 async function getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
-  const res = await fetch(path, { signal, headers: { accept: 'application/json' } });
+  const res = await apiFetch(path, { signal, headers: { accept: 'application/json' } });
   if (!res.ok) throw await errorFrom(res);
   return (await res.json()) as T;
 }

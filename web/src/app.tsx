@@ -2,8 +2,11 @@
 //
 // Key design choice: Memory is mounted only while shown (it polls the ledger),
 // while Chat and Studio stay mounted (hidden) once visited, so a reply keeps
-// streaming and media jobs keep being followed across tab switches.
+// streaming and media jobs keep being followed across tab switches. The API
+// key prompt sits outside the shell, which is inert while the prompt is open.
 import { useEffect, useState } from 'preact/hooks';
+import { gate } from './auth';
+import { ApiKeyButton, ApiKeyDialog, useGate } from './components/api-key';
 import { ChatView } from './views/chat';
 import { StudioView } from './views/studio';
 import { MemoryView } from './views/memory';
@@ -23,6 +26,7 @@ function fromHash(): Tab {
 export function App() {
   const [tab, setTab] = useState<Tab>(fromHash());
   const [studioSeen, setStudioSeen] = useState(tab === 'studio');
+  const auth = useGate(gate);
   useEffect(() => {
     if (tab === 'studio') setStudioSeen(true);
   }, [tab]);
@@ -32,7 +36,8 @@ export function App() {
     return () => removeEventListener('hashchange', on);
   }, []);
   return (
-    <div class="shell">
+    <>
+    <div class="shell" inert={auth.open || undefined} aria-hidden={auth.open || undefined}>
       <header class="topbar">
         <span class="brand" aria-label="Favlo">
           favlo
@@ -55,6 +60,7 @@ export function App() {
             ))}
           </ul>
         </nav>
+        <ApiKeyButton gate={gate} />
       </header>
       <main>
         <section id="panel-chat" role="tabpanel" aria-labelledby="tab-chat" hidden={tab !== 'chat'} class="panel">
@@ -72,5 +78,7 @@ export function App() {
         )}
       </main>
     </div>
+    <ApiKeyDialog gate={gate} />
+    </>
   );
 }

@@ -6,6 +6,7 @@
 // an abort resolves (not rejects) with `stopped: true` and the text so far.
 
 import { errorFrom, ApiError } from './api';
+import { apiFetch } from './auth';
 import { SseParser } from './sse';
 import { tokensPerSecond } from './format';
 
@@ -47,7 +48,7 @@ function isAbort(e: unknown): boolean {
 }
 
 export async function streamChat(o: StreamOptions): Promise<StreamResult> {
-  const doFetch = o.fetchImpl ?? fetch;
+  const doFetch = o.fetchImpl ?? apiFetch;
   const now = o.now ?? (() => performance.now());
   const body: Record<string, unknown> = {
     model: o.model,

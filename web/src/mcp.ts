@@ -7,9 +7,11 @@
 // id the server hands out on `initialize` goes with every later request, and a
 // session the server no longer knows (404) is re-initialized once. A server
 // with no /mcp route at all is reported as `McpUnavailable`, so the Studio can
-// say so instead of pretending jobs exist.
+// say so instead of pretending jobs exist. Requests go through the API key
+// gate (src/auth.ts), so a server started with --api-key gets its key.
 
 import { SseParser } from './sse';
+import { apiFetch } from './auth';
 
 export const MCP_PROTOCOL_VERSION = '2025-11-25';
 export const TASKS_EXTENSION = 'io.modelcontextprotocol/tasks';
@@ -104,7 +106,7 @@ export class McpClient {
 
   constructor(
     private readonly url = '/mcp',
-    private readonly fetchImpl: typeof fetch = (...a) => fetch(...a),
+    private readonly fetchImpl: typeof fetch = apiFetch,
   ) {}
 
   private async post(body: unknown, signal?: AbortSignal): Promise<Response> {
@@ -125,7 +127,11 @@ export class McpClient {
     if (sid) this.session = sid;
     const text = await res.text();
     const reply = replyFromBody(res.headers.get('content-type') ?? '', text, id);
-    if (!reply) throw new McpError(`no JSON-RPC reply to ${method} (HTTP ${res.status})`, -32603);
+    if (!reply) {
+      // An HTTP-level refusal (401 without a key, 413, ...) carries the API's error body.
+      const why = res.ok ? null : httpErrorMessage(text);
+      throw new McpError(why ? `${why} (HTTP ${res.status})` : `no JSON-RPC reply to ${method} (HTTP ${res.status})`, -32603);
+    }
     if (reply.error) throw new McpError(reply.error.message, reply.error.code, reply.error.data);
     return reply.result;
   }
@@ -203,6 +209,16 @@ export class McpClient {
     if (!c || typeof c.blob !== 'string') throw new McpError(`no binary contents for ${uri}`, -32603);
     const mimeType = typeof c.mimeType === 'string' ? c.mimeType : 'application/octet-stream';
     return { uri, mimeType, blob: c.blob };
+  }
+}
+
+/** The `error.message` of an API error body (`{"error": {"message": ...}}`), if it is one. */
+export function httpErrorMessage(text: string): string | null {
+  try {
+    const m = (JSON.parse(text) as { error?: { message?: unknown } } | null)?.error?.message;
+    return typeof m === 'string' && m ? m : null;
+  } catch {
+    return null;
   }
 }
 

@@ -5,6 +5,8 @@
 // joins the conversation (and storage) when it ends or is stopped.
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { listModels, type ModelRow } from '../api';
+import { gate } from '../auth';
+import { useGate } from '../components/api-key';
 import { streamChat, type StreamProgress } from '../chat';
 import { loadConversation, saveConversation, type ChatMessage, type Conversation } from '../storage';
 import { ModelPicker } from '../components/model-picker';
@@ -39,9 +41,11 @@ export function ChatView({ active }: { active: boolean }) {
     }
   }, []);
 
+  // Load again whenever the API key changes (a key given after a 401, or a new one).
+  const { generation } = useGate(gate);
   useEffect(() => {
     void refreshModels();
-  }, [refreshModels]);
+  }, [refreshModels, generation]);
   useEffect(() => {
     if (active) void refreshModels();
   }, [active, refreshModels]);

@@ -10,6 +10,8 @@
 // the view stays mounted while hidden so jobs keep updating during a chat.
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { listModels, MEDIA_KINDS, type ModelRow } from '../api';
+import { gate } from '../auth';
+import { useGate } from '../components/api-key';
 import { McpClient, McpError, McpUnavailable, type McpTool } from '../mcp';
 import { blobOf, cancelJob, describeJob, downloadName, isTerminal, pollJob, stateLabel, type JobRecord } from '../jobs';
 import { GENERATE_TOOLS } from '../tool-form';
@@ -68,6 +70,8 @@ export function StudioView({ client: given, pollMs = 500 }: { client?: McpClient
   const [formError, setFormError] = useState<string | null>(null);
   /** bumped by "Check again" to probe /v1/models and /mcp anew */
   const [probe, setProbe] = useState(0);
+  /** bumped by the API key gate when the key changes: probe again with it */
+  const { generation } = useGate(gate);
   const polls = useRef(new Map<string, AbortController>());
   const urls = useRef(new Map<string, string>());
   const jobsRef = useRef(jobs);
@@ -153,7 +157,7 @@ export function StudioView({ client: given, pollMs = 500 }: { client?: McpClient
         setMcp({ state: 'absent', why: e instanceof McpUnavailable ? e.message : `MCP failed: ${e.message}` });
       });
     return () => ctl.abort();
-  }, [client, track, readResult, probe]);
+  }, [client, track, readResult, probe, generation]);
 
   // On unmount: stop following jobs and free the media.
   useEffect(() => {
