@@ -1,6 +1,6 @@
 //! Causal attention with llama.cpp's default (non-flash) CPU numerics, for native GGUF
 //! weights: K/V cached at f16 precision, q rounded to f16 before `q·k`, softmax in f32
-//! with an f64 sum, probabilities rounded to f16 before they weight V.
+//! with 8-lane group sums added in f64, probabilities rounded to f16 before they weight V.
 //!
 //! Key design choice: the cache stays f32 (holding f16-representable values, so the
 //! arithmetic equals an f16 cache's) and the rounding happens where ggml converts to
@@ -80,17 +80,66 @@ pub(crate) fn swiglu_ggml(g: &[f32], up: &[f32], out: &mut [f32]) {
     swiglu_body(g, up, out);
 }
 
-/// Lanes the ggml/tinyBLAS AVX2 f16 dot keeps (element i goes to lane i % 8).
+/// Lanes of one AVX2 register (tinyBLAS keeps one accumulator: element j → lane j % 8).
 const LANES: usize = 8;
+/// Slots of `ggml_vec_dot_f16` on AVX2: four 8-lane accumulators, element j → slot j % 32.
+const SLOTS: usize = 32;
 
-/// ggml's `hsum` of 8 lanes: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
+/// tinyBLAS's `hsum` of 8 lanes: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
 #[inline]
 fn hsum8(a: &[f32; LANES]) -> f32 {
     let s = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
     (s[0] + s[2]) + (s[1] + s[3])
 }
 
-/// One query head: scores over `len` keys, softmax, weighted V, in tinyBLAS's order.
+/// `GGML_F32x8_REDUCE` of 4 accumulators: (r0+r2)+(r1+r3) lane-wise, halves added,
+/// then two `hadd`s: ((t0+t1)+(t2+t3)).
+#[inline]
+fn reduce32(a: &[f32; SLOTS]) -> f32 {
+    let mut c = [0f32; LANES];
+    for (l, cl) in c.iter_mut().enumerate() {
+        *cl = (a[l] + a[16 + l]) + (a[8 + l] + a[24 + l]);
+    }
+    let t = [c[0] + c[4], c[1] + c[5], c[2] + c[6], c[3] + c[7]];
+    (t[0] + t[1]) + (t[2] + t[3])
+}
+
+/// Which of ggml's two f16 dot products a `mul_mat` uses: tinyBLAS when the batch has
+/// ≥ 2 query rows (`llamafile_sgemm` declines n < 2), else `ggml_vec_dot_f16`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dot {
+    Tiny,
+    Vec,
+}
+
+/// `q·k` for one key row in `dot`'s accumulation order (hd % 8 == 0).
+#[inline(always)]
+fn qk(qh: &[f32], kr: &[f32], dot: Dot) -> f32 {
+    if dot == Dot::Tiny {
+        let mut acc = [0f32; LANES];
+        for (qc, kc) in qh.chunks_exact(LANES).zip(kr.chunks_exact(LANES)) {
+            for l in 0..LANES {
+                acc[l] = qc[l].mul_add(kc[l], acc[l]);
+            }
+        }
+        return hsum8(&acc);
+    }
+    let np = qh.len() / SLOTS * SLOTS;
+    let mut acc = [0f32; SLOTS];
+    for (qc, kc) in qh[..np].chunks_exact(SLOTS).zip(kr.chunks_exact(SLOTS)) {
+        for l in 0..SLOTS {
+            acc[l] = qc[l].mul_add(kc[l], acc[l]);
+        }
+    }
+    // Leftovers past the last full 32 are added in f64, one f32 product each.
+    let mut sum = f64::from(reduce32(&acc));
+    for (a, b) in qh[np..].iter().zip(&kr[np..]) {
+        sum += f64::from(a * b);
+    }
+    sum as f32
+}
+
+/// One query head: scores over `len` keys, softmax, weighted V, in ggml's order for `dot`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn head_body(
@@ -101,41 +150,52 @@ fn head_body(
     off: usize,
     len: usize,
     scale: f32,
+    dot: Dot,
     p: &mut Vec<f32>,
-    lanes: &mut Vec<[f32; LANES]>,
+    lanes: &mut Vec<[f32; SLOTS]>,
     o: &mut [f32],
 ) {
     let hd = qh.len();
     p.clear();
     for j in 0..len {
         let kr = &k_cache[j * stride + off..j * stride + off + hd];
-        let mut acc = [0f32; LANES];
-        for (qc, kc) in qh.chunks_exact(LANES).zip(kr.chunks_exact(LANES)) {
-            for l in 0..LANES {
-                acc[l] = qc[l].mul_add(kc[l], acc[l]);
-            }
-        }
-        p.push(hsum8(&acc) * scale);
+        p.push(qk(qh, kr, dot) * scale);
     }
     let max = p.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    // ggml_vec_soft_max_f32 (AVX2): each aligned group of 8 exps is reduced in f32 by
+    // the 8-lane hsum, and the group sums are added in f64 (masked keys past `len`
+    // are exact zeros in ggml's padded row, so a short last group sums the same).
     let mut sum = 0f64;
-    for v in p.iter_mut() {
-        *v = ggml_expf(*v - max);
-        sum += f64::from(*v);
+    for g in p.chunks_mut(LANES) {
+        let mut e = [0f32; LANES];
+        for (ei, v) in e.iter_mut().zip(g.iter_mut()) {
+            *v = ggml_expf(*v - max);
+            *ei = *v;
+        }
+        sum += f64::from(hsum8(&e));
     }
     let inv = (1.0 / sum) as f32;
     lanes.clear();
-    lanes.resize(hd, [0f32; LANES]);
+    lanes.resize(hd, [0f32; SLOTS]);
+    // p·V over ggml's key axis (padded to a multiple of 256 with zero weights, so both
+    // dots run without leftovers): slot j % 8 (tinyBLAS) or j % 32 (vec_dot).
+    let width = if dot == Dot::Tiny { LANES } else { SLOTS };
     for (j, v) in p.iter().enumerate() {
         let w = f16::from_f32(*v * inv).to_f32();
-        let l = j % LANES;
+        let l = j % width;
         let vr = &v_cache[j * stride + off..j * stride + off + hd];
         for (a, &x) in lanes.iter_mut().zip(vr) {
             a[l] = w.mul_add(x, a[l]);
         }
     }
     for (y, a) in o.iter_mut().zip(lanes.iter()) {
-        *y = hsum8(a);
+        *y = if dot == Dot::Tiny {
+            let mut a8 = [0f32; LANES];
+            a8.copy_from_slice(&a[..LANES]);
+            hsum8(&a8)
+        } else {
+            reduce32(a)
+        };
     }
 }
 
@@ -150,11 +210,14 @@ unsafe fn head_fma(
     off: usize,
     len: usize,
     scale: f32,
+    dot: Dot,
     p: &mut Vec<f32>,
-    lanes: &mut Vec<[f32; LANES]>,
+    lanes: &mut Vec<[f32; SLOTS]>,
     o: &mut [f32],
 ) {
-    head_body(qh, k_cache, v_cache, stride, off, len, scale, p, lanes, o);
+    head_body(
+        qh, k_cache, v_cache, stride, off, len, scale, dot, p, lanes, o,
+    );
 }
 
 /// q, out: `[t, n_heads*hd]`; caches `[capacity, n_kv_heads*hd]` (rounded at store);
@@ -174,6 +237,7 @@ pub(crate) fn attention_ggml(
     let (nh, hd) = (shape.n_heads, shape.head_dim);
     let kvd = shape.n_kv_heads * hd;
     let group = (nh / shape.n_kv_heads.max(1)).max(1);
+    let dot = if t >= 2 { Dot::Tiny } else { Dot::Vec };
     #[cfg(target_arch = "x86_64")]
     let fma = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
     let one = |(idx, o): (usize, &mut [f32])| {
@@ -183,19 +247,20 @@ pub(crate) fn attention_ggml(
         let mut qh: Vec<f32> = q[idx * hd..(idx + 1) * hd].to_vec();
         round_f16(&mut qh);
         let (mut p, mut lanes) = (Vec::with_capacity(len), Vec::new());
-        let args = (&qh[..], k_cache, v_cache, kvd, g * hd, len, scale);
+        let args = (&qh[..], k_cache, v_cache, kvd, g * hd, len, scale, dot);
         #[cfg(target_arch = "x86_64")]
         if fma {
             // SAFETY: AVX2 and FMA were detected at run time.
             unsafe {
                 head_fma(
-                    args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut p, &mut lanes, o,
+                    args.0, args.1, args.2, args.3, args.4, args.5, args.6, args.7, &mut p,
+                    &mut lanes, o,
                 )
             };
             return;
         }
         head_body(
-            args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut p, &mut lanes, o,
+            args.0, args.1, args.2, args.3, args.4, args.5, args.6, args.7, &mut p, &mut lanes, o,
         );
     };
     let out = &mut out[..t * nh * hd];

@@ -14,6 +14,7 @@ mod attention;
 mod bench;
 mod checkpoint;
 pub mod config;
+mod dump;
 mod error;
 mod generate;
 mod model;

@@ -14,8 +14,9 @@ use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
 
 use crate::attention::{attention_ggml, rms_norm_ggml, round_f16, swiglu_ggml};
 use crate::config::LlamaConfig;
+use crate::dump;
 use crate::error::LlamaError;
-use crate::rotary::Rotary;
+use crate::rotary::{GgmlRope, Rotary};
 use crate::weights::Weights;
 
 /// Most tokens one forward chunk processes (prefill is split into chunks of this).
@@ -49,6 +50,9 @@ pub struct LlamaModel {
     cfg: LlamaConfig,
     w: Weights,
     rotary: Rotary,
+    /// ggml's RoPE arithmetic (native GGUF weights), with its per-chunk (cos, sin) table.
+    ggml_rope: Option<GgmlRope>,
+    rope_table: Vec<(f32, f32)>,
     k_cache: Buffer<f32>,
     v_cache: Buffer<f32>,
     capacity: usize,
@@ -78,6 +82,12 @@ impl LlamaModel {
         };
         Ok(LlamaModel {
             rotary: Rotary::new(&cfg),
+            ggml_rope: if w.ggml_numerics {
+                GgmlRope::new(&cfg)
+            } else {
+                None
+            },
+            rope_table: Vec::with_capacity(CHUNK * cfg.rope_dim / 2),
             k_cache: a(kv)?,
             v_cache: a(kv)?,
             capacity,
@@ -138,6 +148,10 @@ impl LlamaModel {
             });
         }
         let mut start = 0;
+        let dump = dump::active();
+        if let Some(dd) = dump {
+            dd.next_call();
+        }
         for chunk in ids.chunks(CHUNK) {
             let t = chunk.len();
             self.chunk(chunk, n_past + start)?;
@@ -157,10 +171,22 @@ impl LlamaModel {
                     None,
                     &mut logits[start * v..(start + t) * v],
                 );
+                if let Some(dd) = dump {
+                    dd.save("result_norm", &[t, d], &self.s.h[..t * d]);
+                    dd.save(
+                        "result_output",
+                        &[t, v],
+                        &logits[start * v..(start + t) * v],
+                    );
+                }
             } else if start + t == ids.len() {
                 let last = &self.s.x[(t - 1) * d..t * d];
                 norm(last, &self.w.out_norm, &mut self.s.h[..d]);
                 head.linear(&self.s.h[..d], None, logits);
+                if let Some(dd) = dump {
+                    dd.save("result_norm", &[1, d], &self.s.h[..d]);
+                    dd.save("result_output", &[1, v], logits);
+                }
             }
             start += t;
         }
@@ -190,14 +216,25 @@ impl LlamaModel {
                 cpu::rms_norm(x, w, eps, out);
             }
         };
+        if let Some(r) = &self.ggml_rope {
+            r.table(&positions, &mut self.rope_table);
+        }
         let s = &mut self.s;
         let (x, h) = (&mut s.x[..t * d], &mut s.h[..t * d]);
         self.w.embed.embed(ids, x);
+        let dump = dump::active();
+        let save = |name: &str, li: usize, cols: &[usize], data: &[f32]| {
+            if let Some(dd) = dump {
+                let shape: Vec<usize> = std::iter::once(t).chain(cols.iter().copied()).collect();
+                dd.save(&format!("{name}-{li}"), &shape, data);
+            }
+        };
         for (li, layer) in self.w.layers.iter().enumerate() {
             let kc = &mut self.k_cache[li * cap_l..(li + 1) * cap_l];
             let vc = &mut self.v_cache[li * cap_l..(li + 1) * cap_l];
             // Attention block.
             norm(x, &layer.attn_norm, h);
+            save("attn_norm", li, &[d], h);
             let qkv = &mut s.qkv[..t * w_qkv];
             layer.qkv.linear(h, layer.qkv_bias.as_deref(), qkv);
             let q = &mut s.q[..t * qd];
@@ -219,8 +256,16 @@ impl LlamaModel {
                 cpu::rms_norm(kn, kn_w, c.rms_eps, tmp);
                 kn.copy_from_slice(tmp);
             }
-            self.rotary.apply(q, &positions, c.n_heads);
-            self.rotary.apply(kn, &positions, c.n_kv_heads);
+            if let Some(r) = &self.ggml_rope {
+                r.apply(q, &self.rope_table, c.n_heads);
+                r.apply(kn, &self.rope_table, c.n_kv_heads);
+            } else {
+                self.rotary.apply(q, &positions, c.n_heads);
+                self.rotary.apply(kn, &positions, c.n_kv_heads);
+            }
+            save("Qcur", li, &[c.n_heads, hd], q);
+            save("Kcur", li, &[c.n_kv_heads, hd], kn);
+            save("Vcur", li, &[c.n_kv_heads, hd], vn);
             let att = &mut s.att[..t * qd];
             if self.w.ggml_numerics && hd.is_multiple_of(8) {
                 round_f16(kn);
@@ -229,12 +274,17 @@ impl LlamaModel {
             } else {
                 cpu::attention_causal(q, kc, vc, att, shape, n_past, t, scale);
             }
+            save("kqv_out", li, &[qd], att);
             layer.wo.linear(att, None, h);
+            save("attn_out", li, &[d], h);
             cpu::add(x, h);
+            save("ffn_inp", li, &[d], x);
             // Feed-forward block.
             norm(x, &layer.ffn_norm, h);
+            save("ffn_norm", li, &[d], h);
             let gu = &mut s.gu[..t * 2 * ff];
             layer.gate_up.linear(h, None, gu);
+            save("ffn_gate_up", li, &[2 * ff], gu);
             let act = &mut s.act[..t * ff];
             for r in 0..t {
                 let row = &gu[r * 2 * ff..(r + 1) * 2 * ff];
@@ -245,8 +295,11 @@ impl LlamaModel {
                     cpu::swiglu(&row[..ff], &row[ff..], o);
                 }
             }
+            save("ffn_swiglu", li, &[ff], act);
             layer.down.linear(act, None, h);
+            save("ffn_out", li, &[d], h);
             cpu::add(x, h);
+            save("l_out", li, &[d], x);
         }
         Ok(())
     }

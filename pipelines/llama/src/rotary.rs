@@ -5,10 +5,102 @@
 //! frequencies, so they run through a small local loop over precomputed
 //! frequencies (the runtime kernel takes only theta). RoPE is a negligible share
 //! of the forward time, so the local loop is scalar.
+//!
+//! Native GGUF weights use [`GgmlRope`], ggml's CPU arithmetic bit for bit: angles by
+//! repeated f32 multiplication `θ_{i+1} = θ_i · powf(base, −2/n_dims)` from `θ_0 = pos`
+//! (divided by the GGUF frequency factor, times the linear scale), libm `cosf`/`sinf`,
+//! and the rotation as GCC contracts it for llama.cpp's FMA build:
+//! `y0 = fma(x0, cos, −(x1·sin))`, `y1 = fma(x0, sin, x1·cos)` (verified bitwise
+//! against llama.cpp's dumped `Qcur`/`Kcur` nodes with `tools/fixtures/llama_cpp_dump.py`).
 
 use favlo_runtime::cpu::{Rope, RopeLayout};
 
 use crate::config::{LlamaConfig, RopeScaling};
+
+/// ggml's `rope_f32` for one model (native GGUF numerics).
+pub(crate) struct GgmlRope {
+    theta_scale: f32,
+    freq_scale: f32,
+    factors: Option<Vec<f32>>,
+    layout: RopeLayout,
+    head_dim: usize,
+    rope_dim: usize,
+}
+
+impl GgmlRope {
+    /// `None` for scalings ggml does not express as frequency factors/linear scale here.
+    pub(crate) fn new(cfg: &LlamaConfig) -> Option<GgmlRope> {
+        let (freq_scale, factors) = match &cfg.rope_scaling {
+            RopeScaling::None => (1.0, None),
+            RopeScaling::Linear { factor } => (1.0 / factor, None),
+            RopeScaling::FreqFactors(ff) => (1.0, Some(ff.clone())),
+            RopeScaling::Llama3 { .. } => return None,
+        };
+        Some(GgmlRope {
+            theta_scale: cfg.rope_theta.powf(-2.0 / cfg.rope_dim as f32),
+            freq_scale,
+            factors,
+            layout: cfg.rope_layout,
+            head_dim: cfg.head_dim,
+            rope_dim: cfg.rope_dim,
+        })
+    }
+
+    /// The (cos, sin) table for `positions`: `[t, rope_dim/2]`, as ggml's rope cache.
+    pub(crate) fn table(&self, positions: &[usize], out: &mut Vec<(f32, f32)>) {
+        out.clear();
+        for &p in positions {
+            let mut theta = p as f32;
+            for i in 0..self.rope_dim / 2 {
+                let ff = self.factors.as_ref().map_or(1.0, |f| f[i]);
+                let a = self.freq_scale * (theta / ff);
+                out.push((a.cos(), a.sin()));
+                theta *= self.theta_scale;
+            }
+        }
+    }
+
+    /// Rotate `x: [t, n_heads, head_dim]` with a [`GgmlRope::table`] for its `t` positions.
+    pub(crate) fn apply(&self, x: &mut [f32], table: &[(f32, f32)], n_heads: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("fma") {
+            // SAFETY: FMA was detected at run time.
+            unsafe { self.apply_fma(x, table, n_heads) };
+            return;
+        }
+        self.apply_body(x, table, n_heads);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "fma")]
+    fn apply_fma(&self, x: &mut [f32], table: &[(f32, f32)], n_heads: usize) {
+        self.apply_body(x, table, n_heads);
+    }
+
+    #[inline(always)]
+    fn apply_body(&self, x: &mut [f32], table: &[(f32, f32)], n_heads: usize) {
+        let half = self.rope_dim / 2;
+        if half == 0 {
+            return;
+        }
+        for (row, cs) in x
+            .chunks_exact_mut(n_heads * self.head_dim)
+            .zip(table.chunks_exact(half))
+        {
+            for head in row.chunks_exact_mut(self.head_dim) {
+                for (i, &(c, s)) in cs.iter().enumerate() {
+                    let (ia, ib) = match self.layout {
+                        RopeLayout::Interleaved => (2 * i, 2 * i + 1),
+                        RopeLayout::NeoX => (i, i + half),
+                    };
+                    let (a, b) = (head[ia], head[ib]);
+                    head[ia] = a.mul_add(c, -(b * s));
+                    head[ib] = a.mul_add(s, b * c);
+                }
+            }
+        }
+    }
+}
 
 /// RoPE for one model.
 pub(crate) enum Rotary {
