@@ -4,7 +4,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { render } from 'preact';
 import { App } from './app';
-import { API_KEY_STORAGE, gate } from './auth';
+import { API_KEY_STORAGE, gate, KEY_REFUSED } from './auth';
 
 const KEY = 'right-key';
 
@@ -104,6 +104,6 @@ describe('API key prompt', () => {
     buttonNamed('Cancel')?.click();
     await vi.waitFor(() => expect(dialog()).toBeNull());
     await vi.waitFor(() => expect($('.key-button')?.textContent).toBe('API key needed'));
-    expect($('[role="alert"]')?.textContent).toContain('invalid or missing API key');
+    expect($('[role="alert"]')?.textContent).toBe(`Could not list models: ${KEY_REFUSED}`);
   });
 });

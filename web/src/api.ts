@@ -5,7 +5,7 @@
 // `error.message` text. Requests go through the API key gate (src/auth.ts),
 // which adds `Authorization: Bearer` when a key is stored.
 
-import { apiFetch } from './auth';
+import { apiFetch, KEY_REFUSED } from './auth';
 
 export type ModelKind = 'chat' | 'embeddings' | 'image' | 'video' | 'music' | 'voice' | string;
 
@@ -48,7 +48,10 @@ export class ApiError extends Error {
   }
 }
 
-/** The server's `{"error": {"message", "code"}}` body, or the status text. */
+/**
+ * The server's `{"error": {"message", "code"}}` body, or the status text. A
+ * 401 (no key, or the prompt was cancelled) says how to give the key instead.
+ */
 export async function errorFrom(res: Response): Promise<ApiError> {
   let message = `${res.status} ${res.statusText}`.trim();
   let code: string | null = null;
@@ -59,6 +62,7 @@ export async function errorFrom(res: Response): Promise<ApiError> {
   } catch {
     /* not JSON */
   }
+  if (res.status === 401) message = KEY_REFUSED;
   return new ApiError(message, res.status, code);
 }
 

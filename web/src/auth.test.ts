@@ -3,7 +3,7 @@
 // abort, a stale stored key, refused storage, forget; and that the API, chat
 // and MCP clients all go through it.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { API_KEY_STORAGE, AuthGate, gate, keyProblem, loadApiKey, saveApiKey, withKey, type GateState } from './auth';
+import { API_KEY_STORAGE, AuthGate, gate, KEY_REFUSED, keyProblem, loadApiKey, saveApiKey, withKey, type GateState } from './auth';
 import { listModels, getMemory } from './api';
 import { streamChat } from './chat';
 import { McpClient } from './mcp';
@@ -256,6 +256,15 @@ describe('every client goes through the page gate', () => {
     vi.unstubAllGlobals();
   });
 
+  it('a refused request reads as how to give the key, keeping the server\'s code', async () => {
+    srv = keyedServer(() => 'other');
+    vi.stubGlobal('fetch', srv.fetch);
+    const p = listModels();
+    await when(gate, (s) => s.open);
+    gate.cancel();
+    await expect(p).rejects.toMatchObject({ message: KEY_REFUSED, status: 401, code: 'invalid_api_key' });
+  });
+
   it('models, memory and the chat stream carry the stored key', async () => {
     srv = keyedServer(
       () => KEY,
@@ -302,6 +311,10 @@ describe('every client goes through the page gate', () => {
     const p = client.listTools();
     await when(gate, (s) => s.open);
     gate.cancel();
-    await expect(p).rejects.toThrow('invalid or missing API key; send `Authorization: Bearer <key>` (HTTP 401)');
+    await expect(p).rejects.toThrow(`${KEY_REFUSED} (HTTP 401)`);
+    // Other HTTP-level refusals keep the server's own text.
+    serverKey = KEY;
+    vi.stubGlobal('fetch', async () => Response.json({ error: { message: 'request body too large' } }, { status: 413 }));
+    await expect(client.listTools()).rejects.toThrow('request body too large (HTTP 413)');
   });
 });

@@ -15,6 +15,10 @@ export const API_KEY_STORAGE = 'favlo.apikey.v1';
 /** Where a candidate key is checked (a protected route every server has). */
 export const VERIFY_PATH = '/v1/models';
 
+/** What a request refused for want of a key says in the views (the server's own text is about headers). */
+export const KEY_REFUSED =
+  'This server needs an API key: enter it with the "API key" button at the top of the page.';
+
 export function loadApiKey(store: Storage | undefined = globalThis.localStorage): string | null {
   try {
     const v = store?.getItem(API_KEY_STORAGE) ?? null;

@@ -11,7 +11,7 @@
 // gate (src/auth.ts), so a server started with --api-key gets its key.
 
 import { SseParser } from './sse';
-import { apiFetch } from './auth';
+import { apiFetch, KEY_REFUSED } from './auth';
 
 export const MCP_PROTOCOL_VERSION = '2025-11-25';
 export const TASKS_EXTENSION = 'io.modelcontextprotocol/tasks';
@@ -129,7 +129,7 @@ export class McpClient {
     const reply = replyFromBody(res.headers.get('content-type') ?? '', text, id);
     if (!reply) {
       // An HTTP-level refusal (401 without a key, 413, ...) carries the API's error body.
-      const why = res.ok ? null : httpErrorMessage(text);
+      const why = res.status === 401 ? KEY_REFUSED : res.ok ? null : httpErrorMessage(text);
       throw new McpError(why ? `${why} (HTTP ${res.status})` : `no JSON-RPC reply to ${method} (HTTP ${res.status})`, -32603);
     }
     if (reply.error) throw new McpError(reply.error.message, reply.error.code, reply.error.data);
