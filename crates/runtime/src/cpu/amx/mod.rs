@@ -174,7 +174,7 @@ pub fn gemm(
     use rayon::prelude::*;
     if mblocks >= 2 * threads {
         // Row ranges: an even share of 32-row blocks per task, ≤ 4 blocks per task.
-        let tasks = (threads * mblocks.div_ceil(4 * threads)).min(mblocks);
+        let tasks = (threads * mblocks.div_ceil(TASK_BLOCKS * threads)).min(mblocks);
         (0..tasks).into_par_iter().for_each(|t| {
             let (b0, b1) = (t * mblocks / tasks, (t + 1) * mblocks / tasks);
             job.run(b0 * MB..(b1 * MB).min(m), 0..nblocks);
@@ -207,8 +207,11 @@ struct Job<'a> {
     use_amx: bool,
 }
 
-/// Rows of A converted per panel (a multiple of [`MB`]).
+/// Rows of A converted per panel (a multiple of [`MB`]): the panel (≤ 128 × k bf16, twice
+/// for bf16x3) stays in L2 while every column block of B passes over it.
 const PANEL_ROWS: usize = 4 * MB;
+/// Most 32-row blocks per row task.
+const TASK_BLOCKS: usize = 4;
 
 thread_local! {
     /// Per-thread bf16 A panels (hi, lo), grown on demand and kept.
@@ -248,11 +251,9 @@ impl Job<'_> {
     }
 
     fn run_amx(&self, rows: std::ops::Range<usize>, nbs: std::ops::Range<usize>) {
-        let (n, k, prec) = (self.b.n, self.b.k, self.b.precision);
+        let (k, prec) = (self.b.k, self.b.precision);
         let kp = k_pad(k);
-        let steps = kp / KB;
         let x3 = prec == Precision::Bf16x3;
-        let step_len = parts(prec) * pack::TILE;
         PANEL.with_borrow_mut(|(hi, lo)| {
             let cap = PANEL_ROWS.min(rows.len().div_ceil(MB) * MB) * kp;
             if hi.len() < cap {
@@ -261,7 +262,6 @@ impl Job<'_> {
             if x3 && lo.len() < cap {
                 lo.resize(cap, 0);
             }
-            let mut edge = [0f32; MB * NB];
             // SAFETY: AMX is available (use_amx); released below on this thread.
             unsafe { tile::configure() };
             let mut r0 = rows.start;
@@ -277,61 +277,13 @@ impl Job<'_> {
                     hi,
                     x3.then_some(&mut lo[..]),
                 );
+                // Column block outer: its B strip (≤ 96 KiB) is reused by every 32-row block
+                // of the panel while it is in L1/L2.
                 for nb in nbs.clone() {
-                    let j0 = nb * NB;
-                    let cols = NB.min(n - j0);
-                    let b = &self.b.data[nb * steps * step_len..];
                     for mb in 0..nr_pad / MB {
-                        let i0 = r0 + mb * MB;
-                        let rws = MB.min(r0 + nr - i0);
-                        let full = rws == MB && cols == NB;
-                        let a_hi = hi[mb * MB * kp..].as_ptr();
-                        let a_lo = if x3 {
-                            lo[mb * MB * kp..].as_ptr()
-                        } else {
-                            a_hi
-                        };
-                        // SAFETY: panels hold nr_pad rows of kp, B the block's steps, C (when
-                        // full) the 32 × 32 block, the bias (when full) 32 floats from j0;
-                        // tiles configured above.
-                        unsafe {
-                            if full {
-                                let cp = self.c.0.add(i0 * self.ldc + j0);
-                                let start = match (self.accumulate, self.bias) {
-                                    (true, _) => tile::Start::Load {
-                                        p: cp,
-                                        stride: self.ldc * 4,
-                                        off: pack::TM * self.ldc,
-                                    },
-                                    (false, Some(bi)) => tile::Start::Load {
-                                        p: bi[j0..].as_ptr(),
-                                        stride: 0,
-                                        off: 0,
-                                    },
-                                    (false, None) => tile::Start::Zero,
-                                };
-                                let ldc = self.ldc * 4;
-                                let bp = b.as_ptr();
-                                tile::block(prec, a_hi, a_lo, kp * 2, bp, steps, start, cp, ldc);
-                                if let (true, Some(bi)) = (self.accumulate, self.bias) {
-                                    for r in 0..MB {
-                                        let row = std::slice::from_raw_parts_mut(
-                                            cp.add(r * self.ldc),
-                                            NB,
-                                        );
-                                        for (v, &bv) in row.iter_mut().zip(&bi[j0..j0 + NB]) {
-                                            *v += bv;
-                                        }
-                                    }
-                                }
-                            } else {
-                                let ep = edge.as_mut_ptr();
-                                let bp = b.as_ptr();
-                                let z = tile::Start::Zero;
-                                tile::block(prec, a_hi, a_lo, kp * 2, bp, steps, z, ep, NB * 4);
-                                self.combine(i0, j0, rws, cols, &edge, NB);
-                            }
-                        }
+                        let a_hi = &hi[mb * MB * kp..];
+                        let a_lo = if x3 { &lo[mb * MB * kp..] } else { a_hi };
+                        self.amx_block(r0 + mb * MB, r0 + nr, nb, a_hi, a_lo);
                     }
                 }
                 r0 += nr;
@@ -339,6 +291,55 @@ impl Job<'_> {
             // SAFETY: configured above on this thread.
             unsafe { tile::release() };
         });
+    }
+
+    /// The 32 × 32 block of C at row `i0` (rows end at `row_end`), column block `nb`, from
+    /// the converted panels (32 rows at `a_hi` / `a_lo`). Tiles must be configured.
+    fn amx_block(&self, i0: usize, row_end: usize, nb: usize, a_hi: &[u16], a_lo: &[u16]) {
+        let (n, k, prec) = (self.b.n, self.b.k, self.b.precision);
+        let kp = k_pad(k);
+        let steps = kp / KB;
+        let b = &self.b.data[nb * steps * parts(prec) * pack::TILE..];
+        let j0 = nb * NB;
+        let cols = NB.min(n - j0);
+        let rws = MB.min(row_end - i0);
+        let (ah, al, bp) = (a_hi.as_ptr(), a_lo.as_ptr(), b.as_ptr());
+        // SAFETY: the panels hold 32 rows of kp from a_hi / a_lo, B the block's steps, C
+        // (when full) the 32 × 32 block, the bias (when full) 32 floats from j0; tiles are
+        // configured (caller).
+        unsafe {
+            if rws == MB && cols == NB {
+                let cp = self.c.0.add(i0 * self.ldc + j0);
+                let start = match (self.accumulate, self.bias) {
+                    (true, _) => tile::Start::Load {
+                        p: cp,
+                        stride: self.ldc * 4,
+                        off: pack::TM * self.ldc,
+                    },
+                    (false, Some(bi)) => tile::Start::Load {
+                        p: bi[j0..].as_ptr(),
+                        stride: 0,
+                        off: 0,
+                    },
+                    (false, None) => tile::Start::Zero,
+                };
+                tile::block(prec, ah, al, kp * 2, bp, steps, start, cp, self.ldc * 4);
+                if let (true, Some(bi)) = (self.accumulate, self.bias) {
+                    for r in 0..MB {
+                        let row = std::slice::from_raw_parts_mut(cp.add(r * self.ldc), NB);
+                        for (v, &bv) in row.iter_mut().zip(&bi[j0..j0 + NB]) {
+                            *v += bv;
+                        }
+                    }
+                }
+            } else {
+                let mut edge = [0f32; MB * NB];
+                let ep = edge.as_mut_ptr();
+                let z = tile::Start::Zero;
+                tile::block(prec, ah, al, kp * 2, bp, steps, z, ep, NB * 4);
+                self.combine(i0, j0, rws, cols, &edge, NB);
+            }
+        }
     }
 
     fn run_fallback(&self, rows: std::ops::Range<usize>, nbs: std::ops::Range<usize>) {

@@ -108,11 +108,7 @@ pub(super) unsafe fn block(
         }
         // Bring C's 32 rows × 128 bytes towards L1 for writing while the tiles compute (the
         // stores otherwise stall on read-for-ownership misses when C exceeds L2).
-        for r in 0..if std::env::var_os("NOPF").is_some() {
-            0
-        } else {
-            2 * TM
-        } {
+        for r in 0..2 * TM {
             let row = c.byte_add(r * ldc);
             asm!("prefetchw [{0}]", "prefetchw [{0} + 64]", in(reg) row, options(nostack, readonly));
         }
