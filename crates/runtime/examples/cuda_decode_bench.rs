@@ -18,8 +18,9 @@
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 use favlo_runtime::cuda::CudaError;
 use favlo_runtime::cuda::{
-    AttentionDecode, AttnOut, CudaContext, DecodeOps, DeviceBuffer, GemvMma, KvCache, MxTiled,
-    MxTiledHost, XPrep, attn_partials_len, copy_bandwidth_gbps, rope_tables, tile_mx, time_ms,
+    AttentionDecode, AttnOut, CudaContext, DecodeOps, DeviceBuffer, GemvKernel, GemvMma, KvCache,
+    MxTiled, MxTiledHost, XPrep, attn_partials_len, copy_bandwidth_gbps, rope_tables, tile_mx,
+    time_ms,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use half::f16;
@@ -172,8 +173,33 @@ fn main() {
         eprintln!("cuda_decode_bench: {e}");
         std::process::exit(2)
     });
+    let mut gemv = GemvMma::load(&ctx).unwrap();
+    // `--kernel regs|pp|ring|tma` (default auto), `--ring W` (warps of a ring, depth 2).
+    let argv: Vec<String> = std::env::args().collect();
+    if let Some(k) = argv
+        .iter()
+        .position(|a| a == "--kernel")
+        .and_then(|i| argv.get(i + 1))
+    {
+        gemv.kernel = match k.as_str() {
+            "regs" => GemvKernel::Regs,
+            "pp" => GemvKernel::PingPong,
+            "ring" => GemvKernel::Ring,
+            "tma" => GemvKernel::Tma,
+            _ => GemvKernel::Auto,
+        };
+    }
+    if argv.iter().any(|a| a == "--ring") {
+        gemv.ring_override = Some((arg("--ring", 8), 2));
+    }
+    println!(
+        "GEMV kernel {:?} (FP4: {:?}), ring {:?}",
+        gemv.kernel,
+        gemv.resolve(ElementFormat::Fp4E2M1),
+        gemv.ring_override
+    );
     let k = Kernels {
-        gemv: GemvMma::load(&ctx).unwrap(),
+        gemv,
         attn: AttentionDecode::load(&ctx).unwrap(),
         ops: DecodeOps::load(&ctx).unwrap(),
     };

@@ -280,6 +280,413 @@ extern "C" __global__ void __launch_bounds__(512) gemv_mxfp8_mma_pf(
     gemv_mma_body<8, true>(wd, ws, xhl, xs, y, rows, chunks, accumulate);
 }
 
+__device__ __forceinline__ float e8m0_sel(unsigned s);
+
+// ---------------------------------------------------------------------------------
+// Ping-pong variant of the kernel above: two named register buffers and two chunks per
+// loop trip, so no register moves. There, the end-of-iteration moves of the next
+// chunk's registers waited for its loads before the chunk after it was requested, so
+// a warp had nothing in flight while it waited; here the chunk after next is already
+// requested when a warp waits for the next one.
+
+// The partial sums of one chunk (pieces q, scales sc, x slice xb) into acc.
+template <int FMT>
+__device__ __forceinline__ void chunk_mma(const uint4 (&q)[8], uint2 sc,
+                                          const unsigned char* xb, int t, int h, bool act,
+                                          float (&acc)[4]) {
+    constexpr int STEPS = (FMT == 4) ? 8 : 4;
+    constexpr int XB = (FMT == 4) ? 8 : 4;
+    const float unbias = (FMT == 4) ? 64.0f : 1.0f;
+    const float* xf = reinterpret_cast<const float*>(xb + XB * 128);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const int bl = FMT == 4 ? 4 * j + t : 2 * j + (t >> 1);
+        const float f = xf[bl] * unbias;
+        uint4 bx[STEPS / 2];
+        const uint4* xp = reinterpret_cast<const uint4*>(
+            xb + bl * 128 + h * 64 + (FMT == 8 ? (t & 1) * 32 : 0));
+#pragma unroll
+        for (int v = 0; v < STEPS / 2; ++v) bx[v] = act ? xp[v] : make_uint4(0u, 0u, 0u, 0u);
+        const unsigned* bw = reinterpret_cast<const unsigned*>(bx);
+        float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int st = 0; st < STEPS; ++st) {
+            unsigned a0, a2, a1, a3, e0, e2, e1, e3;
+            a_frag<FMT>(q[0 * 2 + j], st, a0, a2);
+            a_frag<FMT>(q[1 * 2 + j], st, a1, a3);
+            a_frag<FMT>(q[2 * 2 + j], st, e0, e2);
+            a_frag<FMT>(q[3 * 2 + j], st, e1, e3);
+            mma16816(d0, a0, a1, a2, a3, bw[2 * st], bw[2 * st + 1]);
+            mma16816(d1, e0, e1, e2, e3, bw[2 * st], bw[2 * st + 1]);
+        }
+        const unsigned lo = sc.x, hi = sc.y;
+        acc[0] = fmaf(d0[0] + d0[1], e8m0_sel((lo >> (8 * j)) & 0xffu) * f, acc[0]);
+        acc[1] = fmaf(d0[2] + d0[3], e8m0_sel((lo >> (16 + 8 * j)) & 0xffu) * f, acc[1]);
+        acc[2] = fmaf(d1[0] + d1[1], e8m0_sel((hi >> (8 * j)) & 0xffu) * f, acc[2]);
+        acc[3] = fmaf(d1[2] + d1[3], e8m0_sel((hi >> (16 + 8 * j)) & 0xffu) * f, acc[3]);
+    }
+}
+
+template <int FMT>
+__device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ wd,
+                                             const unsigned char* __restrict__ ws,
+                                             const unsigned short* __restrict__ xhl,
+                                             const float* __restrict__ xs,
+                                             float* __restrict__ y, int rows, int chunks,
+                                             int accumulate) {
+    constexpr int XB = (FMT == 4) ? 8 : 4;
+    constexpr int SB = (FMT == 4) ? 256 : 128;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int tile = blockIdx.x;
+    const bool act = (g >> 1) == t;
+    const int h = g & 1;
+    __shared__ __align__(16) unsigned char xst[16][2][XB * 128 + XB * 4];
+    const unsigned char* dbase = wd + (long long)tile * chunks * 4096 + lane * 16;
+    const unsigned char* sbase =
+        ws + (long long)tile * chunks * SB + (FMT == 4 ? lane : (lane >> 1)) * 8;
+    auto stage_x = [&](int c, int buf) {
+        const unsigned char* src = reinterpret_cast<const unsigned char*>(xhl) + (long long)c * XB * 128;
+#pragma unroll
+        for (int o = lane * 16; o < XB * 128; o += 512) cp_async16(&xst[warp][buf][o], src + o);
+        if (lane < XB / 4)
+            cp_async16(&xst[warp][buf][XB * 128 + lane * 16], xs + c * XB + lane * 4);
+    };
+    auto load = [&](int c, uint4 (&q)[8], uint2& sc) {
+#pragma unroll
+        for (int p = 0; p < 8; ++p) q[p] = ld_stream(dbase + (long long)c * 4096 + p * 512);
+        sc = __ldg(reinterpret_cast<const uint2*>(sbase + (long long)c * SB));
+    };
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    uint4 qa[8], qb[8];
+    uint2 sa = make_uint2(0u, 0u), sb = make_uint2(0u, 0u);
+    int c = warp;
+    if (c < chunks) {
+        stage_x(c, 0);
+        load(c, qa, sa);
+    }
+    cp_async_commit();
+    for (; c < chunks; c += 2 * nwarps) {
+        const int c1 = c + nwarps, c2 = c + 2 * nwarps;
+        if (c1 < chunks) {
+            stage_x(c1, 1);
+            load(c1, qb, sb);
+        }
+        cp_async_commit();
+        cp_async_wait1();
+        __syncwarp();
+        chunk_mma<FMT>(qa, sa, xst[warp][0], t, h, act, acc);
+        __syncwarp();
+        if (c1 >= chunks) break;
+        if (c2 < chunks) {
+            stage_x(c2, 0);
+            load(c2, qa, sa);
+        }
+        cp_async_commit();
+        cp_async_wait1();
+        __syncwarp();
+        chunk_mma<FMT>(qb, sb, xst[warp][1], t, h, act, acc);
+        __syncwarp();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 1);
+        acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 2);
+    }
+    __shared__ float part[16][TILE_ROWS];
+    if (t == 0) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[warp][g + 8 * i] = acc[i];
+    }
+    __syncthreads();
+    const int row = tile * TILE_ROWS + (int)threadIdx.x;
+    if (threadIdx.x < TILE_ROWS && row < rows) {
+        float sum = 0.f;
+        for (int v = 0; v < nwarps; ++v) sum += part[v][threadIdx.x];
+        if (accumulate) sum += y[row];
+        y[row] = sum;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(512) gemv_mxfp4_pp(
+    const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,
+    const unsigned short* __restrict__ xhl, const float* __restrict__ xs, float* __restrict__ y,
+    int rows, int chunks, int accumulate) {
+    gemv_pp_body<4>(wd, ws, xhl, xs, y, rows, chunks, accumulate);
+}
+
+extern "C" __global__ void __launch_bounds__(512) gemv_mxfp8_pp(
+    const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,
+    const unsigned short* __restrict__ xhl, const float* __restrict__ xs, float* __restrict__ y,
+    int rows, int chunks, int accumulate) {
+    gemv_pp_body<8>(wd, ws, xhl, xs, y, rows, chunks, accumulate);
+}
+
+// ---------------------------------------------------------------------------------
+// Ring variant: the same tiles, fragments and arithmetic, but every warp streams its
+// chunks (weights 4 KB + scales + x slice) through a private ring of D shared-memory
+// stages with cp.async, D - 1 chunks ahead of the one it computes. The register
+// double buffer above could only have one chunk in flight per warp, and its end-of-
+// iteration register moves waited for the next chunk's loads, so every warp alternated
+// between waiting and computing. Dynamic shared memory: warps * D * STAGE bytes.
+
+__device__ __forceinline__ void cp_async8(void* smem, const void* gmem) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(sa), "l"(gmem));
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+// E8M0 byte -> 2^(s-127) without branches (0 -> 2^-127, 255 -> NaN).
+__device__ __forceinline__ float e8m0_sel(unsigned s) {
+    unsigned b = s << 23;
+    b = (s == 0u) ? 0x00400000u : b;
+    b = (s == 255u) ? 0x7fc00000u : b;
+    return __uint_as_float(b);
+}
+
+// Bulk copies (the Hopper copy engine, `cp.async.bulk`) completing on an mbarrier: one
+// lane moves a whole stage with four instructions instead of 11 per lane.
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_g2s(void* dst, const void* src, unsigned bytes,
+                                         unsigned long long* bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            smem_u32(dst)),
+        "l"(src), "r"(bytes), "r"(smem_u32(bar))
+        : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile(
+            "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+            "selp.u32 %0, 1, 0, p;\n\t}"
+            : "=r"(done)
+            : "r"(smem_u32(bar)), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+template <int FMT>
+struct RingStage {
+    static constexpr int SB = (FMT == 4) ? 256 : 128;  // scale bytes per tile chunk
+    static constexpr int XB = (FMT == 4) ? 8 : 4;      // x blocks per chunk
+    static constexpr int BYTES = 4096 + SB + XB * 128 + XB * 4;
+};
+
+// MODE (timing probes only, results meaningless unless 0): 1 = no FP4/FP8 decode (raw
+// words as A fragments), 2 = decode but no mma, 3 = loads and shared-memory reads only.
+// TMA: the stages are filled by bulk copies issued by lane 0 (else cp.async per lane).
+template <int FMT, int D, int MODE = 0, bool TMA = false>
+__device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__ wd,
+                                               const unsigned char* __restrict__ ws,
+                                               const unsigned short* __restrict__ xhl,
+                                               const float* __restrict__ xs,
+                                               float* __restrict__ y, int rows, int chunks,
+                                               int accumulate) {
+    constexpr int STEPS = (FMT == 4) ? 8 : 4;
+    constexpr int SB = RingStage<FMT>::SB;
+    constexpr int XB = RingStage<FMT>::XB;
+    constexpr int STAGE = RingStage<FMT>::BYTES;
+    static_assert(STAGE % 16 == 0, "stage alignment");
+    const float unbias = (FMT == 4) ? 64.0f : 1.0f;
+    extern __shared__ __align__(16) unsigned char ring_smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int tile = blockIdx.x;
+    const bool act = (g >> 1) == t;
+    const int h = g & 1;
+    unsigned char* ring = ring_smem + warp * (D * STAGE);
+    const unsigned char* dbase = wd + (long long)tile * chunks * 4096 + lane * 16;
+    const unsigned char* sbase = ws + (long long)tile * chunks * SB + lane * 8;
+    const unsigned char* xsrc = reinterpret_cast<const unsigned char*>(xhl);
+    const int mine = warp < chunks ? (chunks - warp + nwarps - 1) / nwarps : 0;
+    // Chunk k of this warp (chunk index warp + k * nwarps) into ring slot `slot`.
+    __shared__ unsigned long long mbar[16][4];
+    if (TMA) {
+        if (lane == 0) {
+#pragma unroll
+            for (int i = 0; i < D; ++i) mbar_init(&mbar[warp][i], 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncwarp();
+    }
+    auto stage = [&](int k, int slot) {
+        const int c = warp + k * nwarps;
+        unsigned char* s = ring + slot * STAGE;
+        if (TMA) {
+            if (lane == 0) {
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                unsigned long long* bar = &mbar[warp][slot];
+                mbar_expect_tx(bar, STAGE);
+                bulk_g2s(s, wd + ((long long)tile * chunks + c) * 4096, 4096, bar);
+                bulk_g2s(s + 4096, ws + ((long long)tile * chunks + c) * SB, SB, bar);
+                bulk_g2s(s + 4096 + SB, xsrc + (long long)c * XB * 128, XB * 128, bar);
+                bulk_g2s(s + 4096 + SB + XB * 128, xs + c * XB, XB * 4, bar);
+            }
+            return;
+        }
+        const unsigned char* src = dbase + (long long)c * 4096;
+#pragma unroll
+        for (int p = 0; p < 8; ++p) cp_async16(s + p * 512 + lane * 16, src + p * 512);
+        if (FMT == 4 || lane < 16) cp_async8(s + 4096 + lane * 8, sbase + (long long)c * SB);
+        const unsigned char* xsl = xsrc + (long long)c * XB * 128;
+#pragma unroll
+        for (int o = lane * 16; o < XB * 128; o += 512) cp_async16(s + 4096 + SB + o, xsl + o);
+        if (lane < XB / 4)
+            cp_async16(s + 4096 + SB + XB * 128 + lane * 16, xs + c * XB + lane * 4);
+    };
+#pragma unroll
+    for (int k = 0; k < D - 1; ++k) {
+        if (k < mine) stage(k, k);
+        if (!TMA) cp_async_commit();
+    }
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    int slot = 0;
+    for (int k = 0; k < mine; ++k) {
+        // Refill the slot computed in the previous iteration (D - 1 chunks ahead).
+        if (k + D - 1 < mine) stage(k + D - 1, slot == 0 ? D - 1 : slot - 1);
+        if (TMA) {
+            mbar_wait(&mbar[warp][slot], (unsigned)(k / D) & 1u);
+        } else {
+            cp_async_commit();
+            cp_async_wait<D - 1>();
+            __syncwarp();
+        }
+        const unsigned char* s = ring + slot * STAGE;
+        const uint2 sc = *reinterpret_cast<const uint2*>(s + 4096 + (FMT == 4 ? lane : (lane >> 1)) * 8);
+        const unsigned char* xb = s + 4096 + SB;
+        const float* xf = reinterpret_cast<const float*>(xb + XB * 128);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            uint4 q[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                q[i] = *reinterpret_cast<const uint4*>(s + (i * 2 + j) * 512 + lane * 16);
+            const int bl = FMT == 4 ? 4 * j + t : 2 * j + (t >> 1);
+            const float f = xf[bl] * unbias;
+            uint4 bx[STEPS / 2];
+            const uint4* xp = reinterpret_cast<const uint4*>(
+                xb + bl * 128 + h * 64 + (FMT == 8 ? (t & 1) * 32 : 0));
+#pragma unroll
+            for (int v = 0; v < STEPS / 2; ++v) bx[v] = act ? xp[v] : make_uint4(0u, 0u, 0u, 0u);
+            const unsigned* bw = reinterpret_cast<const unsigned*>(bx);
+            float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+            if (MODE == 3) {
+                d0[0] = __uint_as_float(q[0].x ^ q[1].y ^ q[2].z ^ q[3].w ^ bw[0]);
+            } else {
+#pragma unroll
+            for (int st = 0; st < STEPS; ++st) {
+                unsigned a0, a2, a1, a3, e0, e2, e1, e3;
+                if (MODE == 1) {
+                    const unsigned* r0 = reinterpret_cast<const unsigned*>(&q[0]);
+                    const unsigned* r1 = reinterpret_cast<const unsigned*>(&q[1]);
+                    const unsigned* r2 = reinterpret_cast<const unsigned*>(&q[2]);
+                    const unsigned* r3 = reinterpret_cast<const unsigned*>(&q[3]);
+                    a0 = r0[st & 3]; a2 = r0[(st + 1) & 3];
+                    a1 = r1[st & 3]; a3 = r1[(st + 1) & 3];
+                    e0 = r2[st & 3]; e2 = r2[(st + 1) & 3];
+                    e1 = r3[st & 3]; e3 = r3[(st + 1) & 3];
+                } else {
+                    a_frag<FMT>(q[0], st, a0, a2);
+                    a_frag<FMT>(q[1], st, a1, a3);
+                    a_frag<FMT>(q[2], st, e0, e2);
+                    a_frag<FMT>(q[3], st, e1, e3);
+                }
+                if (MODE == 2) {
+                    d0[st & 3] = __uint_as_float(__float_as_uint(d0[st & 3]) ^ a0 ^ a1 ^ a2 ^ a3 ^ bw[2 * st]);
+                    d1[st & 3] = __uint_as_float(__float_as_uint(d1[st & 3]) ^ e0 ^ e1 ^ e2 ^ e3 ^ bw[2 * st + 1]);
+                } else {
+                    mma16816(d0, a0, a1, a2, a3, bw[2 * st], bw[2 * st + 1]);
+                    mma16816(d1, e0, e1, e2, e3, bw[2 * st], bw[2 * st + 1]);
+                }
+            }
+            }
+            const unsigned lo = sc.x, hi = sc.y;
+            acc[0] = fmaf(d0[0] + d0[1], e8m0_sel((lo >> (8 * j)) & 0xffu) * f, acc[0]);
+            acc[1] = fmaf(d0[2] + d0[3], e8m0_sel((lo >> (16 + 8 * j)) & 0xffu) * f, acc[1]);
+            acc[2] = fmaf(d1[0] + d1[1], e8m0_sel((hi >> (8 * j)) & 0xffu) * f, acc[2]);
+            acc[3] = fmaf(d1[2] + d1[3], e8m0_sel((hi >> (16 + 8 * j)) & 0xffu) * f, acc[3]);
+        }
+        __syncwarp();  // this slot is refilled at the top of the next iteration
+        slot = (slot + 1 == D) ? 0 : slot + 1;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 1);
+        acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 2);
+    }
+    __shared__ float part[16][TILE_ROWS];
+    if (t == 0) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[warp][g + 8 * i] = acc[i];
+    }
+    __syncthreads();
+    const int row = tile * TILE_ROWS + (int)threadIdx.x;
+    if (threadIdx.x < TILE_ROWS && row < rows) {
+        float sum = 0.f;
+        for (int v = 0; v < nwarps; ++v) sum += part[v][threadIdx.x];
+        if (accumulate) sum += y[row];
+        y[row] = sum;
+    }
+}
+
+#define GEMV_RING(NAME, FMT, D)                                                              \
+    extern "C" __global__ void __launch_bounds__(512) NAME(                                 \
+        const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,         \
+        const unsigned short* __restrict__ xhl, const float* __restrict__ xs,               \
+        float* __restrict__ y, int rows, int chunks, int accumulate) {                      \
+        gemv_ring_body<FMT, D>(wd, ws, xhl, xs, y, rows, chunks, accumulate);               \
+    }
+GEMV_RING(gemv_mxfp4_ring2, 4, 2)
+GEMV_RING(gemv_mxfp4_ring3, 4, 3)
+GEMV_RING(gemv_mxfp4_ring4, 4, 4)
+GEMV_RING(gemv_mxfp8_ring2, 8, 2)
+GEMV_RING(gemv_mxfp8_ring3, 8, 3)
+GEMV_RING(gemv_mxfp8_ring4, 8, 4)
+
+// Timing probes (see MODE above), ring depth 2.
+#define GEMV_PROBE(NAME, FMT, MODE)                                                          \
+    extern "C" __global__ void __launch_bounds__(512) NAME(                                 \
+        const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,         \
+        const unsigned short* __restrict__ xhl, const float* __restrict__ xs,               \
+        float* __restrict__ y, int rows, int chunks, int accumulate) {                      \
+        gemv_ring_body<FMT, 2, MODE>(wd, ws, xhl, xs, y, rows, chunks, accumulate);         \
+    }
+GEMV_PROBE(gemv_mxfp4_probe1, 4, 1)
+GEMV_PROBE(gemv_mxfp4_probe2, 4, 2)
+GEMV_PROBE(gemv_mxfp4_probe3, 4, 3)
+GEMV_PROBE(gemv_mxfp8_probe1, 8, 1)
+GEMV_PROBE(gemv_mxfp8_probe2, 8, 2)
+GEMV_PROBE(gemv_mxfp8_probe3, 8, 3)
+
+#define GEMV_TMA(NAME, FMT, D, MODE)                                                         \
+    extern "C" __global__ void __launch_bounds__(512) NAME(                                 \
+        const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,         \
+        const unsigned short* __restrict__ xhl, const float* __restrict__ xs,               \
+        float* __restrict__ y, int rows, int chunks, int accumulate) {                      \
+        gemv_ring_body<FMT, D, MODE, true>(wd, ws, xhl, xs, y, rows, chunks, accumulate);   \
+    }
+GEMV_TMA(gemv_mxfp4_tma2, 4, 2, 0)
+GEMV_TMA(gemv_mxfp4_tma3, 4, 3, 0)
+GEMV_TMA(gemv_mxfp4_tma4, 4, 4, 0)
+GEMV_TMA(gemv_mxfp8_tma2, 8, 2, 0)
+GEMV_TMA(gemv_mxfp8_tma3, 8, 3, 0)
+GEMV_TMA(gemv_mxfp8_tma4, 8, 4, 0)
+GEMV_TMA(gemv_mxfp4_tmaprobe3, 4, 3, 3)
+GEMV_TMA(gemv_mxfp8_tmaprobe3, 8, 3, 3)
+
 // x (f32, nblocks * 32 values) -> xhl / xs (see prep32.cuh). One warp per block.
 extern "C" __global__ void gemv_prep_x(const float* __restrict__ x,
                                        unsigned short* __restrict__ xhl,

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cpu::{AttnShape, RopeLayout, WeightRef, reference};
 use favlo_runtime::cuda::{
-    AttentionDecode, AttnOut, CudaContext, CudaError, DecodeOps, GemvMma, KvCache, MxTiled, XPrep,
-    attn_partials_len, compile_cubin, rope_tables, tile_mx,
+    AttentionDecode, AttnOut, CudaContext, CudaError, DecodeOps, GemvKernel, GemvMma, KvCache,
+    MxTiled, XPrep, attn_partials_len, compile_cubin, rope_tables, tile_mx,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use half::f16;
@@ -159,16 +159,38 @@ fn check_gemv_mma(
 #[test]
 fn gemv_mma_matches_reference() {
     let Some(ctx) = setup() else { return };
-    let g = GemvMma::load(&ctx).unwrap();
-    for (i, format) in [ElementFormat::Fp4E2M1, ElementFormat::Fp8E4M3]
-        .into_iter()
-        .enumerate()
-    {
-        let s = 10 * i as u64;
-        check_gemv_mma(&ctx, &g, format, 67, 1000, s + 1);
-        check_gemv_mma(&ctx, &g, format, 256, 4096, s + 2);
-        check_gemv_mma(&ctx, &g, format, 5, 96, s + 3);
-        check_gemv_mma(&ctx, &g, format, 1000, 3072, s + 4);
+    let mut g = GemvMma::load(&ctx).unwrap();
+    // The register-buffer kernel, the ring with its own choice, and rings of 1..16
+    // warps and depth 2..4 (warps past the chunk count, uneven chunk splits).
+    let kernels = [
+        (GemvKernel::Regs, None),
+        (GemvKernel::PingPong, None),
+        (GemvKernel::Auto, None),
+        (GemvKernel::Ring, None),
+        (GemvKernel::Ring, Some((1, 2))),
+        (GemvKernel::Ring, Some((3, 3))),
+        (GemvKernel::Ring, Some((5, 4))),
+        (GemvKernel::Ring, Some((16, 2))),
+        (GemvKernel::Tma, None),
+        (GemvKernel::Tma, Some((1, 2))),
+        (GemvKernel::Tma, Some((3, 3))),
+        (GemvKernel::Tma, Some((5, 4))),
+        (GemvKernel::Tma, Some((16, 2))),
+    ];
+    for (ki, (kernel, ov)) in kernels.into_iter().enumerate() {
+        g.kernel = kernel;
+        g.ring_override = ov;
+        eprintln!("kernel {kernel:?} {ov:?}");
+        for (i, format) in [ElementFormat::Fp4E2M1, ElementFormat::Fp8E4M3]
+            .into_iter()
+            .enumerate()
+        {
+            let s = 10 * i as u64 + 100 * ki as u64;
+            check_gemv_mma(&ctx, &g, format, 67, 1000, s + 1);
+            check_gemv_mma(&ctx, &g, format, 256, 4096, s + 2);
+            check_gemv_mma(&ctx, &g, format, 5, 96, s + 3);
+            check_gemv_mma(&ctx, &g, format, 1000, 3072, s + 4);
+        }
     }
 }
 

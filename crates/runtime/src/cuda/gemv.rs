@@ -6,6 +6,9 @@
 //! weights to f16 and issues `mma.sync`. The launch picks the warps per block so the
 //! grid is about one wave of 16 warps per multiprocessor. Weights are re-tiled on the
 //! host before upload ([`tile_mx`]) so each warp streams 4 KB contiguous per step.
+//! The default kernel ([`GemvKernel::Ring`]) streams each warp's chunks through a
+//! shared-memory ring of D stages (`cp.async`, D − 1 chunks ahead); [`ring_config`]
+//! picks the warps per block and D from the shape and the multiprocessor's memory.
 
 use std::sync::Arc;
 
@@ -181,6 +184,63 @@ impl MxTiled {
     }
 }
 
+/// Which tensor-core GEMV kernel [`GemvMma::gemv`] launches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemvKernel {
+    /// Per format the kernel measured fastest (see [`GemvMma::resolve`]).
+    Auto,
+    /// Register double buffer (one chunk in flight per warp while it computes).
+    Regs,
+    /// Register ping-pong buffers, two chunks per loop trip (no register moves).
+    PingPong,
+    /// Per-warp shared-memory ring of D stages filled by `cp.async`.
+    Ring,
+    /// The same ring filled by bulk copies (`cp.async.bulk`, one lane, mbarrier).
+    Tma,
+}
+
+/// Bytes of one ring stage (weights 4 KB + scales + x slice and factors).
+pub fn ring_stage_bytes(format: ElementFormat) -> usize {
+    if format == ElementFormat::Fp4E2M1 {
+        4096 + 256 + 8 * 128 + 8 * 4
+    } else {
+        4096 + 128 + 4 * 128 + 4 * 4
+    }
+}
+
+/// Static shared memory of the ring kernels: partial sums + per-warp mbarriers.
+const RING_STATIC: usize = 2048 + 512;
+
+/// Shared memory available to the ring kernels (from the device).
+#[derive(Clone, Copy, Debug)]
+pub struct SmemLimits {
+    /// Multiprocessors.
+    pub sms: usize,
+    /// Shared memory per multiprocessor.
+    pub per_sm: usize,
+    /// Most dynamic + static shared memory one block may opt into.
+    pub per_block: usize,
+}
+
+/// (warps per block, ring depth) for `tiles` row tiles of `chunks` chunks: 8 warps
+/// (fewer if the row has fewer chunks) and 2 stages, two blocks per multiprocessor.
+/// Measured on the H200 (docs/CUDA.md) over 12 (warps, depth) pairs and six shapes:
+/// deeper rings and 14–16 warps per block were slower or no faster, so the depth
+/// that keeps 16 warps per SM wins; the shared memory limit only shrinks the warps.
+pub fn ring_config(
+    format: ElementFormat,
+    _tiles: usize,
+    chunks: usize,
+    lim: SmemLimits,
+) -> (usize, usize) {
+    let stage = ring_stage_bytes(format);
+    let mut w = 8usize.min(chunks.max(1));
+    while w > 1 && w * 2 * stage + RING_STATIC > lim.per_block {
+        w -= 1;
+    }
+    (w, 2)
+}
+
 /// The tensor-core GEMV kernels of one context.
 pub struct GemvMma {
     ctx: Arc<CudaContext>,
@@ -188,14 +248,28 @@ pub struct GemvMma {
     fp8: CudaFunction,
     fp4_pf: CudaFunction,
     fp8_pf: CudaFunction,
+    pp: [CudaFunction; 2],
+    /// Ring kernels, [FP4, FP8] × depth 2, 3, 4.
+    ring: [[CudaFunction; 3]; 2],
+    /// Bulk-copy ring kernels, [FP4, FP8] × depth 2, 3, 4.
+    tma: [[CudaFunction; 3]; 2],
+    /// Timing probes of the depth-2 ring ([FP4, FP8] × mode 1..=3, see gemv_mma.cu)
+    /// and (mode 4) of the depth-3 bulk-copy ring, loads only.
+    probe: [[CudaFunction; 4]; 2],
     prep: CudaFunction,
     rms_prep: CudaFunction,
     swiglu_prep: CudaFunction,
     sms: usize,
+    smem: SmemLimits,
+    /// The kernel [`Self::gemv`] launches (default [`GemvKernel::Ring`]).
+    pub kernel: GemvKernel,
+    /// (warps per block, ring depth 2..=4) for the ring kernel instead of
+    /// [`ring_config`]'s choice (benchmarks).
+    pub ring_override: Option<(usize, usize)>,
     /// True when the module came from the disk cache.
     pub from_cache: bool,
-    /// Use the weight loads with the L2 256-byte prefetch hint (default off: measured
-    /// 0–2% slower on the H200 in `cuda_bench`).
+    /// [`GemvKernel::Regs`] only: the weight loads with the L2 256-byte prefetch hint
+    /// (default off: measured 0–2% slower on the H200 in `cuda_bench`).
     pub l2_prefetch: bool,
 }
 
@@ -230,17 +304,77 @@ impl GemvMma {
             m.load_function(n)
                 .map_err(driver_err("cuModuleGetFunction"))
         };
-        let sms = ctx
-            .raw()
-            .attribute(
-                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        let attr = |a: A| {
+            ctx.raw()
+                .attribute(a)
+                .map_err(driver_err("cuDeviceGetAttribute"))
+        };
+        let sms = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let smem = SmemLimits {
+            sms: sms.max(1) as usize,
+            per_sm: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?.max(0)
+                as usize,
+            per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?.max(0)
+                as usize,
+        };
+        let dyn_max = i32::try_from(smem.per_block.saturating_sub(RING_STATIC)).unwrap_or(0);
+        let ring_fn = |n: &str| -> Result<CudaFunction, CudaError> {
+            let func = f(n)?;
+            func.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                dyn_max,
             )
-            .map_err(driver_err("cuDeviceGetAttribute"))?;
+            .map_err(driver_err("cuFuncSetAttribute"))?;
+            Ok(func)
+        };
         Ok(GemvMma {
+            ring: [
+                [
+                    ring_fn("gemv_mxfp4_ring2")?,
+                    ring_fn("gemv_mxfp4_ring3")?,
+                    ring_fn("gemv_mxfp4_ring4")?,
+                ],
+                [
+                    ring_fn("gemv_mxfp8_ring2")?,
+                    ring_fn("gemv_mxfp8_ring3")?,
+                    ring_fn("gemv_mxfp8_ring4")?,
+                ],
+            ],
+            tma: [
+                [
+                    ring_fn("gemv_mxfp4_tma2")?,
+                    ring_fn("gemv_mxfp4_tma3")?,
+                    ring_fn("gemv_mxfp4_tma4")?,
+                ],
+                [
+                    ring_fn("gemv_mxfp8_tma2")?,
+                    ring_fn("gemv_mxfp8_tma3")?,
+                    ring_fn("gemv_mxfp8_tma4")?,
+                ],
+            ],
+            probe: [
+                [
+                    ring_fn("gemv_mxfp4_probe1")?,
+                    ring_fn("gemv_mxfp4_probe2")?,
+                    ring_fn("gemv_mxfp4_probe3")?,
+                    ring_fn("gemv_mxfp4_tmaprobe3")?,
+                ],
+                [
+                    ring_fn("gemv_mxfp8_probe1")?,
+                    ring_fn("gemv_mxfp8_probe2")?,
+                    ring_fn("gemv_mxfp8_probe3")?,
+                    ring_fn("gemv_mxfp8_tmaprobe3")?,
+                ],
+            ],
+            smem,
+            kernel: GemvKernel::Auto,
+            ring_override: None,
             fp4: f("gemv_mxfp4_mma")?,
             fp8: f("gemv_mxfp8_mma")?,
             fp4_pf: f("gemv_mxfp4_mma_pf")?,
             fp8_pf: f("gemv_mxfp8_mma_pf")?,
+            pp: [f("gemv_mxfp4_pp")?, f("gemv_mxfp8_pp")?],
             prep: f("gemv_prep_x")?,
             rms_prep: f("rms_norm_prep")?,
             swiglu_prep: f("swiglu_prep")?,
@@ -355,6 +489,17 @@ impl GemvMma {
         Ok(())
     }
 
+    /// The kernel [`Self::gemv`] runs for `format`: `kernel`, with
+    /// [`GemvKernel::Auto`] resolved to the fastest measured on the H200
+    /// (docs/CUDA.md): the `cp.async` ring for FP4, ping-pong registers for FP8.
+    pub fn resolve(&self, format: ElementFormat) -> GemvKernel {
+        match (self.kernel, format) {
+            (GemvKernel::Auto, ElementFormat::Fp4E2M1) => GemvKernel::Ring,
+            (GemvKernel::Auto, _) => GemvKernel::PingPong,
+            (k, _) => k,
+        }
+    }
+
     /// y = W·x (`accumulate`: y += W·x) for an MXFP4 or MXFP8 (E4M3) weight, x prepared
     /// by [`Self::prep_x`] over the layout's padded columns.
     pub fn gemv(
@@ -363,6 +508,31 @@ impl GemvMma {
         x: &XPrep,
         y: &mut DeviceBuffer<f32>,
         accumulate: bool,
+    ) -> Result<(), CudaError> {
+        self.launch(w, x, y, accumulate, None)
+    }
+
+    /// A timing probe of the depth-2 ring kernel with `ring_override`'s warps (default
+    /// 8): mode 1 skips the weight decode, 2 the mma, 3 both (loads only); mode 4 is
+    /// the depth-3 bulk-copy ring, loads only. The output is meaningless; benchmarks
+    /// use it to split the kernel's time.
+    pub fn gemv_probe(
+        &self,
+        mode: usize,
+        w: &MxTiled,
+        x: &XPrep,
+        y: &mut DeviceBuffer<f32>,
+    ) -> Result<(), CudaError> {
+        self.launch(w, x, y, false, Some(mode))
+    }
+
+    fn launch(
+        &self,
+        w: &MxTiled,
+        x: &XPrep,
+        y: &mut DeviceBuffer<f32>,
+        accumulate: bool,
+        probe: Option<usize>,
     ) -> Result<(), CudaError> {
         let op = "gemv_mma";
         let l = w.layout;
@@ -401,7 +571,45 @@ impl GemvMma {
         if l.rows == 0 {
             return Ok(());
         }
-        let warps = warps_per_block(tiles, chunks, self.sms);
+        let kernel = self.resolve(l.format);
+        let fi = usize::from(l.format != ElementFormat::Fp4E2M1);
+        let (f, warps, smem) = match (kernel, probe) {
+            (_, Some(mode)) => {
+                let w = self.ring_override.map_or(8, |o| o.0).clamp(1, MAX_WARPS);
+                let f = self.probe[fi]
+                    .get(mode.wrapping_sub(1))
+                    .ok_or_else(|| shape(op, format!("probe mode {mode}")))?;
+                let d = if mode == 4 { 3 } else { 2 };
+                (f, w, w * d * ring_stage_bytes(l.format))
+            }
+            (GemvKernel::Regs | GemvKernel::Auto, None) => {
+                (f, warps_per_block(tiles, chunks, self.sms), 0)
+            }
+            (GemvKernel::PingPong, None) => {
+                (&self.pp[fi], warps_per_block(tiles, chunks, self.sms), 0)
+            }
+            (GemvKernel::Ring | GemvKernel::Tma, None) => {
+                let (w, d) = self
+                    .ring_override
+                    .unwrap_or_else(|| ring_config(l.format, tiles, chunks, self.smem));
+                let smem = w * d * ring_stage_bytes(l.format);
+                if !(1..=MAX_WARPS).contains(&w)
+                    || !(2..=4).contains(&d)
+                    || smem + RING_STATIC > self.smem.per_block
+                {
+                    return Err(shape(
+                        op,
+                        format!("ring of {w} warps × {d} stages ({smem} bytes of shared memory)"),
+                    ));
+                }
+                let set = if kernel == GemvKernel::Tma {
+                    &self.tma
+                } else {
+                    &self.ring
+                };
+                (&set[fi][d - 2], w, smem)
+            }
+        };
         let rows = int(l.rows, op)?;
         let nch = int(chunks, op)?;
         let acc = i32::from(accumulate);
@@ -412,7 +620,7 @@ impl GemvMma {
                 1,
             ),
             block_dim: ((warps * 32) as u32, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: u32::try_from(smem).map_err(|_| shape(op, format!("{smem}")))?,
         };
         let s = self.ctx.stream();
         let mut b = s.launch_builder(f);
@@ -434,7 +642,7 @@ impl GemvMma {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::{tile_mx, warps_per_block};
+    use super::{SmemLimits, ring_config, ring_stage_bytes, tile_mx, warps_per_block};
     use favlo_mx::{ElementFormat, MxLayout, MxView};
 
     /// Every code byte and scale byte lands where the kernel reads it (independent
@@ -478,6 +686,36 @@ mod tests {
                     assert_eq!(got_s, want_s, "{format:?} scale row {row} byte {byte}");
                 }
             }
+        }
+    }
+
+    /// The ring choice stays within the H200's shared memory and keeps several chunks
+    /// in flight per warp on the benchmark and decode shapes.
+    #[test]
+    fn ring_config_fits_the_h200() {
+        let lim = SmemLimits {
+            sms: 132,
+            per_sm: 233_472,
+            per_block: 232_448,
+        };
+        for (format, rows, cols) in [
+            (ElementFormat::Fp4E2M1, 8192, 8192),
+            (ElementFormat::Fp8E4M3, 8192, 8192),
+            (ElementFormat::Fp4E2M1, 4096, 14336),
+            (ElementFormat::Fp8E4M3, 4096, 14336),
+            (ElementFormat::Fp4E2M1, 6144, 4096),
+            (ElementFormat::Fp4E2M1, 4096, 4096),
+            (ElementFormat::Fp4E2M1, 24576, 4096),
+            (ElementFormat::Fp4E2M1, 4096, 12288),
+            (ElementFormat::Fp4E2M1, 151_936, 4096),
+        ] {
+            let l = MxLayout { format, rows, cols };
+            let (tiles, chunks) = (rows.div_ceil(32), l.data_row_bytes() / 128);
+            let (w, d) = ring_config(format, tiles, chunks, lim);
+            let block = w * d * ring_stage_bytes(format) + 2560;
+            println!("{format:?} {rows}x{cols}: {w} warps x {d} stages, {block} B");
+            assert!((1..=16).contains(&w) && (2..=4).contains(&d) && w <= chunks);
+            assert!(block <= lim.per_block, "{block}");
         }
     }
 

@@ -19,7 +19,10 @@ pub use attention::{ATTN_HEAD_DIM, AttentionDecode, AttnOut, KvCache, attn_parti
 pub use compile::{CompiledKernel, cache_dir, compile_cubin, nvrtc_version};
 pub use context::{CudaContext, DeviceBuffer};
 pub use decode::DecodeOps;
-pub use gemv::{GemvMma, MxTiled, MxTiledHost, XPrep, tile_mx, warps_per_block};
+pub use gemv::{
+    GemvKernel, GemvMma, MxTiled, MxTiledHost, SmemLimits, XPrep, ring_config, ring_stage_bytes,
+    tile_mx, warps_per_block,
+};
 pub use kernels::{CudaKernels, GemvDecode, MxDevice, rope_tables};
 pub use timing::{copy_bandwidth_gbps, time_ms};
 
