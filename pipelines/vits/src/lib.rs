@@ -10,6 +10,7 @@
 
 pub mod audio;
 mod error;
+mod espeak_lib;
 
 pub mod config;
 pub mod model;

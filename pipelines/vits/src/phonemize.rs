@@ -1,4 +1,6 @@
-//! Text → sentences of Piper phoneme ids, through the `espeak-ng` program.
+//! Text → sentences of Piper phoneme ids, through espeak-ng: its library
+//! (`espeak_lib.rs`, the translation Piper uses) when it loads, else the
+//! `espeak-ng` program.
 //!
 //! Key design choices:
 //! - Clause splitting is ours, espeak-ng only phonemizes: Piper's phonemizer
@@ -6,13 +8,15 @@
 //!   terminator (`. ? ! , : ;`), which the CLI does not print, so we cut the text
 //!   at those marks ourselves (a mark followed by whitespace or the end; a single
 //!   `.` followed by a lower-case word is an abbreviation, not a cut; `...`/`…`
-//!   is a cut without a terminator), run `espeak-ng -q --ipa -v <voice>` on each
-//!   clause (text on stdin, so a leading `-` is never an option), and re-attach
+//!   is a cut without a terminator), phonemize each clause (library:
+//!   `espeak_TextToPhonemes`; program: `espeak-ng -q --ipa -v <voice>`, text on
+//!   stdin, so a leading `-` is never an option), and re-attach
 //!   the terminator as Piper does: `, : ;` add the mark and a space and continue
 //!   the sentence; `. ? !` add the mark and end it.
 //! - Ids follow Piper's rules: `^`, `_`, then each phoneme (one NFD code point)
 //!   followed by `_`, then `$`; a phoneme missing from the map is skipped.
-//! - A missing program is an error at open that says how to install it.
+//! - A missing espeak-ng (neither library nor program) is an error at open
+//!   that says how to install it. `$FAVLO_ESPEAK_NG` forces the program path.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -162,21 +166,43 @@ pub fn phoneme_ids(phonemes: &str, map: &HashMap<String, Vec<i64>>) -> Vec<i64> 
     ids
 }
 
+/// Which espeak-ng does the phonemizing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// `libespeak-ng.so.1` (`espeak_TextToPhonemes`, as Piper).
+    Library,
+    /// The `espeak-ng` program at this path.
+    Program(PathBuf),
+}
+
 /// The espeak-ng front end of one voice.
 #[derive(Clone, Debug)]
 pub struct Phonemizer {
-    program: PathBuf,
+    backend: Backend,
     voice: String,
     map: HashMap<String, Vec<i64>>,
 }
 
 impl Phonemizer {
-    /// Finds `espeak-ng` (or `$FAVLO_ESPEAK_NG`) and checks that it runs.
+    /// espeak-ng's library when it loads, else the `espeak-ng` program;
+    /// `$FAVLO_ESPEAK_NG` forces that program.
     pub fn new(voice: &str, map: HashMap<String, Vec<i64>>) -> Result<Self, VitsError> {
-        let program = std::env::var_os("FAVLO_ESPEAK_NG")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("espeak-ng"));
-        Self::with_program(program, voice, map)
+        if let Some(program) = std::env::var_os("FAVLO_ESPEAK_NG") {
+            return Self::with_program(PathBuf::from(program), voice, map);
+        }
+        match crate::espeak_lib::check() {
+            Ok(()) => Ok(Phonemizer {
+                backend: Backend::Library,
+                voice: voice.to_string(),
+                map,
+            }),
+            Err(_) => Self::with_program(PathBuf::from("espeak-ng"), voice, map),
+        }
+    }
+
+    /// Which espeak-ng this phonemizer runs.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     /// Uses `program` as espeak-ng, after checking that it runs.
@@ -207,16 +233,24 @@ impl Phonemizer {
             }
         }
         Ok(Phonemizer {
-            program,
+            backend: Backend::Program(program),
             voice: voice.to_string(),
             map,
         })
     }
 
-    /// IPA of one clause: espeak-ng's lines joined, flags removed.
+    /// IPA of one clause: espeak-ng's clauses joined, flags removed.
     pub fn ipa(&self, clause: &str) -> Result<String, VitsError> {
+        let program = match &self.backend {
+            Backend::Library => {
+                let ipa = crate::espeak_lib::ipa(&self.voice, clause)
+                    .map_err(|reason| VitsError::Espeak { reason })?;
+                return Ok(strip_flags(ipa.trim()));
+            }
+            Backend::Program(p) => p,
+        };
         let fail = |reason: String| VitsError::Espeak { reason };
-        let mut child = Command::new(&self.program)
+        let mut child = Command::new(program)
             .args(["-q", "--ipa", "-v", &self.voice])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -225,7 +259,7 @@ impl Phonemizer {
             .map_err(|e| {
                 fail(format!(
                     "cannot run {} ({e}); {INSTALL_HINT}",
-                    self.program.display()
+                    program.display()
                 ))
             })?;
         if let Some(mut stdin) = child.stdin.take() {
