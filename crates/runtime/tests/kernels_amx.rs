@@ -108,6 +108,7 @@ fn run_one(
         accumulate,
         parallel: true,
         backend,
+        post: None,
     };
     pool.install(|| amx::gemm(c.m, &a, c.lda, &b, &mut got, c.ldc, &opts));
     // Columns n..ldc of each row are not C's: they must be untouched.
@@ -279,4 +280,78 @@ fn packing_rejects_wrong_lengths() {
     ));
     assert!(PackedB::new(&out, 3, 4, Precision::Bf16x3).is_none());
     assert!(PackedB::new(&out, 3, 4, Precision::Bf16).is_some());
+}
+
+/// `post` sees every element of C exactly once, after bias and accumulation, with the right
+/// column offset: `post(v, j) = 2v + j` applied to the plain result, exactly.
+#[test]
+fn amx_gemm_post_applies_once_per_element() {
+    let mut rng = StdRng::seed_from_u64(0xD4);
+    let post = |row: &mut [f32], j0: usize| {
+        for (i, v) in row.iter_mut().enumerate() {
+            *v = 2.0 * *v + (j0 + i) as f32;
+        }
+    };
+    let pools = pools();
+    for backend in backends() {
+        for &(m, n, k) in &[(7, 50, 40), (64, 96, 64), (100, 33, 100), (300, 64, 96)] {
+            let a = common::rand_vec(&mut rng, m * k, 1.0);
+            let w = common::rand_vec(&mut rng, n * k, 1.0);
+            let bias = common::rand_vec(&mut rng, n, 1.0);
+            let init = common::rand_vec(&mut rng, m * n, 1.0);
+            let packed = amx::pack_b(&w, BLayout::Nk, n, k, Precision::Bf16);
+            let b = PackedB::new(&packed, n, k, Precision::Bf16).unwrap();
+            for accumulate in [false, true] {
+                let pool = &pools[rng.random_range(0..2)];
+                let mut opts = GemmOpts {
+                    bias: Some(&bias),
+                    accumulate,
+                    backend,
+                    ..Default::default()
+                };
+                let mut plain = init.clone();
+                pool.install(|| amx::gemm(m, &a, k, &b, &mut plain, n, &opts));
+                opts.post = Some(&post);
+                let mut got = init.clone();
+                pool.install(|| amx::gemm(m, &a, k, &b, &mut got, n, &opts));
+                for i in 0..m {
+                    for j in 0..n {
+                        let want = 2.0 * plain[i * n + j] + j as f32;
+                        assert_eq!(got[i * n + j], want, "{backend:?} m={m} n={n} ({i}, {j})");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A row's result is bit-identical whatever rows surround it (full blocks, edge blocks, row
+/// or column splits): batching must not change an input's output.
+#[test]
+fn amx_gemm_rows_do_not_depend_on_the_batch() {
+    let mut rng = StdRng::seed_from_u64(0xE5);
+    let (m, n, k) = (150, 70, 90);
+    let a = common::rand_vec(&mut rng, m * k, 1.0);
+    let w = common::rand_vec(&mut rng, n * k, 1.0);
+    let bias = common::rand_vec(&mut rng, n, 1.0);
+    let pools = pools();
+    for precision in [Precision::Bf16, Precision::Bf16x3] {
+        let packed = amx::pack_b(&w, BLayout::Nk, n, k, precision);
+        let b = PackedB::new(&packed, n, k, precision).unwrap();
+        let opts = GemmOpts {
+            bias: Some(&bias),
+            ..Default::default()
+        };
+        let mut all = vec![0f32; m * n];
+        pools[1].install(|| amx::gemm(m, &a, k, &b, &mut all, n, &opts));
+        for (r0, rows) in [(0, 1), (37, 1), (40, 3), (100, 50), (31, 33)] {
+            let mut part = vec![0f32; rows * n];
+            pools[0].install(|| amx::gemm(rows, &a[r0 * k..], k, &b, &mut part, n, &opts));
+            assert_eq!(
+                part,
+                all[r0 * n..(r0 + rows) * n],
+                "{precision:?} rows {r0}+{rows}"
+            );
+        }
+    }
 }

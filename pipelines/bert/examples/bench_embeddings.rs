@@ -1,5 +1,5 @@
 //! Run the embeddings benchmark without the CLI:
-//! `cargo run --release -p favlo-bert --example bench_embeddings -- <model dir> [f32|bf16|bf16x3|int8]`
+//! `cargo run --release -p favlo-bert --example bench_embeddings -- <model dir> [f32|bf16|bf16x3|int8] [batches]`
 //! (default: the serving default, AMX bf16x3 where the CPU has AMX).
 //! Prints the Markdown table that `favlo bench embeddings` prints.
 
@@ -17,13 +17,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("bf16x3") => WeightFormat::Amx(Precision::Bf16x3),
         _ => WeightFormat::AsStored,
     };
-    let report = bench_embeddings(
-        std::path::Path::new(&dir),
-        &BenchOptions {
-            format,
-            ..BenchOptions::default()
-        },
-    )?;
+    let mut options = BenchOptions {
+        format,
+        ..BenchOptions::default()
+    };
+    // Optional third argument: comma-separated batch sizes (default 1,8,32).
+    if let Some(list) = args.next() {
+        options.batches = list.split(',').filter_map(|b| b.parse().ok()).collect();
+    }
+    let report = bench_embeddings(std::path::Path::new(&dir), &options)?;
     print!("{}", report.to_markdown());
     Ok(())
 }

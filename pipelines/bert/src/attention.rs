@@ -48,16 +48,21 @@ pub fn attend_packed(
         parts.push((w[0], len, head));
         rest = tail;
     }
+    // `head·dh·len + d·len + j` is `c·len + j` with c = head·dh + d: a plain transpose of the
+    // sequence's `[len, h]` key rows (row stride 3h). Blocks of 16 keys: each inner loop writes
+    // one 64-byte run of Kᵀ and reads 16 rows that stay in L1.
     parts.into_par_iter().for_each(|(start, len, dst)| {
-        let dh = shape.head_dim;
-        for (j, row) in qkv[start * 3 * h..(start + len) * 3 * h]
-            .chunks_exact(3 * h)
-            .enumerate()
-        {
-            for (c, &v) in row[h..2 * h].iter().enumerate() {
-                let (head, d) = (c / dh, c % dh);
-                dst[head * dh * len + d * len + j] = v;
+        let keys = &qkv[start * 3 * h..(start + len) * 3 * h];
+        let mut j0 = 0;
+        while j0 < len {
+            let j1 = (j0 + 16).min(len);
+            for c in 0..h {
+                let out = &mut dst[c * len + j0..c * len + j1];
+                for (o, j) in out.iter_mut().zip(j0..j1) {
+                    *o = keys[j * 3 * h + h + c];
+                }
             }
+            j0 = j1;
         }
     });
     // (sequence start, sequence len, first query row, output rows) per task.

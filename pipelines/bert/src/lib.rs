@@ -22,6 +22,7 @@ pub mod model;
 pub mod pipeline;
 pub mod pooling;
 pub mod quantize;
+pub mod residual_norm;
 pub mod tokenize;
 pub mod weights;
 

@@ -19,6 +19,7 @@ use crate::attention::{PackedShape, attend_packed};
 use crate::config::EncoderConfig;
 use crate::epilogue::Epilogue;
 use crate::error::BertError;
+use crate::residual_norm::add_layer_norm;
 use crate::weights::{self, Loader, Reader, WeightFormat, Weights};
 
 /// Last hidden states of a packed batch: `data[offsets[i]*h .. offsets[i+1]*h]` is sequence `i`.
@@ -178,13 +179,12 @@ impl Encoder {
             layer
                 .attn_out
                 .forward(&ctx, &mut tmp, &mut panel, Epilogue::Bias);
-            cpu::add(&mut tmp, &x);
-            cpu::layer_norm(
+            add_layer_norm(
+                &mut x,
                 &tmp,
                 &layer.attn_norm.weight,
                 &layer.attn_norm.bias,
                 cfg.layer_norm_eps,
-                &mut x,
             );
             layer
                 .ffn_up
@@ -192,13 +192,12 @@ impl Encoder {
             layer
                 .ffn_down
                 .forward(&up, &mut tmp, &mut panel, Epilogue::Bias);
-            cpu::add(&mut tmp, &x);
-            cpu::layer_norm(
+            add_layer_norm(
+                &mut x,
                 &tmp,
                 &layer.ffn_norm.weight,
                 &layer.ffn_norm.bias,
                 cfg.layer_norm_eps,
-                &mut x,
             );
         }
         Ok(Hidden {

@@ -16,7 +16,7 @@ use favlo_runtime::buffer::Buffer;
 use favlo_runtime::cpu::amx::{self, BLayout, GemmOpts, PackedB, Precision};
 use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
 
-use crate::config::EncoderConfig;
+use crate::config::{Activation, EncoderConfig};
 use crate::dense;
 use crate::epilogue::{self, Epilogue};
 use crate::error::BertError;
@@ -81,11 +81,18 @@ impl Linear {
                     debug_assert!(false, "amx linear: packed length");
                     return;
                 };
-                // The bias rides in the GEMM's tile initialisation; only an activation needs
-                // a second pass.
-                let fused = matches!(ep, Epilogue::Bias);
+                // The bias rides in the GEMM's tile initialisation and the erf GELU runs on
+                // each finished 32-column block while it is in L1; other activations take a
+                // second pass.
+                let gelu = |row: &mut [f32], _j0: usize| epilogue::gelu_in_place(row);
+                let (fused, post): (bool, Option<amx::RowPost<'_>>) = match ep {
+                    Epilogue::Bias => (true, None),
+                    Epilogue::BiasAct(Activation::Gelu) => (true, Some(&gelu)),
+                    Epilogue::BiasAct(_) => (false, None),
+                };
                 let opts = GemmOpts {
                     bias: fused.then_some(&self.bias[..]),
+                    post,
                     ..GemmOpts::default()
                 };
                 amx::gemm(m, x, k, &b, out, n, &opts);

@@ -99,8 +99,12 @@ pub fn pack_b(w: &[f32], layout: BLayout, n: usize, k: usize, precision: Precisi
     out
 }
 
+/// A function applied to each finished piece of a row of C while it is still in L1
+/// (`row` is `C[i, j0..j0 + row.len()]`, bias and accumulation already in).
+pub type RowPost<'a> = &'a (dyn Fn(&mut [f32], usize) + Sync);
+
 /// Options of one [`gemm`] call.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct GemmOpts<'a> {
     /// Added to every row of C (`n` floats).
     pub bias: Option<&'a [f32]>,
@@ -109,6 +113,9 @@ pub struct GemmOpts<'a> {
     /// Split the work over rayon's current pool when it is large enough.
     pub parallel: bool,
     pub backend: Backend,
+    /// Applied to C's rows, one 32-column piece at a time, right after each block is
+    /// computed (an activation: saves a pass over C from memory).
+    pub post: Option<RowPost<'a>>,
 }
 
 impl Default for GemmOpts<'_> {
@@ -118,6 +125,7 @@ impl Default for GemmOpts<'_> {
             accumulate: false,
             parallel: true,
             backend: Backend::Auto,
+            post: None,
         }
     }
 }
@@ -157,6 +165,7 @@ pub fn gemm(
         ldc,
         bias: opts.bias,
         accumulate: opts.accumulate,
+        post: opts.post,
         use_amx,
     };
     let threads = if opts.parallel {
@@ -204,6 +213,7 @@ struct Job<'a> {
     ldc: usize,
     bias: Option<&'a [f32]>,
     accumulate: bool,
+    post: Option<RowPost<'a>>,
     use_amx: bool,
 }
 
@@ -246,6 +256,9 @@ impl Job<'_> {
             for (j, (cv, &tv)) in cr.iter_mut().zip(tr).enumerate() {
                 let base = if self.accumulate { *cv } else { 0.0 };
                 *cv = base + tv + self.bias.map_or(0.0, |bi| bi[j0 + j]);
+            }
+            if let Some(post) = self.post {
+                post(cr, j0);
             }
         }
     }
@@ -324,20 +337,64 @@ impl Job<'_> {
                     (false, None) => tile::Start::Zero,
                 };
                 tile::block(prec, ah, al, kp * 2, bp, steps, start, cp, self.ldc * 4);
-                if let (true, Some(bi)) = (self.accumulate, self.bias) {
+                let extra_bias = if self.accumulate { self.bias } else { None };
+                if extra_bias.is_some() || self.post.is_some() {
                     for r in 0..MB {
                         let row = std::slice::from_raw_parts_mut(cp.add(r * self.ldc), NB);
-                        for (v, &bv) in row.iter_mut().zip(&bi[j0..j0 + NB]) {
-                            *v += bv;
+                        if let Some(bi) = extra_bias {
+                            for (v, &bv) in row.iter_mut().zip(&bi[j0..j0 + NB]) {
+                                *v += bv;
+                            }
+                        }
+                        if let Some(post) = self.post {
+                            post(row, j0);
                         }
                     }
                 }
             } else {
+                // Edge block: the same arithmetic as a full one (same start values, same
+                // products), through a local 32 × 32 buffer, so a row's result never depends
+                // on where the batch's block edges fall.
                 let mut edge = [0f32; MB * NB];
+                for r in 0..rws {
+                    let e = &mut edge[r * NB..r * NB + cols];
+                    if self.accumulate {
+                        let c = std::slice::from_raw_parts(
+                            self.c.0.add((i0 + r) * self.ldc + j0),
+                            cols,
+                        );
+                        e.copy_from_slice(c);
+                    } else if let Some(bi) = self.bias {
+                        e.copy_from_slice(&bi[j0..j0 + cols]);
+                    }
+                }
+                let start = if self.accumulate || self.bias.is_some() {
+                    tile::Start::Load {
+                        p: edge.as_ptr(),
+                        stride: NB * 4,
+                        off: pack::TM * NB,
+                    }
+                } else {
+                    tile::Start::Zero
+                };
                 let ep = edge.as_mut_ptr();
-                let z = tile::Start::Zero;
-                tile::block(prec, ah, al, kp * 2, bp, steps, z, ep, NB * 4);
-                self.combine(i0, j0, rws, cols, &edge, NB);
+                tile::block(prec, ah, al, kp * 2, bp, steps, start, ep, NB * 4);
+                for r in 0..rws {
+                    let e = &edge[r * NB..r * NB + cols];
+                    let row = std::slice::from_raw_parts_mut(
+                        self.c.0.add((i0 + r) * self.ldc + j0),
+                        cols,
+                    );
+                    row.copy_from_slice(e);
+                    if let (true, Some(bi)) = (self.accumulate, self.bias) {
+                        for (v, &bv) in row.iter_mut().zip(&bi[j0..j0 + cols]) {
+                            *v += bv;
+                        }
+                    }
+                    if let Some(post) = self.post {
+                        post(row, j0);
+                    }
+                }
             }
         }
     }
