@@ -10,10 +10,9 @@
 //! position's top-5 ids and llama.cpp's own top-1/top-2 margins.
 //!
 //! Strict rule: a prompt agrees when our free-running greedy 32 tokens equal
-//! llama.cpp's exactly. The issue asks for ≥ 4/5 (tests marked `#[ignore]` until the
-//! native path reaches it; README has the measured N/5); the always-on tests hold the
-//! measured floor: strict agreements, teacher-forced exact steps out of 160 and a
-//! first-token top-5 overlap ≥ 3 on every prompt.
+//! llama.cpp's exactly; the issue asks for ≥ 4/5 and a first-token top-5 overlap ≥ 3
+//! on every prompt (measured 5/5 on both models: the native path reproduces ggml's
+//! AVX2 arithmetic bit for bit, README), with teacher-forced steps as a second check.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
@@ -189,7 +188,9 @@ fn agreement(m: &Model, format: WeightFormat) -> Option<Report> {
     Some(r)
 }
 
-/// The issue's bar: ≥ 4/5 prompts exactly, top-5 overlap ≥ 3.
+/// The issue's bar: ≥ 4/5 prompts exactly, top-5 overlap ≥ 3; plus teacher-forced
+/// steps ≥ 150/160 (the prompt + llama.cpp's 32 tokens as one batch: ggml's batch
+/// kernels differ from its decode kernels in f32 order, so near-ties there may flip).
 fn assert_issue_bar(m: &Model) {
     if let Some(r) = agreement(m, WeightFormat::Native) {
         assert!(r.strict >= 4, "only {}/5 prompts agree exactly", r.strict);
@@ -198,58 +199,25 @@ fn assert_issue_bar(m: &Model) {
             "a top-5 overlap of only {}",
             r.min_overlap
         );
+        assert!(
+            r.teacher_exact >= 150,
+            "teacher-forced {}/160",
+            r.teacher_exact
+        );
     }
 }
 
+/// Measured: strict 5/5 (prefill and decode logits bit-identical to llama.cpp's),
+/// teacher-forced 152/160, top-5 overlap 5.
 #[test]
-#[ignore = "issue #5 bar not reached: measured strict 1/5 (README: ulp-level chaos)"]
 fn smollm2_native_strict_4_of_5() {
     assert_issue_bar(&SMOLLM2);
 }
 
+/// Measured: strict 5/5, teacher-forced 159/160, top-5 overlap 5.
 #[test]
-#[ignore = "issue #5 bar not reached: measured strict 3/5 (README: ulp-level chaos)"]
 fn qwen25_native_strict_4_of_5() {
     assert_issue_bar(&QWEN25);
-}
-
-/// Free-running exact agreement is chaotic at the ulp level (an f32-instead-of-f64
-/// sum in one RMSNorm moves first-token logits by 0.2 on average, README), so the
-/// floor rests on the teacher-forced steps; strict ≥ 1 guards against gross breakage.
-#[test]
-fn smollm2_native_floor() {
-    // Measured: strict 1/5, teacher-forced 153/160, overlap ≥ 4 (README).
-    if let Some(r) = agreement(&SMOLLM2, WeightFormat::Native) {
-        assert!(r.strict >= 1, "only {}/5 prompts agree exactly", r.strict);
-        assert!(
-            r.teacher_exact >= 150,
-            "teacher-forced {}/160",
-            r.teacher_exact
-        );
-        assert!(
-            r.min_overlap >= 3,
-            "a top-5 overlap of only {}",
-            r.min_overlap
-        );
-    }
-}
-
-#[test]
-fn qwen25_native_floor() {
-    // Measured: strict 3/5, teacher-forced 158/160, overlap ≥ 4 (README).
-    if let Some(r) = agreement(&QWEN25, WeightFormat::Native) {
-        assert!(r.strict >= 1, "only {}/5 prompts agree exactly", r.strict);
-        assert!(
-            r.teacher_exact >= 150,
-            "teacher-forced {}/160",
-            r.teacher_exact
-        );
-        assert!(
-            r.min_overlap >= 3,
-            "a top-5 overlap of only {}",
-            r.min_overlap
-        );
-    }
 }
 
 #[test]

@@ -24,6 +24,10 @@ pub(crate) struct QuantAct {
     pub s: Vec<f32>,
     /// Q8_K: per 16 elements Σq; otherwise empty.
     pub sums: Vec<i32>,
+    /// Rows `0..batch_rows` take ggml's batched K-quant f32 order (its tiled matmul
+    /// for Q6_K at ≥ 8 rows, the q4_K_8x8 gemm for Q4_K's whole groups of 4 rows);
+    /// the others its one-row order (`vec_dot` / gemv). Set by the driver.
+    pub batch_rows: usize,
 }
 
 /// Round half to even for |v| < 2^22 (ggml's `nearest_int` trick: adding 1.5·2^23
@@ -41,6 +45,8 @@ pub(crate) struct ActRow<'a> {
     pub d: &'a [f32],
     pub s: &'a [f32],
     pub sums: &'a [i32],
+    /// Whether this row takes the batched order (see [`QuantAct::batch_rows`]).
+    pub batch: bool,
 }
 
 fn block_len(kind: ActType) -> usize {
@@ -59,6 +65,7 @@ impl QuantAct {
             d: vec![0.0; nb],
             s: Vec::new(),
             sums: Vec::new(),
+            batch_rows: 0,
         };
         match kind {
             ActType::Q8_0 | ActType::Q8_1 => {
@@ -134,6 +141,7 @@ impl QuantAct {
             } else {
                 &self.sums[i * k / 16..(i + 1) * k / 16]
             },
+            batch: i < self.batch_rows,
         }
     }
 

@@ -353,6 +353,8 @@ pub(crate) unsafe fn kquant_dots<const M: usize>(
     let m4 = _mm256_set1_epi8(0x0F);
     let m3 = _mm256_set1_epi8(0x03);
     let mut tail = [0f32; M];
+    let mut mins = [0f32; M];
+    let mut acc = [_mm256_setzero_ps(); M];
     // SAFETY (all pointer reads): block i spans wp[i*ts .. (i+1)*ts] and each row's
     // codes i*256 .. i*256+256, i < nb.
     unsafe {
@@ -374,19 +376,37 @@ pub(crate) unsafe fn kquant_dots<const M: usize>(
                         let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld(r, i, 64 * jj)), s0);
                         let p1 =
                             _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld(r, i, 64 * jj + 32)), s1);
-                        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p0, p1));
+                        if a[r].batch {
+                            // ggml's q4_K_8x8 gemm: one FMA per pair of sub-blocks.
+                            let sums = &a[r].sums[16 * i + 4 * jj..16 * i + 4 * jj + 4];
+                            let m2 = i32::from(mn[2 * jj]) * (sums[0] + sums[1])
+                                + i32::from(mn[2 * jj + 1]) * (sums[2] + sums[3]);
+                            let (wd, wmin) = h2f2(b);
+                            let pj = hsum_i32(_mm256_add_epi32(p0, p1));
+                            tail[r] = (pj as f32).mul_add(a[r].d[i] * wd, tail[r]);
+                            mins[r] = (m2 as f32).mul_add(a[r].d[i] * wmin, mins[r]);
+                        } else {
+                            sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p0, p1));
+                        }
                     }
                 }
                 for r in 0..M {
+                    if a[r].batch {
+                        continue;
+                    }
                     let sums = &a[r].sums[16 * i..16 * i + 16];
                     let mut summ = 0i32;
                     for j in 0..8 {
                         summ += i32::from(mn[j]) * (sums[2 * j] + sums[2 * j + 1]);
                     }
+                    // ggml's AVX2 gemv order (llama.cpp repacks Q4_K to q4_K_8x8 on AVX2):
+                    // per super-block the scaled sums and the min terms are FMA'd into two
+                    // f32 accumulators, subtracted once at the end.
                     let (wd, wmin) = h2f2(b);
                     let d = a[r].d[i] * wd;
                     let dmin = a[r].d[i] * wmin;
-                    tail[r] += d * hsum_i32(sumi[r]) as f32 - dmin * summ as f32;
+                    tail[r] = (hsum_i32(sumi[r]) as f32).mul_add(d, tail[r]);
+                    mins[r] = (summ as f32).mul_add(dmin, mins[r]);
                 }
             } else {
                 let sc = std::slice::from_raw_parts(b.add(192) as *const i8, 16);
@@ -420,14 +440,40 @@ pub(crate) unsafe fn kquant_dots<const M: usize>(
                         }
                     }
                 }
+                // ggml's `vec_dot_q6_K_q8_K` (AVX2): the −32 correction is subtracted per
+                // i32 lane (lane l holds scale groups 2l, 2l+1), each lane is converted and
+                // FMA'd into an 8-lane f32 accumulator, reduced once per row. Its tiled
+                // batch kernel (≥ 8 rows) instead takes the block's whole integer sum:
+                // acc = fma(d_w·total, d_y, acc).
+                let wd = h2f2(b.add(206)).1;
+                if a[0].batch {
+                    // (rows of one call share the flag for Q6_K)
+                    for r in 0..M {
+                        let sums = &a[r].sums[16 * i..16 * i + 16];
+                        let corr: i32 = sc.iter().zip(sums).map(|(&s, &q)| i32::from(s) * q).sum();
+                        let total = hsum_i32(sumi[r]) - 32 * corr;
+                        tail[r] = (wd * total as f32).mul_add(a[r].d[i], tail[r]);
+                    }
+                    continue;
+                }
+                let sc_lo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(sc.as_ptr() as *const __m128i));
+                let sc_hi =
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(sc.as_ptr().add(8) as *const __m128i));
                 for r in 0..M {
-                    let sums = &a[r].sums[16 * i..16 * i + 16];
-                    let corr: i32 = sc.iter().zip(sums).map(|(&s, &q)| i32::from(s) * q).sum();
-                    let total = hsum_i32(sumi[r]) - 32 * corr;
-                    tail[r] += h2f2(b.add(206)).1 * a[r].d[i] * total as f32;
+                    let sp = a[r].sums.as_ptr().add(16 * i);
+                    let p_lo = _mm256_mullo_epi32(_mm256_loadu_si256(sp as *const __m256i), sc_lo);
+                    let p_hi =
+                        _mm256_mullo_epi32(_mm256_loadu_si256(sp.add(8) as *const __m256i), sc_hi);
+                    let pairs =
+                        _mm256_permute4x64_epi64(_mm256_hadd_epi32(p_lo, p_hi), 0b11_01_10_00);
+                    let lanes = _mm256_sub_epi32(sumi[r], _mm256_slli_epi32(pairs, 5));
+                    let d = _mm256_set1_ps(a[r].d[i] * wd);
+                    acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[r]);
                 }
             }
         }
     }
-    *out = tail;
+    for r in 0..M {
+        out[r] = (tail[r] - mins[r]) + hsum_ps(acc[r]);
+    }
 }

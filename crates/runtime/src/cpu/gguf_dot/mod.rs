@@ -59,6 +59,23 @@ impl GgufMatrix<'_> {
     }
 }
 
+/// Rows from which ggml (llama.cpp's CPU backend) takes its tiled K-quant matmul
+/// instead of `vec_dot` (`ggml_tiled_min_batch`); Q6_K's f32 order follows it (Q4_K
+/// is repacked on AVX2 and takes ggml's 4-row gemm for whole groups of 4 rows).
+pub const TILED_MIN_ROWS: usize = 8;
+
+/// Of `m` activation rows in one call, how many (the first ones) take ggml's batched
+/// f32 order for `ty`: Q6_K's tiled matmul (all rows from [`TILED_MIN_ROWS`] on),
+/// Q4_K's q4_K_8x8 gemm (whole groups of 4 rows, from 4 rows on). Other rows, and all
+/// rows of other types, equal [`gguf_row_dot`] bit for bit.
+pub fn batched_rows(ty: GgufType, m: usize) -> usize {
+    match ty {
+        GgufType::Q6_K if m >= TILED_MIN_ROWS => m,
+        GgufType::Q4_K if m > 3 => m - m % 4,
+        _ => 0,
+    }
+}
+
 /// Weight rows per task tile.
 const TILE_ROWS: usize = 16;
 
@@ -87,7 +104,8 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
     if m == 0 {
         return;
     }
-    let act = QuantAct::new(w.ty.act_type(), &x[..m * k], k);
+    let mut act = QuantAct::new(w.ty.act_type(), &x[..m * k], k);
+    act.batch_rows = batched_rows(w.ty, m);
     let isa = isa();
     let threads = rayon::current_num_threads().max(1);
     let work = n * k * m;
