@@ -161,6 +161,12 @@ fn main() {
                 Some((GemvKernel::Tma, Some((w, d)), None)),
             ));
         }
+        for w in [4usize, 16] {
+            variants.push((
+                format!("PingPong {w} warps"),
+                Some((GemvKernel::PingPong, Some((w, 2)), None)),
+            ));
+        }
         if full {
             variants.push((
                 "probe Tma 8x3 loads only".into(),

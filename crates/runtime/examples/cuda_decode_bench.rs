@@ -189,6 +189,14 @@ fn main() {
             _ => GemvKernel::Auto,
         };
     }
+    let pdl = argv.iter().any(|a| a == "--pdl");
+    // The kernel the PDL run will use, pinned, so the PDL-off check below runs the same
+    // kernels (Auto picks another FP4 kernel when PDL is on).
+    if pdl && gemv.kernel == GemvKernel::Auto {
+        gemv.pdl = true;
+        gemv.kernel = gemv.resolve(ElementFormat::Fp4E2M1);
+        gemv.pdl = false;
+    }
     if argv.iter().any(|a| a == "--ring") {
         gemv.ring_override = Some((arg("--ring", 8), 2));
     }
@@ -198,7 +206,7 @@ fn main() {
         gemv.resolve(ElementFormat::Fp4E2M1),
         gemv.ring_override
     );
-    let k = Kernels {
+    let mut k = Kernels {
         gemv,
         attn: AttentionDecode::load(&ctx).unwrap(),
         ops: DecodeOps::load(&ctx).unwrap(),
@@ -317,6 +325,31 @@ fn main() {
     let kv_elem = if f16_kv { 2.0 } else { 4.0 };
     // Timed tokens see ctx_len+1 .. ctx_len+~3·steps keys; use the mean as the KV read.
     let kv_per_key = (n_layers * 2 * NKV * HD) as f64 * kv_elem;
+
+    // `--pdl`: the GEMVs start while the kernel before them finishes. Check first that
+    // one step gives the same logits with and without it (same state: h restored).
+    if pdl {
+        let h0 = ctx.download(&b.h).unwrap();
+        let mut run_once = |k: &Kernels, b: &mut Bufs| {
+            ctx.write(&mut b.h, &h0).unwrap();
+            ctx.write(&mut b.pos, &[ctx_len as i32]).unwrap();
+            step(k, &mut layers, &lm_head, b, cap).unwrap();
+            ctx.download(&b.logits).unwrap()
+        };
+        let plain = run_once(&k, &mut b);
+        k.gemv.pdl = true;
+        k.attn.pdl = true;
+        k.ops.pdl = true;
+        let with = run_once(&k, &mut b);
+        let m = plain.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let d = plain
+            .iter()
+            .zip(&with)
+            .fold(0f32, |a, (p, q)| a.max((p - q).abs()));
+        println!("PDL on: one step's logits vs PDL off: max |diff| {d:.3e} (max |logit| {m:.3e})");
+        assert!(d <= 1e-6 * m.max(1.0), "PDL changed the logits: {d} vs {m}");
+        ctx.write(&mut b.h, &h0).unwrap();
+    }
 
     // Plain launches.
     let reset = |b: &mut Bufs| ctx.write(&mut b.pos, &[ctx_len as i32]).unwrap();

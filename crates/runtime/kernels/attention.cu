@@ -39,6 +39,8 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
                                            const T* __restrict__ vc, float* __restrict__ part,
                                            const int* __restrict__ lenp, int len_add, int cap,
                                            int n_kv, float scale) {
+    pdl_trigger();
+    pdl_wait();  // q, the cache row and *lenp come from earlier kernels
     const int len = max(1, min(*lenp + len_add, cap));  // never past the cache
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int s = blockIdx.x, g = blockIdx.y;
@@ -194,6 +196,8 @@ __device__ __forceinline__ float combine_head(const float* __restrict__ part, in
 
 extern "C" __global__ void __launch_bounds__(128)
     attn_decode_combine(const float* __restrict__ part, float* __restrict__ out, int nsplit) {
+    pdl_trigger();
+    pdl_wait();
     out[blockIdx.x * HD + threadIdx.x] = combine_head(part, nsplit);
 }
 
@@ -202,6 +206,8 @@ extern "C" __global__ void __launch_bounds__(128)
 extern "C" __global__ void __launch_bounds__(128)
     attn_decode_combine_prep(const float* __restrict__ part, int nsplit,
                              unsigned short* __restrict__ xhl, float* __restrict__ xs) {
+    pdl_trigger();  // the GEMV that reads xhl / xs may start streaming its weights
+    pdl_wait();     // the partials come from the split kernel
     const float v = combine_head(part, nsplit);
     prep32_store(v, threadIdx.x & 31, (long long)blockIdx.x * 4 + (threadIdx.x >> 5), xhl, xs);
 }

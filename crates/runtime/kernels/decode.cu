@@ -31,6 +31,8 @@ __device__ __forceinline__ void qk_norm_rope_store(
     float eps) {
     __shared__ float buf[HD];
     __shared__ float red[4];
+    pdl_trigger();
+    pdl_wait();  // qkv comes from the GEMV before (programmatic dependent launch)
     const int head = blockIdx.x, d = threadIdx.x;
     const int pos = *posp;
     const float x = qkv[head * HD + d];

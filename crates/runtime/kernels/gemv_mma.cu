@@ -170,6 +170,8 @@ __device__ __forceinline__ void gemv_mma_body(const unsigned char* __restrict__ 
         if (lane < XB / 4)
             cp_async16(&xst[warp][buf][XB * 128 + lane * 16], xs + c * XB + lane * 4);
     };
+    pdl_trigger();
+    pdl_wait();
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     uint4 q[8];
     uint2 sc = make_uint2(0u, 0u);
@@ -361,10 +363,12 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
     uint4 qa[8], qb[8];
     uint2 sa = make_uint2(0u, 0u), sb = make_uint2(0u, 0u);
     int c = warp;
-    if (c < chunks) {
-        stage_x(c, 0);
-        load(c, qa, sa);
-    }
+    // The first chunk's weights do not depend on the previous kernel: request them
+    // before waiting for it (programmatic dependent launch).
+    pdl_trigger();  // all blocks started: the next kernel may be scheduled
+    if (c < chunks) load(c, qa, sa);
+    pdl_wait();
+    if (c < chunks) stage_x(c, 0);
     cp_async_commit();
     for (; c < chunks; c += 2 * nwarps) {
         const int c1 = c + nwarps, c2 = c + 2 * nwarps;
@@ -522,7 +526,8 @@ __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__
         }
         __syncwarp();
     }
-    auto stage = [&](int k, int slot) {
+    // part 1: weights and scales; 2: the x slice; 3: both.
+    auto stage = [&](int k, int slot, int part) {
         const int c = warp + k * nwarps;
         unsigned char* s = ring + slot * STAGE;
         if (TMA) {
@@ -538,25 +543,37 @@ __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__
             return;
         }
         const unsigned char* src = dbase + (long long)c * 4096;
+        if (part & 1) {
 #pragma unroll
-        for (int p = 0; p < 8; ++p) cp_async16(s + p * 512 + lane * 16, src + p * 512);
-        if (FMT == 4 || lane < 16) cp_async8(s + 4096 + lane * 8, sbase + (long long)c * SB);
+            for (int p = 0; p < 8; ++p) cp_async16(s + p * 512 + lane * 16, src + p * 512);
+            if (FMT == 4 || lane < 16) cp_async8(s + 4096 + lane * 8, sbase + (long long)c * SB);
+        }
+        if (!(part & 2)) return;
         const unsigned char* xsl = xsrc + (long long)c * XB * 128;
 #pragma unroll
         for (int o = lane * 16; o < XB * 128; o += 512) cp_async16(s + 4096 + SB + o, xsl + o);
         if (lane < XB / 4)
             cp_async16(s + 4096 + SB + XB * 128 + lane * 16, xs + c * XB + lane * 4);
     };
+    // The first stages' weights do not depend on the previous kernel: request them
+    // before waiting for it (programmatic dependent launch), then their x slices.
+    pdl_trigger();  // all blocks started: the next kernel may be scheduled
+    if (!TMA) {
+#pragma unroll
+        for (int k = 0; k < D - 1; ++k)
+            if (k < mine) stage(k, k, 1);
+    }
+    pdl_wait();
 #pragma unroll
     for (int k = 0; k < D - 1; ++k) {
-        if (k < mine) stage(k, k);
+        if (k < mine) stage(k, k, TMA ? 3 : 2);
         if (!TMA) cp_async_commit();
     }
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     int slot = 0;
     for (int k = 0; k < mine; ++k) {
         // Refill the slot computed in the previous iteration (D - 1 chunks ahead).
-        if (k + D - 1 < mine) stage(k + D - 1, slot == 0 ? D - 1 : slot - 1);
+        if (k + D - 1 < mine) stage(k + D - 1, slot == 0 ? D - 1 : slot - 1, 3);
         if (TMA) {
             mbar_wait(&mbar[warp][slot], (unsigned)(k / D) & 1u);
         } else {
@@ -704,6 +721,8 @@ extern "C" __global__ void gemv_prep_x(const float* __restrict__ x,
 extern "C" __global__ void __launch_bounds__(128) rms_norm_prep(
     const float* __restrict__ x, const float* __restrict__ w, float eps, int dim,
     unsigned short* __restrict__ xhl, float* __restrict__ xs) {
+    pdl_trigger();  // the GEMV that reads xhl / xs may start streaming its weights
+    pdl_wait();     // x was written by the previous kernel
     __shared__ float red[4];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float4* x4 = reinterpret_cast<const float4*>(x);
@@ -730,6 +749,8 @@ extern "C" __global__ void __launch_bounds__(128) rms_norm_prep(
 extern "C" __global__ void swiglu_prep(const float* __restrict__ gu, int n,
                                        unsigned short* __restrict__ xhl,
                                        float* __restrict__ xs) {
+    pdl_trigger();  // the GEMV that reads xhl / xs may start streaming its weights
+    pdl_wait();     // gate|up was written by the previous kernel
     const int lane = threadIdx.x & 31;
     const int blk = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (blk >= n / 32) return;

@@ -4,6 +4,22 @@
 // 32 f16 lo in the order (0,2,4,6,1,3,5,7) per 8 (the k order of the GEMV's mma
 // fragments), and xs[blk] = 2^-e, where e puts the block's max |v| in [2^14, 2^15) and
 // v * 2^e ~ hi + lo (about 22 bits). Must be called by all 32 lanes.
+// Programmatic dependent launch (sm_90+; no-ops elsewhere and for kernels launched
+// without the attribute): `pdl_trigger` lets the next kernel in the stream be scheduled
+// before this one ends; `pdl_wait` blocks until the previous kernel has completed and
+// its memory is visible. A kernel launched with the attribute must call `pdl_wait`
+// before it reads anything an earlier kernel wrote.
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void prep32_store(float v, int lane, long long blk,
                                              unsigned short* __restrict__ xhl,
                                              float* __restrict__ xs) {

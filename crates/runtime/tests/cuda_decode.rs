@@ -85,7 +85,13 @@ fn decode_kernels_compile_with_nvrtc_for_sm90a() {
                 include_str!("../kernels/attention.cu")
             ),
         ),
-        ("decode", include_str!("../kernels/decode.cu")),
+        (
+            "decode",
+            concat!(
+                include_str!("../kernels/prep32.cuh"),
+                include_str!("../kernels/decode.cu")
+            ),
+        ),
     ] {
         let cubin = compile_cubin(name, src, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(&cubin[..4], b"\x7fELF", "{name}");
@@ -163,24 +169,31 @@ fn gemv_mma_matches_reference() {
     // The register-buffer kernel, the ring with its own choice, and rings of 1..16
     // warps and depth 2..4 (warps past the chunk count, uneven chunk splits).
     let kernels = [
-        (GemvKernel::Regs, None),
-        (GemvKernel::PingPong, None),
-        (GemvKernel::Auto, None),
-        (GemvKernel::Ring, None),
-        (GemvKernel::Ring, Some((1, 2))),
-        (GemvKernel::Ring, Some((3, 3))),
-        (GemvKernel::Ring, Some((5, 4))),
-        (GemvKernel::Ring, Some((16, 2))),
-        (GemvKernel::Tma, None),
-        (GemvKernel::Tma, Some((1, 2))),
-        (GemvKernel::Tma, Some((3, 3))),
-        (GemvKernel::Tma, Some((5, 4))),
-        (GemvKernel::Tma, Some((16, 2))),
+        (GemvKernel::Regs, None, false),
+        (GemvKernel::PingPong, None, false),
+        (GemvKernel::Auto, None, false),
+        (GemvKernel::Ring, None, false),
+        (GemvKernel::Ring, Some((1, 2)), false),
+        (GemvKernel::Ring, Some((3, 3)), false),
+        (GemvKernel::Ring, Some((5, 4)), false),
+        (GemvKernel::Ring, Some((16, 2)), false),
+        (GemvKernel::Tma, None, false),
+        (GemvKernel::Tma, Some((1, 2)), false),
+        (GemvKernel::Tma, Some((3, 3)), false),
+        (GemvKernel::Tma, Some((5, 4)), false),
+        (GemvKernel::Tma, Some((16, 2)), false),
+        // Programmatic dependent launch (each GEMV right after its x preparation).
+        (GemvKernel::Regs, None, true),
+        (GemvKernel::PingPong, None, true),
+        (GemvKernel::Ring, None, true),
+        (GemvKernel::Ring, Some((3, 3)), true),
+        (GemvKernel::Tma, None, true),
     ];
-    for (ki, (kernel, ov)) in kernels.into_iter().enumerate() {
+    for (ki, (kernel, ov, pdl)) in kernels.into_iter().enumerate() {
         g.kernel = kernel;
         g.ring_override = ov;
-        eprintln!("kernel {kernel:?} {ov:?}");
+        g.pdl = pdl;
+        eprintln!("kernel {kernel:?} {ov:?} pdl {pdl}");
         for (i, format) in [ElementFormat::Fp4E2M1, ElementFormat::Fp8E4M3]
             .into_iter()
             .enumerate()
@@ -293,8 +306,10 @@ fn check_attention(
 #[test]
 fn attention_decode_matches_reference() {
     let Some(ctx) = setup() else { return };
-    let a = AttentionDecode::load(&ctx).unwrap();
-    for f16_cache in [true, false] {
+    let mut a = AttentionDecode::load(&ctx).unwrap();
+    // Plain launches, then programmatic dependent launch (both kernels wait first).
+    for (f16_cache, pdl) in [(true, false), (false, false), (true, true), (false, true)] {
+        a.pdl = pdl;
         check_attention(&ctx, &a, f16_cache, 32, 8, 1024, 1024, 1);
         check_attention(&ctx, &a, f16_cache, 32, 8, 1, 64, 2);
         check_attention(&ctx, &a, f16_cache, 8, 8, 37, 100, 3);
@@ -306,7 +321,7 @@ fn attention_decode_matches_reference() {
 #[test]
 fn qk_norm_rope_store_and_swiglu_match_reference() {
     let Some(ctx) = setup() else { return };
-    let ops = DecodeOps::load(&ctx).unwrap();
+    let mut ops = DecodeOps::load(&ctx).unwrap();
     let mut rng = StdRng::seed_from_u64(11);
     let owner = Owner::mint("cuda-test-decode-ops");
     let (nh, nkv, hd, cap, eps, theta) = (32, 8, 128, 2048, 1e-6f32, 1_000_000f32);
@@ -318,7 +333,14 @@ fn qk_norm_rope_store_and_swiglu_match_reference() {
     let kw = rand_vec(&mut rng, hd, 1.5);
     let qwd = ctx.upload(&owner, SpanKind::Scratch, &qw).unwrap();
     let kwd = ctx.upload(&owner, SpanKind::Scratch, &kw).unwrap();
-    for (f16_cache, pos) in [(true, 5usize), (false, 1777), (true, 2047)] {
+    for (f16_cache, pos, pdl) in [
+        (true, 5usize, false),
+        (false, 1777, false),
+        (true, 2047, false),
+        (false, 9, true),
+        (true, 1000, true),
+    ] {
+        ops.pdl = pdl;
         let qkv = rand_vec(&mut rng, (nh + 2 * nkv) * hd, 4.0);
         let qkvd = ctx.upload(&owner, SpanKind::Scratch, &qkv).unwrap();
         let posd = ctx

@@ -14,6 +14,7 @@ use cudarc::nvrtc::Ptx;
 use super::compile::load_or_compile;
 use super::context::{CudaContext, DeviceBuffer};
 use super::gemv::XPrep;
+use super::launch::{arg_ptr, launch_ex};
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
@@ -87,6 +88,8 @@ impl KvCache {
 /// The attention decode kernels of one context.
 pub struct AttentionDecode {
     ctx: Arc<CudaContext>,
+    /// Launch both kernels with programmatic dependent launch (default off).
+    pub pdl: bool,
     /// [f16?][log2 group] split kernels.
     split: [[CudaFunction; 4]; 2],
     combine: CudaFunction,
@@ -137,6 +140,7 @@ impl AttentionDecode {
             split: [set("f32")?, set("f16")?],
             combine: f("attn_decode_combine".into())?,
             combine_prep: f("attn_decode_combine_prep".into())?,
+            pdl: false,
             ctx: Arc::clone(ctx),
         })
     }
@@ -204,6 +208,20 @@ impl AttentionDecode {
             shared_mem_bytes: 0,
         };
         let f16 = matches!(cache, KvCache::F16 { .. });
+        if self.pdl {
+            return self.decode_pdl(
+                &self.split[usize::from(f16)][gi],
+                cfg,
+                q,
+                cache,
+                [len_add, cap, nkv, ns],
+                lenp,
+                scale,
+                partials,
+                out,
+                n_heads,
+            );
+        }
         let mut b = s.launch_builder(&self.split[usize::from(f16)][gi]);
         b.arg(&q.slice);
         match cache {
@@ -244,5 +262,70 @@ impl AttentionDecode {
             }
         }
         Ok(())
+    }
+
+    /// [`Self::decode`]'s two launches through `cuLaunchKernelEx` with programmatic
+    /// dependent launch (both kernels wait before reading). `ints` = len_add, capacity,
+    /// kv heads, splits; shapes were checked by the caller.
+    #[allow(clippy::too_many_arguments)]
+    fn decode_pdl(
+        &self,
+        split: &CudaFunction,
+        cfg: LaunchConfig,
+        q: &DeviceBuffer<f32>,
+        cache: &KvCache,
+        ints: [i32; 4],
+        lenp: &DeviceBuffer<i32>,
+        scale: f32,
+        partials: &mut DeviceBuffer<f32>,
+        out: AttnOut<'_>,
+        n_heads: usize,
+    ) -> Result<(), CudaError> {
+        use cudarc::driver::{DevicePtr, DevicePtrMut};
+        let s = self.ctx.stream();
+        let (qp, _g0) = q.slice.device_ptr(s);
+        let ((kp, _g1), (vp, _g2)) = match cache {
+            KvCache::F16 { k, v } => (k.slice.device_ptr(s), v.slice.device_ptr(s)),
+            KvCache::F32 { k, v } => (k.slice.device_ptr(s), v.slice.device_ptr(s)),
+        };
+        let (pp, _g3) = partials.slice.device_ptr_mut(s);
+        let (lp, _g4) = lenp.slice.device_ptr(s);
+        let [len_add, cap, nkv, ns] = ints;
+        let mut args = [
+            arg_ptr(&qp),
+            arg_ptr(&kp),
+            arg_ptr(&vp),
+            arg_ptr(&pp),
+            arg_ptr(&lp),
+            arg_ptr(&len_add),
+            arg_ptr(&cap),
+            arg_ptr(&nkv),
+            arg_ptr(&scale),
+        ];
+        // SAFETY: the split kernel's parameters in order (checked shapes, see `decode`).
+        unsafe { launch_ex(s, split, cfg, &mut args) }
+            .map_err(driver_err("cuLaunchKernelEx(attn_decode)"))?;
+        let cfg = LaunchConfig {
+            grid_dim: (n_heads as u32, 1, 1),
+            block_dim: (ATTN_HEAD_DIM as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        match out {
+            AttnOut::F32(o) => {
+                let (op, _g5) = o.slice.device_ptr_mut(s);
+                let mut args = [arg_ptr(&pp), arg_ptr(&op), arg_ptr(&ns)];
+                // SAFETY: as in `decode`.
+                unsafe { launch_ex(s, &self.combine, cfg, &mut args) }
+                    .map_err(driver_err("cuLaunchKernelEx(attn_decode_combine)"))
+            }
+            AttnOut::Prep(p) => {
+                let (hp, _g5) = p.hl.slice.device_ptr_mut(s);
+                let (xp, _g6) = p.xs.slice.device_ptr_mut(s);
+                let mut args = [arg_ptr(&pp), arg_ptr(&ns), arg_ptr(&hp), arg_ptr(&xp)];
+                // SAFETY: as in `decode`.
+                unsafe { launch_ex(s, &self.combine_prep, cfg, &mut args) }
+                    .map_err(driver_err("cuLaunchKernelEx(attn_decode_combine_prep)"))
+            }
+        }
     }
 }

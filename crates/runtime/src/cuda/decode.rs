@@ -13,13 +13,19 @@ use cudarc::nvrtc::Ptx;
 use super::attention::{ATTN_HEAD_DIM, KvCache};
 use super::compile::load_or_compile;
 use super::context::{CudaContext, DeviceBuffer};
+use super::launch::{arg_ptr, launch_ex};
 use super::{CudaError, driver_err};
 
-const SRC: &str = include_str!("../../kernels/decode.cu");
+const SRC: &str = concat!(
+    include_str!("../../kernels/prep32.cuh"),
+    include_str!("../../kernels/decode.cu")
+);
 
 /// The decode-step kernels of one context.
 pub struct DecodeOps {
     ctx: Arc<CudaContext>,
+    /// Launch `qk_norm_rope_store` with programmatic dependent launch (default off).
+    pub pdl: bool,
     qk_f16: CudaFunction,
     qk_f32: CudaFunction,
     swiglu: CudaFunction,
@@ -47,6 +53,7 @@ impl DecodeOps {
             qk_f32: f("qk_norm_rope_store_f32")?,
             swiglu: f("swiglu_fused")?,
             advance: f("advance_pos")?,
+            pdl: false,
             ctx: Arc::clone(ctx),
         })
     }
@@ -106,6 +113,38 @@ impl DecodeOps {
             KvCache::F16 { .. } => &self.qk_f16,
             KvCache::F32 { .. } => &self.qk_f32,
         };
+        if self.pdl {
+            use cudarc::driver::{DevicePtr, DevicePtrMut};
+            let (p0, _g0) = qkv.slice.device_ptr(s);
+            let (p1, _g1) = q_norm.slice.device_ptr(s);
+            let (p2, _g2) = k_norm.slice.device_ptr(s);
+            let (p3, _g3) = cos.slice.device_ptr(s);
+            let (p4, _g4) = sin.slice.device_ptr(s);
+            let (p5, _g5) = pos.slice.device_ptr(s);
+            let (p6, _g6) = q_out.slice.device_ptr_mut(s);
+            let ((p7, _g7), (p8, _g8)) = match cache {
+                KvCache::F16 { k, v } => (k.slice.device_ptr_mut(s), v.slice.device_ptr_mut(s)),
+                KvCache::F32 { k, v } => (k.slice.device_ptr_mut(s), v.slice.device_ptr_mut(s)),
+            };
+            let mut args = [
+                arg_ptr(&p0),
+                arg_ptr(&p1),
+                arg_ptr(&p2),
+                arg_ptr(&p3),
+                arg_ptr(&p4),
+                arg_ptr(&p5),
+                arg_ptr(&p6),
+                arg_ptr(&p7),
+                arg_ptr(&p8),
+                arg_ptr(&nh),
+                arg_ptr(&nkv),
+                arg_ptr(&eps),
+            ];
+            // SAFETY: as for the builder launch below; the kernel waits for the
+            // previous kernel before reading.
+            return unsafe { launch_ex(s, f, cfg, &mut args) }
+                .map_err(driver_err("cuLaunchKernelEx(qk_norm_rope_store)"));
+        }
         let mut b = s.launch_builder(f);
         b.arg(&qkv.slice)
             .arg(&q_norm.slice)

@@ -18,6 +18,7 @@ use favlo_mx::{ElementFormat, MxLayout, MxView};
 
 use super::compile::load_or_compile;
 use super::context::{CudaContext, DeviceBuffer};
+use super::launch::{arg_ptr, launch_ex};
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
@@ -263,9 +264,14 @@ pub struct GemvMma {
     smem: SmemLimits,
     /// The kernel [`Self::gemv`] launches (default [`GemvKernel::Ring`]).
     pub kernel: GemvKernel,
-    /// (warps per block, ring depth 2..=4) for the ring kernel instead of
-    /// [`ring_config`]'s choice (benchmarks).
+    /// (warps per block, ring depth 2..=4) for the ring kernels instead of
+    /// [`ring_config`]'s choice, and (warps, ignored) for the ping-pong kernel
+    /// (benchmarks).
     pub ring_override: Option<(usize, usize)>,
+    /// Launch with programmatic dependent launch (default off): the GEMV requests its
+    /// first weights while the kernel before it (which triggers early) finishes; the
+    /// RMSNorm and SwiGLU preparations launch early too and wait before reading.
+    pub pdl: bool,
     /// True when the module came from the disk cache.
     pub from_cache: bool,
     /// [`GemvKernel::Regs`] only: the weight loads with the L2 256-byte prefetch hint
@@ -370,6 +376,7 @@ impl GemvMma {
             smem,
             kernel: GemvKernel::Auto,
             ring_override: None,
+            pdl: false,
             fp4: f("gemv_mxfp4_mma")?,
             fp8: f("gemv_mxfp8_mma")?,
             fp4_pf: f("gemv_mxfp4_mma_pf")?,
@@ -446,6 +453,25 @@ impl GemvMma {
             shared_mem_bytes: 0,
         };
         let s = self.ctx.stream();
+        if self.pdl {
+            use cudarc::driver::{DevicePtr, DevicePtrMut};
+            let (xp, _g0) = x.slice.device_ptr(s);
+            let (wp, _g1) = weight.slice.device_ptr(s);
+            let (hp, _g2) = out.hl.slice.device_ptr_mut(s);
+            let (sp, _g3) = out.xs.slice.device_ptr_mut(s);
+            let mut args = [
+                arg_ptr(&xp),
+                arg_ptr(&wp),
+                arg_ptr(&eps),
+                arg_ptr(&d),
+                arg_ptr(&hp),
+                arg_ptr(&sp),
+            ];
+            // SAFETY: as for the builder launch below; the kernel waits for the
+            // previous kernel before it reads x.
+            return unsafe { launch_ex(s, &self.rms_prep, cfg, &mut args) }
+                .map_err(driver_err("cuLaunchKernelEx(rms_norm_prep)"));
+        }
         let mut b = s.launch_builder(&self.rms_prep);
         b.arg(&x.slice)
             .arg(&weight.slice)
@@ -479,6 +505,17 @@ impl GemvMma {
             shared_mem_bytes: 0,
         };
         let s = self.ctx.stream();
+        if self.pdl {
+            use cudarc::driver::{DevicePtr, DevicePtrMut};
+            let (gp, _g0) = gu.slice.device_ptr(s);
+            let (hp, _g1) = out.hl.slice.device_ptr_mut(s);
+            let (sp, _g2) = out.xs.slice.device_ptr_mut(s);
+            let mut args = [arg_ptr(&gp), arg_ptr(&ni), arg_ptr(&hp), arg_ptr(&sp)];
+            // SAFETY: as for the builder launch below; the kernel waits for the
+            // previous kernel before it reads gate|up.
+            return unsafe { launch_ex(s, &self.swiglu_prep, cfg, &mut args) }
+                .map_err(driver_err("cuLaunchKernelEx(swiglu_prep)"));
+        }
         let mut b = s.launch_builder(&self.swiglu_prep);
         b.arg(&gu.slice)
             .arg(&ni)
@@ -491,9 +528,12 @@ impl GemvMma {
 
     /// The kernel [`Self::gemv`] runs for `format`: `kernel`, with
     /// [`GemvKernel::Auto`] resolved to the fastest measured on the H200
-    /// (docs/CUDA.md): the `cp.async` ring for FP4, ping-pong registers for FP8.
+    /// (docs/CUDA.md): ping-pong registers for FP8; for FP4 the `cp.async` ring
+    /// (fastest alone) or, with [`Self::pdl`], ping-pong registers (fastest in the
+    /// decode step, where their first loads overlap the previous kernel).
     pub fn resolve(&self, format: ElementFormat) -> GemvKernel {
         match (self.kernel, format) {
+            (GemvKernel::Auto, ElementFormat::Fp4E2M1) if self.pdl => GemvKernel::PingPong,
             (GemvKernel::Auto, ElementFormat::Fp4E2M1) => GemvKernel::Ring,
             (GemvKernel::Auto, _) => GemvKernel::PingPong,
             (k, _) => k,
@@ -586,7 +626,11 @@ impl GemvMma {
                 (f, warps_per_block(tiles, chunks, self.sms), 0)
             }
             (GemvKernel::PingPong, None) => {
-                (&self.pp[fi], warps_per_block(tiles, chunks, self.sms), 0)
+                let w = self.ring_override.map_or_else(
+                    || warps_per_block(tiles, chunks, self.sms),
+                    |o| o.0.clamp(1, MAX_WARPS),
+                );
+                (&self.pp[fi], w, 0)
             }
             (GemvKernel::Ring | GemvKernel::Tma, None) => {
                 let (w, d) = self
@@ -623,6 +667,9 @@ impl GemvMma {
             shared_mem_bytes: u32::try_from(smem).map_err(|_| shape(op, format!("{smem}")))?,
         };
         let s = self.ctx.stream();
+        if self.pdl {
+            return launch_pdl(s, f, cfg, w, x, y, [rows, nch, acc]);
+        }
         let mut b = s.launch_builder(f);
         b.arg(&w.data.slice)
             .arg(&w.scales.slice)
@@ -637,6 +684,39 @@ impl GemvMma {
         unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(gemv_mma)"))?;
         Ok(())
     }
+}
+
+/// Launches a GEMV kernel with programmatic stream serialization (`cuLaunchKernelEx`),
+/// so it may start while the previous kernel in the stream finishes; every GEMV kernel
+/// calls `griddepcontrol.wait` before it reads x or y. Same arguments as the builder.
+fn launch_pdl(
+    s: &Arc<cudarc::driver::CudaStream>,
+    f: &CudaFunction,
+    cfg: LaunchConfig,
+    w: &MxTiled,
+    x: &XPrep,
+    y: &mut DeviceBuffer<f32>,
+    ints: [i32; 3],
+) -> Result<(), CudaError> {
+    use cudarc::driver::{DevicePtr, DevicePtrMut};
+    let (wd, _g0) = w.data.slice.device_ptr(s);
+    let (wsc, _g1) = w.scales.slice.device_ptr(s);
+    let (xh, _g2) = x.hl.slice.device_ptr(s);
+    let (xf, _g3) = x.xs.slice.device_ptr(s);
+    let (yp, _g4) = y.slice.device_ptr_mut(s);
+    let mut args = [
+        arg_ptr(&wd),
+        arg_ptr(&wsc),
+        arg_ptr(&xh),
+        arg_ptr(&xf),
+        arg_ptr(&yp),
+        arg_ptr(&ints[0]),
+        arg_ptr(&ints[1]),
+        arg_ptr(&ints[2]),
+    ];
+    // SAFETY: the arguments are in the kernel's order and types and outlive the call;
+    // the buffers were checked by `launch`.
+    unsafe { launch_ex(s, f, cfg, &mut args) }.map_err(driver_err("cuLaunchKernelEx(gemv_mma)"))
 }
 
 #[cfg(test)]

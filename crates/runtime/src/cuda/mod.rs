@@ -13,6 +13,7 @@ mod context;
 mod decode;
 mod gemv;
 mod kernels;
+mod launch;
 mod timing;
 
 pub use attention::{ATTN_HEAD_DIM, AttentionDecode, AttnOut, KvCache, attn_partials_len};
