@@ -63,6 +63,23 @@ pub struct BenchRow {
     pub sentences: usize,
     pub seconds: f64,
     pub sentences_per_s: f64,
+    /// CPU seconds the process used over the same run (Linux `/proc/self/stat`, 10 ms ticks),
+    /// when readable. On a machine shared with other work, `sentences / (cpu_seconds /
+    /// threads)` estimates the rate with the threads' cores to itself (rayon's idle spinning
+    /// counts as use, so the estimate is conservative).
+    pub cpu_seconds: Option<f64>,
+}
+
+/// User + system CPU seconds of this process, from `/proc/self/stat` (fields 14 and 15, in
+/// clock ticks of 1/100 s).
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) is parenthesised and may hold spaces: split after it.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<f64>().ok();
+    // `rest` starts at field 3, so fields 14 and 15 are at 11 and 12.
+    Some((ticks(11)? + ticks(12)?) / 100.0)
 }
 
 /// The whole result.
@@ -82,9 +99,17 @@ pub struct BenchReport {
 impl BenchReport {
     /// A Markdown table of the rows.
     pub fn to_markdown(&self) -> String {
-        let mut s = String::from("| batch | sentences/s |\n|---:|---:|\n");
+        let mut s = String::from(
+            "| batch | sentences/s | sentences per CPU-second × threads |\n|---:|---:|---:|\n",
+        );
         for r in &self.rows {
-            s += &format!("| {} | {:.1} |\n", r.batch, r.sentences_per_s);
+            let cpu = r
+                .cpu_seconds
+                .filter(|c| *c > 0.0)
+                .map_or("—".to_string(), |c| {
+                    format!("{:.1}", r.sentences as f64 * self.threads as f64 / c)
+                });
+            s += &format!("| {} | {:.1} | {cpu} |\n", r.batch, r.sentences_per_s);
         }
         s += &format!(
             "\np50 latency (one short sentence): {:.2} ms (p90 {:.2} ms), {} threads, {}\n",
@@ -122,16 +147,18 @@ pub fn bench_embeddings(
         run(&model, &texts[..texts.len().min(32)], 32)?;
         let mut rows = Vec::new();
         for &batch in &options.batches {
-            let start = Instant::now();
+            let (start, cpu0) = (Instant::now(), process_cpu_seconds());
             for chunk in texts.chunks(batch.max(1)) {
                 run(&model, chunk, batch)?;
             }
             let seconds = start.elapsed().as_secs_f64();
+            let cpu_seconds = process_cpu_seconds().zip(cpu0).map(|(b, a)| b - a);
             rows.push(BenchRow {
                 batch,
                 sentences: texts.len(),
                 seconds,
                 sentences_per_s: texts.len() as f64 / seconds,
+                cpu_seconds,
             });
         }
         let mut lat = Vec::with_capacity(options.latency_runs);
