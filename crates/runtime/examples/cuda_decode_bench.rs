@@ -190,21 +190,23 @@ fn main() {
         };
     }
     let pdl = argv.iter().any(|a| a == "--pdl");
-    // The kernel the PDL run will use, pinned, so the PDL-off check below runs the same
-    // kernels (Auto picks another FP4 kernel when PDL is on).
-    if pdl && gemv.kernel == GemvKernel::Auto {
-        gemv.pdl = true;
-        gemv.kernel = gemv.resolve(ElementFormat::Fp4E2M1);
-        gemv.pdl = false;
-    }
+    // Auto picks the PDL run's kernels for the PDL-off check below as well.
+    gemv.select_as_pdl = pdl;
     if argv.iter().any(|a| a == "--ring") {
         gemv.ring_override = Some((arg("--ring", 8), 2));
     }
+    // FP4 kernel per matrix (tiles of 32 rows, 128-byte chunks).
+    let pick =
+        |rows: usize, cols: usize| gemv.resolve(ElementFormat::Fp4E2M1, rows / 32, cols / 256);
     println!(
-        "GEMV kernel {:?} (FP4: {:?}), ring {:?}",
+        "GEMV kernel {:?}, ring {:?}, PDL {pdl}: q|k|v {:?}, o {:?}, gate|up {:?}, down {:?}, lm_head {:?}",
         gemv.kernel,
-        gemv.resolve(ElementFormat::Fp4E2M1),
-        gemv.ring_override
+        gemv.ring_override,
+        pick((NH + 2 * NKV) * HD, HIDDEN),
+        pick(HIDDEN, NH * HD),
+        pick(2 * INTER, HIDDEN),
+        pick(HIDDEN, INTER),
+        pick(VOCAB, HIDDEN),
     );
     let mut k = Kernels {
         gemv,

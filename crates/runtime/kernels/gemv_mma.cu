@@ -1,5 +1,10 @@
 // Favlo CUDA kernels: MXFP4 / MXFP8 (E4M3) GEMV on the tensor cores, y = W x.
 //
+// Variants of how the weights reach the registers (same fragments and arithmetic):
+// gemv_mx*_mma (register double buffer), gemv_mx*_pp (register ping-pong),
+// gemv_mx*_ring{2,3,4} (per-warp shared-memory ring, cp.async), gemv_mx*_tma{2,3,4}
+// (the ring filled by bulk copies), and timing probes; docs/CUDA.md has the figures.
+//
 // Weights: the favlo-mx codes (FP4: element 0 in the low nibble; one E8M0 scale per
 // 32 values), re-tiled on upload (`MxTiled`, src/cuda/gemv.rs; described at the kernel).
 //

@@ -6,9 +6,11 @@
 //! weights to f16 and issues `mma.sync`. The launch picks the warps per block so the
 //! grid is about one wave of 16 warps per multiprocessor. Weights are re-tiled on the
 //! host before upload ([`tile_mx`]) so each warp streams 4 KB contiguous per step.
-//! The default kernel ([`GemvKernel::Ring`]) streams each warp's chunks through a
-//! shared-memory ring of D stages (`cp.async`, D − 1 chunks ahead); [`ring_config`]
-//! picks the warps per block and D from the shape and the multiprocessor's memory.
+//! The same fragments and arithmetic are fed four ways ([`GemvKernel`]): register
+//! double buffer, register ping-pong, a per-warp shared-memory ring filled by
+//! `cp.async` ([`ring_config`] picks its warps and depth), or the same ring filled by
+//! bulk copies; [`GemvKernel::Auto`] resolves per format to the fastest measured on
+//! the H200 ([`GemvMma::resolve`]).
 
 use std::sync::Arc;
 
@@ -188,7 +190,7 @@ impl MxTiled {
 /// Which tensor-core GEMV kernel [`GemvMma::gemv`] launches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GemvKernel {
-    /// Per format the kernel measured fastest (see [`GemvMma::resolve`]).
+    /// Per format and shape the kernel measured fastest (see [`GemvMma::resolve`]).
     Auto,
     /// Register double buffer (one chunk in flight per warp while it computes).
     Regs,
@@ -272,6 +274,9 @@ pub struct GemvMma {
     /// first weights while the kernel before it (which triggers early) finishes; the
     /// RMSNorm and SwiGLU preparations launch early too and wait before reading.
     pub pdl: bool,
+    /// [`GemvKernel::Auto`] picks kernels as if [`Self::pdl`] were on (benchmarks that
+    /// compare PDL on and off with the same kernels).
+    pub select_as_pdl: bool,
     /// True when the module came from the disk cache.
     pub from_cache: bool,
     /// [`GemvKernel::Regs`] only: the weight loads with the L2 256-byte prefetch hint
@@ -377,6 +382,7 @@ impl GemvMma {
             kernel: GemvKernel::Auto,
             ring_override: None,
             pdl: false,
+            select_as_pdl: false,
             fp4: f("gemv_mxfp4_mma")?,
             fp8: f("gemv_mxfp8_mma")?,
             fp4_pf: f("gemv_mxfp4_mma_pf")?,
@@ -526,14 +532,20 @@ impl GemvMma {
         Ok(())
     }
 
-    /// The kernel [`Self::gemv`] runs for `format`: `kernel`, with
-    /// [`GemvKernel::Auto`] resolved to the fastest measured on the H200
-    /// (docs/CUDA.md): ping-pong registers for FP8; for FP4 the `cp.async` ring
-    /// (fastest alone) or, with [`Self::pdl`], ping-pong registers (fastest in the
-    /// decode step, where their first loads overlap the previous kernel).
-    pub fn resolve(&self, format: ElementFormat) -> GemvKernel {
+    /// The kernel [`Self::gemv`] runs for a `format` matrix of `tiles` row tiles and
+    /// `chunks` chunks: `kernel`, with [`GemvKernel::Auto`] resolved to the fastest
+    /// measured on the H200 (docs/CUDA.md): ping-pong registers for FP8; for FP4 the
+    /// ping-pong kernel when the grid is at most one block per multiprocessor and either
+    /// PDL is on or the row has at most 16 chunks (the o and down projections of the
+    /// decode step), else the `cp.async` ring.
+    pub fn resolve(&self, format: ElementFormat, tiles: usize, chunks: usize) -> GemvKernel {
+        let pdl = self.pdl || self.select_as_pdl;
         match (self.kernel, format) {
-            (GemvKernel::Auto, ElementFormat::Fp4E2M1) if self.pdl => GemvKernel::PingPong,
+            (GemvKernel::Auto, ElementFormat::Fp4E2M1)
+                if tiles <= self.sms && (pdl || chunks <= 16) =>
+            {
+                GemvKernel::PingPong
+            }
             (GemvKernel::Auto, ElementFormat::Fp4E2M1) => GemvKernel::Ring,
             (GemvKernel::Auto, _) => GemvKernel::PingPong,
             (k, _) => k,
@@ -611,7 +623,7 @@ impl GemvMma {
         if l.rows == 0 {
             return Ok(());
         }
-        let kernel = self.resolve(l.format);
+        let kernel = self.resolve(l.format, tiles, chunks);
         let fi = usize::from(l.format != ElementFormat::Fp4E2M1);
         let (f, warps, smem) = match (kernel, probe) {
             (_, Some(mode)) => {
