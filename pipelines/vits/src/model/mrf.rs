@@ -7,9 +7,10 @@
 //! every pass streams memory. Instead each chunk of output columns gathers its
 //! input window with a halo (the sum of the chain's paddings) once, runs every
 //! convolution of every block "valid" (unpadded) inside the window while it
-//! sits in the core's cache, and writes only the block sum. Chunks are
-//! independent, so rayon runs them in parallel with no barrier per
-//! convolution, and the result does not depend on the thread count. Columns
+//! sits in the core's cache, and writes only the block sum, straight into its
+//! own columns of the result. Chunks are independent, so rayon runs them in
+//! parallel with no barrier per convolution, and the result does not depend
+//! on the thread count. Columns
 //! outside `[0, len)` are zeroed after each convolution, which is what the
 //! whole-tensor zero padding of each convolution means.
 
@@ -21,9 +22,29 @@ use crate::weights::{Conv, Workspace};
 /// Floats of one chunk tensor `[C, cols]` (256 KiB: a few of them fit in L2).
 const CHUNK_FLOATS: usize = 1 << 16;
 
-/// Output columns per chunk for `channels` channels.
-pub fn chunk_cols(channels: usize) -> usize {
-    (CHUNK_FLOATS / channels.max(1)).max(64)
+/// Output columns per chunk for `channels` channels and `len` columns: about
+/// [`CHUNK_FLOATS`] per chunk tensor, but at least 8 chunks when `len` allows
+/// (a function of the shape only, so the split never depends on the thread
+/// count — nor do the bits, since every column is computed the same way).
+pub fn chunk_cols(channels: usize, len: usize) -> usize {
+    (CHUNK_FLOATS / channels.max(1))
+        .min(len.div_ceil(8))
+        .max(64)
+}
+
+/// `acc`'s base pointer, shared by the chunk tasks.
+#[derive(Clone, Copy)]
+struct AccPtr(*mut f32);
+// SAFETY: each task writes only its own columns [t0, t1) of every row.
+unsafe impl Send for AccPtr {}
+// SAFETY: as above.
+unsafe impl Sync for AccPtr {}
+
+impl AccPtr {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
 }
 
 /// `acc[C, len] = Σ_b block_b(x)` for `x = up[C, len]`, where each block is a
@@ -37,41 +58,49 @@ pub fn run_blocks(
     slope: f32,
     acc: &mut [f32],
 ) -> Result<(), VitsError> {
-    let cols = chunk_cols(channels).min(len.max(1));
-    let chunks = len.div_ceil(cols);
-    let parts = (0..chunks)
-        .into_par_iter()
-        .map(|i| {
-            let t0 = i * cols;
-            chunk(
-                ws,
-                blocks,
-                up,
-                channels,
-                len,
-                t0,
-                (t0 + cols).min(len),
-                slope,
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    acc[..channels * len]
-        .par_chunks_exact_mut(len)
-        .enumerate()
-        .for_each(|(ch, row)| {
-            for (i, p) in parts.iter().enumerate() {
-                let t0 = i * cols;
-                let w = (t0 + cols).min(len) - t0;
-                row[t0..t0 + w].copy_from_slice(&p[ch * w..(ch + 1) * w]);
-            }
+    if acc.len() < channels * len || up.len() < channels * len {
+        return Err(VitsError::Graph {
+            path: Default::default(),
+            what: "dec".into(),
+            reason: "short stage buffer".into(),
         });
-    Ok(())
+    }
+    let cols = chunk_cols(channels, len).min(len.max(1));
+    let chunks = len.div_ceil(cols);
+    let dst = AccPtr(acc.as_mut_ptr());
+    (0..chunks).into_par_iter().try_for_each(|i| {
+        let t0 = i * cols;
+        let t1 = (t0 + cols).min(len);
+        chunk(
+            ws,
+            blocks,
+            up,
+            channels,
+            len,
+            t0,
+            t1,
+            slope,
+            |b, ch, row| {
+                // SAFETY: acc holds channels·len floats (checked above); this
+                // task alone writes columns [t0, t1) of row ch.
+                let out = unsafe {
+                    std::slice::from_raw_parts_mut(dst.get().add(ch * len + t0), t1 - t0)
+                };
+                if b == 0 {
+                    out.copy_from_slice(row);
+                } else {
+                    out.iter_mut().zip(row).for_each(|(a, v)| *a += v);
+                }
+            },
+        )
+    })
 }
 
-/// The block sum over output columns `[t0, t1)`, as `[C, t1 − t0]`.
+/// The blocks over output columns `[t0, t1)`: block `b`'s result, row `ch`,
+/// goes to `emit(b, ch, row)`.
 #[allow(clippy::too_many_arguments)]
-fn chunk<'w>(
-    ws: &'w Workspace,
+fn chunk(
+    ws: &Workspace,
     blocks: &[Vec<Conv>],
     up: &[f32],
     channels: usize,
@@ -79,9 +108,9 @@ fn chunk<'w>(
     t0: usize,
     t1: usize,
     slope: f32,
-) -> Result<crate::weights::Scratch<'w>, VitsError> {
+    emit: impl Fn(usize, usize, &[f32]),
+) -> Result<(), VitsError> {
     let w = t1 - t0;
-    let mut sum = ws.buf(channels * w)?;
     for (b, convs) in blocks.iter().enumerate() {
         let halo: usize = convs.iter().map(Conv::padding).sum();
         // y = up over global columns [t0 − halo, t1 + halo), zeros outside [0, len).
@@ -111,15 +140,11 @@ fn chunk<'w>(
             width = ow;
         }
         // y is now [C, w] over [t0, t1).
-        if b == 0 {
-            sum.copy_from_slice(&y[..channels * w]);
-        } else {
-            sum.iter_mut()
-                .zip(&y[..channels * w])
-                .for_each(|(a, v)| *a += v);
+        for ch in 0..channels {
+            emit(b, ch, &y[ch * w..(ch + 1) * w]);
         }
     }
-    Ok(sum)
+    Ok(())
 }
 
 /// `dst[C, width] = src[C, len]` over global columns `[start, start + width)`,
