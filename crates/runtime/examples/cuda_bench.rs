@@ -167,6 +167,13 @@ fn main() {
                 Some((GemvKernel::PingPong, Some((w, 2)), None)),
             ));
         }
+        // Ping-pong with the L2 prefetch 2 / 3 steps ahead (probe slot 10 + distance).
+        for pd in [2usize, 3] {
+            variants.push((
+                format!("PingPong L2 prefetch {pd}"),
+                Some((GemvKernel::PingPong, None, Some(10 + pd))),
+            ));
+        }
         if full {
             variants.push((
                 "probe Tma 8x3 loads only".into(),
@@ -183,13 +190,15 @@ fn main() {
             variants.push(("F16x2 CUDA-core".into(), None));
         }
         for (name, variant) in variants {
-            if let Some((kern, ov, _)) = variant {
+            if let Some((kern, ov, pr)) = variant {
                 mma.kernel = kern;
                 mma.ring_override = ov;
+                mma.pp_prefetch = pr.filter(|m| *m >= 10).map_or(0, |m| (m - 10) as u8);
             }
             let mma = &mma;
             let probe = variant.and_then(|v| v.2);
             let run = |i: usize, yd: &mut _| match (variant, probe) {
+                (Some(_), Some(m)) if m >= 10 => mma.gemv(&wts[i], &prep, yd, false),
                 (Some(_), Some(m)) => mma.gemv_probe(m, &wts[i], &prep, yd),
                 (Some(_), None) => mma.gemv(&wts[i], &prep, yd, false),
                 (None, _) => k.gemv_mx_with(&ws[i.min(ws.len() - 1)], &xd, yd, GemvDecode::F16x2),
@@ -217,7 +226,7 @@ fn main() {
                         / m
                 }
             };
-            if probe.is_none() {
+            if probe.is_none_or(|m| m >= 10) {
                 assert!(
                     rel <= 1e-5 && all <= 1e-5,
                     "{name}: rel {rel:.2e} all {all:.2e}"
@@ -255,8 +264,9 @@ fn main() {
             println!("{line}");
             rows_out.push(line);
         }
-        mma.kernel = GemvKernel::Ring;
+        mma.kernel = GemvKernel::Auto;
         mma.ring_override = None;
+        mma.pp_prefetch = 0;
         // The x preparation alone (shared by every GEMV reading the same x).
         let xs: Vec<_> = (0..64)
             .map(|_| {

@@ -192,6 +192,8 @@ fn main() {
     let pdl = argv.iter().any(|a| a == "--pdl");
     // Auto picks the PDL run's kernels for the PDL-off check below as well.
     gemv.select_as_pdl = pdl;
+    // `--pp-prefetch 2|3`: the ping-pong GEMV prefetches that many chunks ahead into L2.
+    gemv.pp_prefetch = arg("--pp-prefetch", 0).min(3) as u8;
     if argv.iter().any(|a| a == "--ring") {
         gemv.ring_override = Some((arg("--ring", 8), 2));
     }

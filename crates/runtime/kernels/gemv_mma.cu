@@ -334,7 +334,10 @@ __device__ __forceinline__ void chunk_mma(const uint4 (&q)[8], uint2 sc,
     }
 }
 
-template <int FMT>
+// PD > 0: when a chunk's loads are issued, the chunk PD loop steps later is prefetched
+// into L2 (one 128-byte line per lane covers its 4 KB), so more of the warp's stream is
+// in flight without holding registers.
+template <int FMT, int PD = 0>
 __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ wd,
                                              const unsigned char* __restrict__ ws,
                                              const unsigned short* __restrict__ xhl,
@@ -359,7 +362,13 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
         if (lane < XB / 4)
             cp_async16(&xst[warp][buf][XB * 128 + lane * 16], xs + c * XB + lane * 4);
     };
+    const unsigned char* tbase = wd + (long long)tile * chunks * 4096 + lane * 128;
+    auto prefetch = [&](int c) {
+        if (c < chunks)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(tbase + (long long)c * 4096));
+    };
     auto load = [&](int c, uint4 (&q)[8], uint2& sc) {
+        if (PD > 0) prefetch(c + PD * nwarps);
 #pragma unroll
         for (int p = 0; p < 8; ++p) q[p] = ld_stream(dbase + (long long)c * 4096 + p * 512);
         sc = __ldg(reinterpret_cast<const uint2*>(sbase + (long long)c * SB));
@@ -371,6 +380,10 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
     // The first chunk's weights do not depend on the previous kernel: request them
     // before waiting for it (programmatic dependent launch).
     pdl_trigger();  // all blocks started: the next kernel may be scheduled
+    if (PD > 0) {
+#pragma unroll
+        for (int k = 1; k < PD; ++k) prefetch(c + k * nwarps);
+    }
     if (c < chunks) load(c, qa, sa);
     pdl_wait();
     if (c < chunks) stage_x(c, 0);
@@ -430,6 +443,18 @@ extern "C" __global__ void __launch_bounds__(512) gemv_mxfp8_pp(
     int rows, int chunks, int accumulate) {
     gemv_pp_body<8>(wd, ws, xhl, xs, y, rows, chunks, accumulate);
 }
+
+#define GEMV_PP_PF(NAME, FMT, PD)                                                            \
+    extern "C" __global__ void __launch_bounds__(512) NAME(                                 \
+        const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,         \
+        const unsigned short* __restrict__ xhl, const float* __restrict__ xs,               \
+        float* __restrict__ y, int rows, int chunks, int accumulate) {                      \
+        gemv_pp_body<FMT, PD>(wd, ws, xhl, xs, y, rows, chunks, accumulate);                \
+    }
+GEMV_PP_PF(gemv_mxfp4_pp_pf2, 4, 2)
+GEMV_PP_PF(gemv_mxfp4_pp_pf3, 4, 3)
+GEMV_PP_PF(gemv_mxfp8_pp_pf2, 8, 2)
+GEMV_PP_PF(gemv_mxfp8_pp_pf3, 8, 3)
 
 // ---------------------------------------------------------------------------------
 // Ring variant: the same tiles, fragments and arithmetic, but every warp streams its

@@ -189,6 +189,26 @@ fn gemv_mma_matches_reference() {
         (GemvKernel::Ring, Some((3, 3)), true),
         (GemvKernel::Tma, None, true),
     ];
+    // The ping-pong kernel with its L2 prefetch 2 and 3 steps ahead, plain and PDL.
+    for (pi, (pd, pdl)) in [(2u8, false), (3, false), (3, true)]
+        .into_iter()
+        .enumerate()
+    {
+        g.kernel = GemvKernel::PingPong;
+        g.ring_override = None;
+        g.pp_prefetch = pd;
+        g.pdl = pdl;
+        for (i, format) in [ElementFormat::Fp4E2M1, ElementFormat::Fp8E4M3]
+            .into_iter()
+            .enumerate()
+        {
+            let s = 10 * i as u64 + 1000 + 100 * pi as u64;
+            check_gemv_mma(&ctx, &g, format, 67, 1000, s + 1);
+            check_gemv_mma(&ctx, &g, format, 256, 4096, s + 2);
+            check_gemv_mma(&ctx, &g, format, 1000, 3072, s + 4);
+        }
+    }
+    g.pp_prefetch = 0;
     for (ki, (kernel, ov, pdl)) in kernels.into_iter().enumerate() {
         g.kernel = kernel;
         g.ring_override = ov;

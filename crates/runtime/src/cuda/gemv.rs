@@ -252,6 +252,8 @@ pub struct GemvMma {
     fp4_pf: CudaFunction,
     fp8_pf: CudaFunction,
     pp: [CudaFunction; 2],
+    /// Ping-pong with L2 prefetch [FP4, FP8] × distance 2, 3.
+    pp_pf: [[CudaFunction; 2]; 2],
     /// Ring kernels, [FP4, FP8] × depth 2, 3, 4.
     ring: [[CudaFunction; 3]; 2],
     /// Bulk-copy ring kernels, [FP4, FP8] × depth 2, 3, 4.
@@ -277,6 +279,9 @@ pub struct GemvMma {
     /// [`GemvKernel::Auto`] picks kernels as if [`Self::pdl`] were on (benchmarks that
     /// compare PDL on and off with the same kernels).
     pub select_as_pdl: bool,
+    /// [`GemvKernel::PingPong`]: prefetch the chunk this many loop steps ahead into L2
+    /// (0 = off, 2 or 3).
+    pub pp_prefetch: u8,
     /// True when the module came from the disk cache.
     pub from_cache: bool,
     /// [`GemvKernel::Regs`] only: the weight loads with the L2 256-byte prefetch hint
@@ -383,11 +388,16 @@ impl GemvMma {
             ring_override: None,
             pdl: false,
             select_as_pdl: false,
+            pp_prefetch: 0,
             fp4: f("gemv_mxfp4_mma")?,
             fp8: f("gemv_mxfp8_mma")?,
             fp4_pf: f("gemv_mxfp4_mma_pf")?,
             fp8_pf: f("gemv_mxfp8_mma_pf")?,
             pp: [f("gemv_mxfp4_pp")?, f("gemv_mxfp8_pp")?],
+            pp_pf: [
+                [f("gemv_mxfp4_pp_pf2")?, f("gemv_mxfp4_pp_pf3")?],
+                [f("gemv_mxfp8_pp_pf2")?, f("gemv_mxfp8_pp_pf3")?],
+            ],
             prep: f("gemv_prep_x")?,
             rms_prep: f("rms_norm_prep")?,
             swiglu_prep: f("swiglu_prep")?,
@@ -642,7 +652,12 @@ impl GemvMma {
                     || warps_per_block(tiles, chunks, self.sms),
                     |o| o.0.clamp(1, MAX_WARPS),
                 );
-                (&self.pp[fi], w, 0)
+                let f = match self.pp_prefetch {
+                    2 => &self.pp_pf[fi][0],
+                    3 => &self.pp_pf[fi][1],
+                    _ => &self.pp[fi],
+                };
+                (f, w, 0)
             }
             (GemvKernel::Ring | GemvKernel::Tma, None) => {
                 let (w, d) = self
