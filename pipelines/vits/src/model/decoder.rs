@@ -7,8 +7,9 @@
 //! Key design choice: every leaky ReLU is fused into the gather of the
 //! convolution that reads it; a stage's residual blocks run over time chunks
 //! that stay in cache (`mrf.rs`), so a stage holds two `[C, L]` buffers (the
-//! upsampled input and the block sum) plus one chunked copy of the sum; the
-//! mean over a stage's blocks is a sum, its 1/n folded into the next weights.
+//! upsampled input and the block sum) plus a few chunk-sized temporaries per
+//! worker; the mean over a stage's blocks is a sum, its 1/n folded into the
+//! next weights.
 
 use favlo_runtime::cpu;
 
