@@ -15,9 +15,13 @@
 //! Needs espeak-ng, library or program (skips with a note when it is missing).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use favlo_vits::phonemize::Backend;
 use favlo_vits::{Phonemizer, VoiceConfig};
 
+/// Exact agreements required through espeak-ng's library (1.51 gives 14) and
+/// through its program (1.51 gives 13: see `phonemize.rs` / the README).
 const MIN_AGREE: usize = 14;
+const MIN_AGREE_PROGRAM: usize = 13;
 
 /// Folds the espeak-ng version differences listed above.
 fn fold(s: &str) -> String {
@@ -68,10 +72,14 @@ fn ids_agree_with_piper_tts() {
             );
         }
     }
-    eprintln!("{agree} of {} texts agree exactly", cases.len());
-    assert!(
-        agree >= MIN_AGREE,
-        "only {agree} of {} texts agree",
-        cases.len()
+    eprintln!(
+        "{agree} of {} texts agree exactly ({:?})",
+        cases.len(),
+        ph.backend()
     );
+    let min = match ph.backend() {
+        Backend::Library => MIN_AGREE,
+        Backend::Program(_) => MIN_AGREE_PROGRAM,
+    };
+    assert!(agree >= min, "only {agree} of {} texts agree", cases.len());
 }
