@@ -3,8 +3,9 @@
 //!
 //! Key design choice: the content terms (`QᵀK` and `V·Pᵀ`) are GEMMs read straight
 //! from the `[C, T]` layout through `gemm` strides (no transposed copies); the
-//! relative terms touch only `2w + 1` diagonals, so they are plain loops. No
-//! mask: the caller runs one unpadded sequence.
+//! relative terms touch only `2w + 1` diagonals, so they are plain loops. Heads
+//! run in parallel on rayon workers, each with its own score block. No mask:
+//! the caller runs one unpadded sequence.
 
 /// Shape of a windowed relative-position attention.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,9 +21,9 @@ pub struct RelAttnShape {
 }
 
 impl RelAttnShape {
-    /// Elements of the score scratch (`T·T`).
+    /// Elements of the score scratch (`heads·T·T`: one block per head).
     pub fn scratch_len(&self) -> usize {
-        self.len * self.len
+        self.heads * self.len * self.len
     }
 }
 
@@ -89,14 +90,14 @@ pub fn attention_rel_window(
         && out.len() >= n
         && emb_k.len() >= ne
         && emb_v.len() >= ne
-        && scores.len() >= t * t;
+        && scores.len() >= heads * t * t;
     debug_assert!(ok, "attention_rel_window: short operand");
     if !ok || n == 0 {
         return;
     }
     let scale = 1.0 / (d as f32).sqrt();
     let ti = t as isize;
-    for h in 0..heads {
+    let head = |(h, (oh, scores)): (usize, (&mut [f32], &mut [f32]))| {
         let (qh, kh, vh) = (
             &q[h * d * t..(h + 1) * d * t],
             &k[h * d * t..(h + 1) * d * t],
@@ -132,7 +133,6 @@ pub fn attention_rel_window(
             let inv = 1.0 / sum;
             row.iter_mut().for_each(|s| *s *= inv);
         }
-        let oh = &mut out[h * d * t..(h + 1) * d * t];
         // out(c, i) = Σ_j v[c, j] p[i, j]
         gemm_call(
             d,
@@ -153,5 +153,15 @@ pub fn attention_rel_window(
                 }
             }
         }
+    };
+    let work = out[..n]
+        .chunks_exact_mut(d * t)
+        .zip(scores[..heads * t * t].chunks_exact_mut(t * t))
+        .enumerate();
+    if heads > 1 && t * t * d >= 1 << 14 {
+        use rayon::prelude::*;
+        work.par_bridge().for_each(head);
+    } else {
+        work.for_each(head);
     }
 }
