@@ -142,12 +142,27 @@ pub fn conv_transpose1d(
     let mut off = 0;
     for r in 0..s.min(lo) {
         let (j0, c, taps) = phase(shape, r);
-        for co in 0..cout {
+        // One row of A_r per output channel, repacked on the workers (a
+        // strided gather of the whole weight, once per call).
+        let pack_row = |(co, row): (usize, &mut [f32])| {
             for m in 0..taps {
                 for ci in 0..cin {
-                    packed[off + co * taps * cin + m * cin + ci] =
-                        weight[ci * cout * k + co * k + j0 + m * s];
+                    row[m * cin + ci] = weight[ci * cout * k + co * k + j0 + m * s];
                 }
+            }
+        };
+        if taps > 0 {
+            let block = &mut packed[off..off + cout * taps * cin];
+            if cout * taps * cin >= 1 << 15 {
+                block
+                    .par_chunks_exact_mut(taps * cin)
+                    .enumerate()
+                    .for_each(pack_row);
+            } else {
+                block
+                    .chunks_exact_mut(taps * cin)
+                    .enumerate()
+                    .for_each(pack_row);
             }
         }
         // Row (m, ci) reads x[ci, q + c − m] at padded column pl + c − m + q ≥ 0.
