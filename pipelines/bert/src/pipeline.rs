@@ -4,7 +4,8 @@
 //! Key choices: inputs are tokenized, truncated at the model's limit (the smaller of the
 //! position table and `sentence_bert_config.json`'s `max_seq_length`) and sorted by length;
 //! consecutive inputs then form batches of at most `max_batch_tokens` tokens (sized against the
-//! ledger's room at open time) so similar lengths run together. Vectors come back in input order.
+//! ledger's room at open time) and `FORWARD_TOKENS` (cache-sized) so similar lengths run
+//! together. Vectors come back in input order.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -23,6 +24,12 @@ use crate::weights::WeightFormat;
 const MAX_BATCH_SEQS: usize = 64;
 /// Preferred tokens per forward pass (more only helps GEMM efficiency marginally).
 const PREFERRED_BATCH_TOKENS: usize = 8192;
+/// Tokens one forward pass aims at: a request of 32 MiniLM inputs (~1,200 tokens) runs as
+/// ~3 forwards, so each layer's activations (≈ 20 KB per token) stay near the caches between
+/// the AMX GEMMs instead of streaming from memory (measured on the shared 2-core machine,
+/// batch 32: +20% sentences per CPU-second against one 1,200-token forward). Packing has no
+/// padding, so splitting costs no compute; one sequence longer than this still runs alone.
+const FORWARD_TOKENS: usize = 512;
 
 /// Options for [`BertEmbeddings::open`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -106,7 +113,7 @@ impl BertEmbeddings {
             let mut tokens = 0;
             while end < order.len() && end - start < max_seqs {
                 let len = inputs[order[end]].ids.len();
-                if end > start && tokens + len > self.max_batch_tokens {
+                if end > start && tokens + len > self.max_batch_tokens.min(FORWARD_TOKENS) {
                     break;
                 }
                 tokens += len;
