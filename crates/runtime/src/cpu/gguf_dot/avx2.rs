@@ -46,6 +46,18 @@ fn hsum_i32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(s)
 }
 
+/// The lane sums of four i32 vectors, `[Σv0, Σv1, Σv2, Σv3]` (exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum4_i32(v: [__m256i; 4]) -> [i32; 4] {
+    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    let mut out = [0i32; 4];
+    // SAFETY: out holds 16 bytes.
+    unsafe { _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, s) };
+    out
+}
+
 /// 32 nibbles of 16 bytes: low nibbles (elements 0..16) then high (16..32).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -366,6 +378,10 @@ pub(crate) unsafe fn kquant_dots<const M: usize>(
             let mut sumi = [_mm256_setzero_si256(); M];
             if ty == GgufType::Q4_K {
                 let (sc, mn) = k4_scales(std::slice::from_raw_parts(b.add(4), 12));
+                // Rows of one call share the batch flag (the driver's 4-row groups are
+                // ggml's gemm groups; leftover rows come one at a time).
+                let batch = a[0].batch;
+                let mut pv = [[_mm256_setzero_si256(); 4]; M];
                 for jj in 0..4 {
                     let raw = _mm256_loadu_si256(b.add(16 + 32 * jj) as *const __m256i);
                     let lo = _mm256_and_si256(raw, m4);
@@ -376,25 +392,29 @@ pub(crate) unsafe fn kquant_dots<const M: usize>(
                         let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld(r, i, 64 * jj)), s0);
                         let p1 =
                             _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld(r, i, 64 * jj + 32)), s1);
-                        if a[r].batch {
-                            // ggml's q4_K_8x8 gemm: one FMA per pair of sub-blocks.
-                            let sums = &a[r].sums[16 * i + 4 * jj..16 * i + 4 * jj + 4];
-                            let m2 = i32::from(mn[2 * jj]) * (sums[0] + sums[1])
-                                + i32::from(mn[2 * jj + 1]) * (sums[2] + sums[3]);
-                            let (wd, wmin) = h2f2(b);
-                            let pj = hsum_i32(_mm256_add_epi32(p0, p1));
-                            tail[r] = (pj as f32).mul_add(a[r].d[i] * wd, tail[r]);
-                            mins[r] = (m2 as f32).mul_add(a[r].d[i] * wmin, mins[r]);
+                        if batch {
+                            pv[r][jj] = _mm256_add_epi32(p0, p1);
                         } else {
                             sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p0, p1));
                         }
                     }
                 }
+                let (wd, wmin) = h2f2(b);
                 for r in 0..M {
-                    if a[r].batch {
+                    let sums = &a[r].sums[16 * i..16 * i + 16];
+                    let d = a[r].d[i] * wd;
+                    let dmin = a[r].d[i] * wmin;
+                    if batch {
+                        // ggml's q4_K_8x8 gemm: one FMA per pair of sub-blocks, in order.
+                        let s4 = hsum4_i32(pv[r]);
+                        for jj in 0..4 {
+                            let m2 = i32::from(mn[2 * jj]) * (sums[4 * jj] + sums[4 * jj + 1])
+                                + i32::from(mn[2 * jj + 1]) * (sums[4 * jj + 2] + sums[4 * jj + 3]);
+                            tail[r] = (s4[jj] as f32).mul_add(d, tail[r]);
+                            mins[r] = (m2 as f32).mul_add(dmin, mins[r]);
+                        }
                         continue;
                     }
-                    let sums = &a[r].sums[16 * i..16 * i + 16];
                     let mut summ = 0i32;
                     for j in 0..8 {
                         summ += i32::from(mn[j]) * (sums[2 * j] + sums[2 * j + 1]);
@@ -402,9 +422,6 @@ pub(crate) unsafe fn kquant_dots<const M: usize>(
                     // ggml's AVX2 gemv order (llama.cpp repacks Q4_K to q4_K_8x8 on AVX2):
                     // per super-block the scaled sums and the min terms are FMA'd into two
                     // f32 accumulators, subtracted once at the end.
-                    let (wd, wmin) = h2f2(b);
-                    let d = a[r].d[i] * wd;
-                    let dmin = a[r].d[i] * wmin;
                     tail[r] = (hsum_i32(sumi[r]) as f32).mul_add(d, tail[r]);
                     mins[r] = (summ as f32).mul_add(dmin, mins[r]);
                 }
@@ -456,16 +473,19 @@ pub(crate) unsafe fn kquant_dots<const M: usize>(
                     }
                     continue;
                 }
-                let sc_lo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(sc.as_ptr() as *const __m128i));
-                let sc_hi =
-                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(sc.as_ptr().add(8) as *const __m128i));
+                // i16 scales; lane l of madd(bsums, scales) = bs[2l]·sc[2l] + bs[2l+1]·sc[2l+1].
+                let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc.as_ptr() as *const __m128i));
                 for r in 0..M {
                     let sp = a[r].sums.as_ptr().add(16 * i);
-                    let p_lo = _mm256_mullo_epi32(_mm256_loadu_si256(sp as *const __m256i), sc_lo);
-                    let p_hi =
-                        _mm256_mullo_epi32(_mm256_loadu_si256(sp.add(8) as *const __m256i), sc_hi);
-                    let pairs =
-                        _mm256_permute4x64_epi64(_mm256_hadd_epi32(p_lo, p_hi), 0b11_01_10_00);
+                    // The 16 i32 sums (each |Σ| ≤ 16·127) packed to i16 in order.
+                    let bs16 = _mm256_permute4x64_epi64(
+                        _mm256_packs_epi32(
+                            _mm256_loadu_si256(sp as *const __m256i),
+                            _mm256_loadu_si256(sp.add(8) as *const __m256i),
+                        ),
+                        0b11_01_10_00,
+                    );
+                    let pairs = _mm256_madd_epi16(bs16, sc16);
                     let lanes = _mm256_sub_epi32(sumi[r], _mm256_slli_epi32(pairs, 5));
                     let d = _mm256_set1_ps(a[r].d[i] * wd);
                     acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[r]);
