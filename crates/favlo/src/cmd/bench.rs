@@ -74,9 +74,13 @@ pub struct EmbBench {
     /// Threads.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
-    /// Use int8 weights.
-    #[arg(long)]
+    /// Use int8 weights (the same as `--weights int8`).
+    #[arg(long, conflicts_with = "weights")]
     pub int8: bool,
+    /// Linear weights: as-stored (the serving default: AMX bf16 where the CPU has AMX,
+    /// else exact f32), f32 (exact), bf16, bf16x3 (AMX tiles) or int8.
+    #[arg(long, default_value = "as-stored")]
+    pub weights: String,
     /// Also run sentence-transformers (PyTorch CPU) on the same corpus.
     #[arg(long)]
     pub anchor: bool,
@@ -202,23 +206,30 @@ fn find_gguf(dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
 }
 
 fn embeddings(b: EmbBench) -> anyhow::Result<ExitCode> {
+    use favlo_bert::{Precision, WeightFormat};
+    let format = match (b.int8, b.weights.as_str()) {
+        (true, _) | (_, "int8") => WeightFormat::Int8,
+        (_, "as-stored") => WeightFormat::AsStored,
+        (_, "f32") => WeightFormat::F32,
+        (_, "bf16") => WeightFormat::Amx(Precision::Bf16),
+        (_, "bf16x3") => WeightFormat::Amx(Precision::Bf16x3),
+        (_, other) => {
+            bail!("unknown --weights {other:?} (as-stored, f32, bf16, bf16x3 or int8)")
+        }
+    };
     let dir = model_dir(&b.model)?;
     let opts = favlo_bert::BenchOptions {
         threads: b.threads,
-        format: if b.int8 {
-            favlo_bert::WeightFormat::Int8
-        } else {
-            favlo_bert::WeightFormat::AsStored
-        },
+        format,
         ..Default::default()
     };
     let r = favlo_bert::bench_embeddings(&dir, &opts)?;
     println!(
-        "model {} ({}), {} threads, {}",
+        "model {} ({}), {} threads, weights {}",
         b.model,
         dir.display(),
         b.threads,
-        if b.int8 { "int8" } else { "f32" }
+        r.weights
     );
     println!("{:<22} {:>6} {:>14}", "engine", "batch", "sentences/s");
     for row in &r.rows {
