@@ -152,7 +152,7 @@ fn head_body(
     scale: f32,
     dot: Dot,
     p: &mut Vec<f32>,
-    lanes: &mut Vec<[f32; SLOTS]>,
+    lanes: &mut Vec<f32>,
     o: &mut [f32],
 ) {
     let hd = qh.len();
@@ -175,26 +175,29 @@ fn head_body(
         sum += f64::from(hsum8(&e));
     }
     let inv = (1.0 / sum) as f32;
-    lanes.clear();
-    lanes.resize(hd, [0f32; SLOTS]);
     // p·V over ggml's key axis (padded to a multiple of 256 with zero weights, so both
-    // dots run without leftovers): slot j % 8 (tinyBLAS) or j % 32 (vec_dot).
+    // dots run without leftovers): slot j % 8 (tinyBLAS) or j % 32 (vec_dot); `lanes`
+    // holds `width` slots per output dimension.
     let width = if dot == Dot::Tiny { LANES } else { SLOTS };
+    lanes.clear();
+    lanes.resize(hd * width, 0.0);
     for (j, v) in p.iter().enumerate() {
         let w = f16::from_f32(*v * inv).to_f32();
         let l = j % width;
         let vr = &v_cache[j * stride + off..j * stride + off + hd];
-        for (a, &x) in lanes.iter_mut().zip(vr) {
+        for (a, &x) in lanes.chunks_exact_mut(width).zip(vr) {
             a[l] = w.mul_add(x, a[l]);
         }
     }
-    for (y, a) in o.iter_mut().zip(lanes.iter()) {
+    for (y, a) in o.iter_mut().zip(lanes.chunks_exact(width)) {
         *y = if dot == Dot::Tiny {
             let mut a8 = [0f32; LANES];
-            a8.copy_from_slice(&a[..LANES]);
+            a8.copy_from_slice(a);
             hsum8(&a8)
         } else {
-            reduce32(a)
+            let mut a32 = [0f32; SLOTS];
+            a32.copy_from_slice(a);
+            reduce32(&a32)
         };
     }
 }
@@ -212,7 +215,7 @@ unsafe fn head_fma(
     scale: f32,
     dot: Dot,
     p: &mut Vec<f32>,
-    lanes: &mut Vec<[f32; SLOTS]>,
+    lanes: &mut Vec<f32>,
     o: &mut [f32],
 ) {
     head_body(
