@@ -148,9 +148,6 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
             }
             for (i, a) in rows.iter().enumerate().skip(i0) {
                 for r in t0..t1 {
-                    if i == i0 && r + PREFETCH_ROWS < n {
-                        prefetch_bytes(w.row(r + PREFETCH_ROWS));
-                    }
                     let v = row_dot(isa, w.ty, w.row(r), *a);
                     // SAFETY: i < m rows of ld, col0 + r < ld; column r belongs to this task.
                     unsafe { *optr.ptr().add(i * ld + col0 + r) = v };
@@ -166,27 +163,6 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
             .into_par_iter()
             .for_each(|c| run(c * chunk));
     }
-}
-
-/// Rows ahead of the one being dotted whose blocks are prefetched on the first pass
-/// over a tile (decode's only pass). A row is a few hundred bytes to a few KiB; the
-/// block decode is slow enough that the hardware prefetcher alone leaves misses exposed.
-const PREFETCH_ROWS: usize = 2;
-
-/// Prefetch every cache line of `bytes` (a hint: never faults).
-#[inline]
-fn prefetch_bytes(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for off in (0..bytes.len()).step_by(64) {
-        // SAFETY: SSE is part of x86_64; a prefetch reads nothing architecturally.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                bytes.as_ptr().add(off) as *const i8,
-            )
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
 }
 
 /// Whether AVX512-VNNI (+VL) is there for `vpdpbusd` (used when the ISA is Avx512).
