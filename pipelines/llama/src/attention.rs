@@ -178,6 +178,9 @@ fn head_body(
     // p·V over ggml's key axis (padded to a multiple of 256 with zero weights, so both
     // dots run without leftovers): slot j % 8 (tinyBLAS) or j % 32 (vec_dot); `lanes`
     // holds `width` slots per output dimension.
+    // Stored slot-major (`lanes[l * hd + d]`) so each key's update is one contiguous
+    // (vectorized) FMA sweep over the head's dimensions; every (d, l) accumulator still
+    // sees the same FMAs in the same order.
     let width = if dot == Dot::Tiny { LANES } else { SLOTS };
     lanes.clear();
     lanes.resize(hd * width, 0.0);
@@ -185,18 +188,22 @@ fn head_body(
         let w = f16::from_f32(*v * inv).to_f32();
         let l = j % width;
         let vr = &v_cache[j * stride + off..j * stride + off + hd];
-        for (a, &x) in lanes.chunks_exact_mut(width).zip(vr) {
-            a[l] = w.mul_add(x, a[l]);
+        for (a, &x) in lanes[l * hd..(l + 1) * hd].iter_mut().zip(vr) {
+            *a = w.mul_add(x, *a);
         }
     }
-    for (y, a) in o.iter_mut().zip(lanes.chunks_exact(width)) {
+    for (d, y) in o.iter_mut().enumerate() {
         *y = if dot == Dot::Tiny {
             let mut a8 = [0f32; LANES];
-            a8.copy_from_slice(a);
+            for (l, a) in a8.iter_mut().enumerate() {
+                *a = lanes[l * hd + d];
+            }
             hsum8(&a8)
         } else {
             let mut a32 = [0f32; SLOTS];
-            a32.copy_from_slice(a);
+            for (l, a) in a32.iter_mut().enumerate() {
+                *a = lanes[l * hd + d];
+            }
             reduce32(&a32)
         };
     }
