@@ -13,7 +13,7 @@ use favlo_runtime::cpu;
 
 use crate::error::VitsError;
 use crate::model::encoder::Norm;
-use crate::model::{act, spline};
+use crate::model::spline;
 use crate::weights::{Conv, Loader, Workspace};
 
 /// Spline bins of VITS's `ConvFlow`.
@@ -65,10 +65,10 @@ impl DdsConv {
         for i in 0..self.sep.len() {
             let s = self.sep[i].run(ws, x, len)?;
             self.n1[i].run(&s, len, &mut y);
-            act::gelu(&mut y);
+            cpu::gelu(&mut y);
             let p = self.pw[i].run(ws, &y, len)?;
             self.n2[i].run(&p, len, &mut y);
-            act::gelu(&mut y);
+            cpu::gelu(&mut y);
             cpu::add(x, &y);
         }
         Ok(())

@@ -9,7 +9,6 @@
 use favlo_runtime::cpu;
 
 use crate::error::VitsError;
-use crate::model::act;
 use crate::weights::{Conv, Loader, Workspace};
 
 /// WaveNet stack (`modules.WN`, no global conditioning).
@@ -43,7 +42,7 @@ impl WaveNet {
         let last = self.ins.len().saturating_sub(1);
         for (i, (conv_in, conv_rs)) in self.ins.iter().zip(&self.res_skip).enumerate() {
             let a = conv_in.run(ws, x, len)?;
-            act::gated_tanh_sigmoid(&a, self.hidden, len, &mut acts);
+            cpu::gated_tanh_sigmoid(&a, self.hidden, len, &mut acts);
             let rs = conv_rs.run(ws, &acts, len)?;
             if i < last {
                 cpu::add(x, &rs[..n]);

@@ -7,7 +7,6 @@
 //! holds only its weights. Noise is an input (seeded stream or caller tensors),
 //! so the whole call is a pure function of (ids, scales, noise).
 
-pub mod act;
 pub mod decoder;
 pub mod duration;
 pub mod encoder;
