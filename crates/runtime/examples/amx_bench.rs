@@ -3,7 +3,6 @@
 //!
 //! Run: `cargo run --release -p favlo-runtime --example amx_bench [m ...]` (default m: 10 320 1280;
 //! `AMX_BENCH_THREADS=1,2` picks the thread counts).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
 
@@ -45,7 +44,7 @@ fn time<F: FnMut()>(flop: f64, threads: usize, mut f: F) -> (f64, f64) {
     (flop / best / 1e9, flop / best_cpu / 1e9)
 }
 
-fn main() {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ms: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())
@@ -64,8 +63,7 @@ fn main() {
     for threads in threads_list {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
-            .build()
-            .unwrap();
+            .build()?;
         for &m in &ms {
             for &(n, k) in &shapes {
                 let a: Vec<f32> = (0..m * k)
@@ -88,7 +86,7 @@ fn main() {
                 );
                 for p in [Precision::Bf16, Precision::Bf16x3] {
                     let packed = amx::pack_b(&w, BLayout::Nk, n, k, p);
-                    let b = PackedB::new(&packed, n, k, p).unwrap();
+                    let b = PackedB::new(&packed, n, k, p).ok_or("packed B of the wrong length")?;
                     let g = pool.install(|| {
                         time(flop, threads, || {
                             amx::gemm(m, &a, k, &b, &mut c, n, &GemmOpts::default())
@@ -100,4 +98,5 @@ fn main() {
             }
         }
     }
+    Ok(())
 }

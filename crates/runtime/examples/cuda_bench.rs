@@ -8,7 +8,6 @@
 //! timing, the first 64 rows of one copy are checked against the CPU reference.
 //!
 //! Run: `cargo run --release -p favlo-runtime --features cuda --example cuda_bench`
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 use favlo_runtime::cpu::{WeightRef, reference};
@@ -46,7 +45,7 @@ fn random_packed(layout: MxLayout, rng: &mut StdRng) -> Vec<u8> {
     b
 }
 
-fn main() {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ctx = match CudaContext::open(0, None) {
         Ok(c) => c,
         Err(e) => {
@@ -55,8 +54,8 @@ fn main() {
         }
     };
     let t0 = std::time::Instant::now();
-    let k = CudaKernels::load(&ctx).expect("kernels");
-    let mut mma = GemvMma::load(&ctx).expect("gemv_mma");
+    let k = CudaKernels::load(&ctx)?;
+    let mut mma = GemvMma::load(&ctx)?;
     println!(
         "device cuda:{} {} (sm_{}{}, NVRTC arch {}), ledger budget {:.1} GiB; kernels loaded in {:.0} ms (cache hits {:?})",
         ctx.ordinal(),
@@ -68,7 +67,7 @@ fn main() {
         t0.elapsed().as_secs_f64() * 1e3,
         k.cache_hits
     );
-    let copy = copy_bandwidth_gbps(&ctx, 1 << 30, 20).expect("copy");
+    let copy = copy_bandwidth_gbps(&ctx, 1 << 30, 20)?;
     println!("device-to-device copy (1 GiB, read+write): {copy:.0} GB/s");
 
     let mut rng = StdRng::seed_from_u64(42);
@@ -98,24 +97,23 @@ fn main() {
         let host = random_packed(layout, &mut rng);
         let copies = (512usize << 20).div_ceil(layout.total_bytes()).max(2);
         let owner = Owner::mint("cuda-bench-gemv");
+        let view = MxView::new(layout, &host)?;
         let ws: Vec<MxDevice> = (0..if full { copies } else { 1 })
-            .map(|_| MxDevice::upload(&ctx, &owner, MxView::new(layout, &host).unwrap()).unwrap())
-            .collect();
+            .map(|_| MxDevice::upload(&ctx, &owner, view))
+            .collect::<Result<_, _>>()?;
         let x: Vec<f32> = (0..kk).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-        let xd = ctx
-            .upload(
-                &owner,
-                SpanKind::Scratch,
-                &CudaKernels::padded_x(layout, &x),
-            )
-            .unwrap();
-        let mut yd = ctx.alloc::<f32>(&owner, SpanKind::Scratch, n).unwrap();
-        let mut prep = XPrep::new(&ctx, &owner, layout.padded_cols()).unwrap();
-        let tiled = tile_mx(MxView::new(layout, &host).unwrap());
+        let xd = ctx.upload(
+            &owner,
+            SpanKind::Scratch,
+            &CudaKernels::padded_x(layout, &x),
+        )?;
+        let mut yd = ctx.alloc::<f32>(&owner, SpanKind::Scratch, n)?;
+        let mut prep = XPrep::new(&ctx, &owner, layout.padded_cols())?;
+        let tiled = tile_mx(MxView::new(layout, &host)?);
         let wts: Vec<MxTiled> = (0..copies)
-            .map(|_| MxTiled::upload(&ctx, &owner, &tiled).unwrap())
-            .collect();
-        mma.prep_x(&xd, layout.padded_cols(), &mut prep).unwrap();
+            .map(|_| MxTiled::upload(&ctx, &owner, &tiled))
+            .collect::<Result<_, _>>()?;
+        mma.prep_x(&xd, layout.padded_cols(), &mut prep)?;
 
         // Correctness: first 64 rows against the f64 reference; every row against the
         // register-buffer kernel's output (max |diff| / max |y|).
@@ -128,11 +126,7 @@ fn main() {
         sub_bytes[..sub.scale_offset()].copy_from_slice(&host[..sub.scale_offset()]);
         sub_bytes[sub.scale_offset()..]
             .copy_from_slice(&host[layout.scale_offset()..][..64 * layout.scale_row_bytes()]);
-        let want = reference::linear(
-            &x,
-            &WeightRef::Mx(MxView::new(sub, &sub_bytes).unwrap()),
-            None,
-        );
+        let want = reference::linear(&x, &WeightRef::Mx(MxView::new(sub, &sub_bytes)?), None);
         let max = want.iter().fold(0f64, |a, b| a.max(b.abs()));
         let mut base: Option<Vec<f32>> = None;
         // Variants: Regs; Ring with the chosen (W, D); Ring with other (W, D);
@@ -207,7 +201,7 @@ fn main() {
                 println!("| {format:?} {name} | {n}×{kk} | skipped: {e} |");
                 continue;
             }
-            let got = ctx.download(&yd).unwrap();
+            let got = ctx.download(&yd)?;
             let err = got[..64]
                 .iter()
                 .zip(&want)
@@ -238,9 +232,7 @@ fn main() {
                     run(i, &mut yd)?;
                 }
                 Ok(())
-            })
-            .unwrap()
-                / copies as f64;
+            })? / copies as f64;
             // The same launches over one copy (L2-resident when it fits in the 60 MB L2):
             // the kernel's rate with DRAM out of the way.
             let ms_l2 = time_ms(&ctx, 2, 15, || {
@@ -248,9 +240,7 @@ fn main() {
                     run(0, &mut yd)?;
                 }
                 Ok(())
-            })
-            .unwrap()
-                / copies as f64;
+            })? / copies as f64;
             let bytes = layout.total_bytes() as f64 + (layout.padded_cols() * 4) as f64;
             let gbps = bytes / (ms * 1e-3) / 1e9;
             let line = format!(
@@ -275,22 +265,19 @@ fn main() {
                     SpanKind::Scratch,
                     &CudaKernels::padded_x(layout, &x),
                 )
-                .unwrap()
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         let pms = time_ms(&ctx, 2, 15, || {
             for xv in &xs {
                 mma.prep_x(xv, layout.padded_cols(), &mut prep)?;
             }
             Ok(())
-        })
-        .unwrap()
-            / xs.len() as f64;
+        })? / xs.len() as f64;
         let line = format!("| prep_x | {kk} | | {:.2} µs | | | |", pms * 1e3);
         println!("{line}");
         rows_out.push(line);
         drop((ws, wts, xd, yd, prep, xs));
-        ctx.sweep(&owner).expect("sweep");
+        ctx.sweep(&owner)?;
     }
     println!("\ncopy bandwidth {copy:.0} GB/s");
     println!(
@@ -300,4 +287,5 @@ fn main() {
     for l in rows_out {
         println!("{l}");
     }
+    Ok(())
 }
