@@ -36,6 +36,11 @@ export function ApiKeyDialog({ gate }: { gate: AuthGate }) {
       if (el && typeof el.focus === 'function' && el.isConnected) el.focus();
     }
   }, [s.open]);
+  // The dialog switching mode while open (after "Forget key" the button that had the
+  // focus is gone): keep the focus inside, in the field, so Esc and typing still work.
+  useEffect(() => {
+    if (s.open) input.current?.focus();
+  }, [s.mode]);
   // A rejected key: put the caret back in the field to type it again.
   useEffect(() => {
     if (s.error) input.current?.focus();
