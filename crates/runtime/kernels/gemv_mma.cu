@@ -744,10 +744,11 @@ extern "C" __global__ void gemv_prep_x(const float* __restrict__ x,
     prep32_store(x[(long long)blk * 32 + lane], lane, blk, xhl, xs);
 }
 
-// RMSNorm of one row (dim a multiple of 128, at most 8192) straight into the GEMV's x
-// preparation: v = x / sqrt(mean(x^2) + eps) * w, never stored as f32. Grid: dim / 128
-// blocks of 128 threads; every block computes the (same) sum of squares with all its
-// loads in flight, then its 4 warps prepare blocks 4 b .. 4 b + 3 of 32 values.
+// RMSNorm of one row (dim a multiple of 32) straight into the GEMV's x preparation:
+// v = x / sqrt(mean(x^2) + eps) * w, never stored as f32. Grid: ceil(dim / 128) blocks
+// of 128 threads; every block computes the (same) sum of squares with all its loads in
+// flight, then its 4 warps prepare blocks 4 b .. 4 b + 3 of 32 values (warps past dim
+// write nothing: a padded K's tail blocks keep what the buffer holds, zeros).
 extern "C" __global__ void __launch_bounds__(128) rms_norm_prep(
     const float* __restrict__ x, const float* __restrict__ w, float eps, int dim,
     unsigned short* __restrict__ xhl, float* __restrict__ xs) {
@@ -770,6 +771,7 @@ extern "C" __global__ void __launch_bounds__(128) rms_norm_prep(
     ss = red[0] + red[1] + red[2] + red[3];
     const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
     const int b = blockIdx.x * 4 + warp;
+    if (b * 32 >= dim) return;  // warp-uniform, after the block's last barrier
     const int i = b * 32 + lane;
     prep32_store(x[i] * inv * w[i], lane, b, xhl, xs);
 }

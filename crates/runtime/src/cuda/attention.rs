@@ -1,5 +1,5 @@
-//! Attention decode (one query token, GQA) over a contiguous KV cache
-//! (`kernels/attention.cu`), and the KV cache buffers it reads.
+//! Attention decode (one query token, GQA groups 1..8, head size 64 or 128) over a
+//! contiguous KV cache (`kernels/attention.cu`), and the KV cache buffers it reads.
 //!
 //! Key design choice: split-K over blocks of 32 keys so a 1k-token cache spreads over
 //! ~all multiprocessors, then one small combine launch; the key count is read on the
@@ -22,13 +22,16 @@ const SRC: &str = concat!(
     include_str!("../../kernels/prep32.cuh"),
     include_str!("../../kernels/attention.cu")
 );
-/// The only head size the kernels are built for.
+/// The head size of [`AttentionDecode::decode`] and [`KvCache::new`]
+/// ([`AttentionDecode::decode_hd`] and [`KvCache::with_head_dim`] also take 64).
 pub const ATTN_HEAD_DIM: usize = 128;
+/// Head sizes the kernels are built for.
+pub const ATTN_HEAD_DIMS: [usize; 2] = [128, 64];
 const KEYS_PER_BLOCK: usize = 32;
 /// Most splits the combine kernel's shared weights hold (`cw[1024]`): 32768 keys.
 const MAX_SPLITS: usize = 1024;
 
-/// A contiguous KV cache [capacity, n_kv_heads, 128] for one layer, f16 (bits) or f32.
+/// A contiguous KV cache [capacity, n_kv_heads, head_dim] for one layer, f16 (bits) or f32.
 pub enum KvCache {
     F16 {
         k: DeviceBuffer<u16>,
@@ -41,7 +44,7 @@ pub enum KvCache {
 }
 
 impl KvCache {
-    /// A zeroed cache of `capacity` tokens.
+    /// A zeroed cache of `capacity` tokens of heads of 128.
     pub fn new(
         ctx: &CudaContext,
         owner: &Owner,
@@ -49,7 +52,19 @@ impl KvCache {
         capacity: usize,
         n_kv_heads: usize,
     ) -> Result<KvCache, CudaError> {
-        let n = capacity * n_kv_heads * ATTN_HEAD_DIM;
+        Self::with_head_dim(ctx, owner, f16, capacity, n_kv_heads, ATTN_HEAD_DIM)
+    }
+
+    /// A zeroed cache of `capacity` tokens of `n_kv_heads` heads of `head_dim`.
+    pub fn with_head_dim(
+        ctx: &CudaContext,
+        owner: &Owner,
+        f16: bool,
+        capacity: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+    ) -> Result<KvCache, CudaError> {
+        let n = capacity * n_kv_heads * head_dim;
         Ok(if f16 {
             KvCache::F16 {
                 k: ctx.alloc(owner, SpanKind::Scratch, n)?,
@@ -90,10 +105,11 @@ pub struct AttentionDecode {
     ctx: Arc<CudaContext>,
     /// Launch both kernels with programmatic dependent launch (default off).
     pub pdl: bool,
-    /// [f16?][log2 group] split kernels.
-    split: [[CudaFunction; 4]; 2],
-    combine: CudaFunction,
-    combine_prep: CudaFunction,
+    /// [head dim 64?][f16?][group - 1] split kernels.
+    split: [[[CudaFunction; 8]; 2]; 2],
+    /// [head dim 64?] combine kernels (f32 out, x-prep out).
+    combine: [CudaFunction; 2],
+    combine_prep: [CudaFunction; 2],
 }
 
 /// Where the combined attention output goes.
@@ -111,7 +127,8 @@ fn shape(detail: String) -> CudaError {
     }
 }
 
-/// Scratch for the split partials of up to `n_heads` heads over `capacity` keys.
+/// Scratch for the split partials of up to `n_heads` heads over `capacity` keys (any
+/// head size up to 128).
 pub fn attn_partials_len(n_heads: usize, capacity: usize) -> usize {
     n_heads * capacity.div_ceil(KEYS_PER_BLOCK) * (ATTN_HEAD_DIM + 4)
 }
@@ -128,18 +145,26 @@ impl AttentionDecode {
             m.load_function(&n)
                 .map_err(driver_err("cuModuleGetFunction"))
         };
-        let set = |t: &str| -> Result<[CudaFunction; 4], CudaError> {
-            Ok([
-                f(format!("attn_decode_{t}_g1"))?,
-                f(format!("attn_decode_{t}_g2"))?,
-                f(format!("attn_decode_{t}_g4"))?,
-                f(format!("attn_decode_{t}_g8"))?,
-            ])
+        let set = |t: &str, suf: &str| -> Result<[CudaFunction; 8], CudaError> {
+            let v = (1..=8)
+                .map(|g| f(format!("attn_decode_{t}_g{g}{suf}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            v.try_into()
+                .map_err(|_| shape("eight group kernels expected".into()))
         };
         Ok(AttentionDecode {
-            split: [set("f32")?, set("f16")?],
-            combine: f("attn_decode_combine".into())?,
-            combine_prep: f("attn_decode_combine_prep".into())?,
+            split: [
+                [set("f32", "")?, set("f16", "")?],
+                [set("f32", "_hd64")?, set("f16", "_hd64")?],
+            ],
+            combine: [
+                f("attn_decode_combine".into())?,
+                f("attn_decode_combine_hd64".into())?,
+            ],
+            combine_prep: [
+                f("attn_decode_combine_prep".into())?,
+                f("attn_decode_combine_prep_hd64".into())?,
+            ],
             pdl: false,
             ctx: Arc::clone(ctx),
         })
@@ -162,23 +187,55 @@ impl AttentionDecode {
         partials: &mut DeviceBuffer<f32>,
         out: AttnOut<'_>,
     ) -> Result<(), CudaError> {
+        self.decode_hd(
+            q,
+            cache,
+            capacity,
+            n_heads,
+            n_kv_heads,
+            ATTN_HEAD_DIM,
+            lenp,
+            len_add,
+            scale,
+            partials,
+            out,
+        )
+    }
+
+    /// [`Self::decode`] for heads of `head_dim` (64 or 128), [n_heads, head_dim] in and
+    /// out; groups 1..=8 query heads per kv head.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decode_hd(
+        &self,
+        q: &DeviceBuffer<f32>,
+        cache: &KvCache,
+        capacity: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        lenp: &DeviceBuffer<i32>,
+        len_add: i32,
+        scale: f32,
+        partials: &mut DeviceBuffer<f32>,
+        out: AttnOut<'_>,
+    ) -> Result<(), CudaError> {
         let group = if n_kv_heads > 0 && n_heads.is_multiple_of(n_kv_heads) {
             n_heads / n_kv_heads
         } else {
             0
         };
-        let gi = match group {
-            1 => 0,
-            2 => 1,
-            4 => 2,
-            8 => 3,
-            _ => {
-                return Err(shape(format!(
-                    "{n_heads} heads over {n_kv_heads} kv heads: group must be 1, 2, 4 or 8"
-                )));
-            }
+        if !(1..=8).contains(&group) {
+            return Err(shape(format!(
+                "{n_heads} heads over {n_kv_heads} kv heads: the group must be 1..=8"
+            )));
+        }
+        let gi = group - 1;
+        let hi = match head_dim {
+            128 => 0,
+            64 => 1,
+            _ => return Err(shape(format!("head_dim {head_dim}: 64 or 128 only"))),
         };
-        let hd = ATTN_HEAD_DIM;
+        let hd = head_dim;
         let splits = capacity.div_ceil(KEYS_PER_BLOCK);
         if capacity == 0
             || splits > MAX_SPLITS
@@ -210,7 +267,7 @@ impl AttentionDecode {
         let f16 = matches!(cache, KvCache::F16 { .. });
         if self.pdl {
             return self.decode_pdl(
-                &self.split[usize::from(f16)][gi],
+                &self.split[hi][usize::from(f16)][gi],
                 cfg,
                 q,
                 cache,
@@ -220,9 +277,10 @@ impl AttentionDecode {
                 partials,
                 out,
                 n_heads,
+                hi,
             );
         }
-        let mut b = s.launch_builder(&self.split[usize::from(f16)][gi]);
+        let mut b = s.launch_builder(&self.split[hi][usize::from(f16)][gi]);
         b.arg(&q.slice);
         match cache {
             KvCache::F16 { k, v } => b.arg(&k.slice).arg(&v.slice),
@@ -244,14 +302,14 @@ impl AttentionDecode {
         };
         match out {
             AttnOut::F32(o) => {
-                let mut b = s.launch_builder(&self.combine);
+                let mut b = s.launch_builder(&self.combine[hi]);
                 b.arg(&partials.slice).arg(&mut o.slice).arg(&ns);
                 // SAFETY: types match; partials hold n_heads·splits·132 values.
                 unsafe { b.launch(cfg) }
                     .map_err(driver_err("cuLaunchKernel(attn_decode_combine)"))?;
             }
             AttnOut::Prep(p) => {
-                let mut b = s.launch_builder(&self.combine_prep);
+                let mut b = s.launch_builder(&self.combine_prep[hi]);
                 b.arg(&partials.slice)
                     .arg(&ns)
                     .arg(&mut p.hl.slice)
@@ -266,7 +324,7 @@ impl AttentionDecode {
 
     /// [`Self::decode`]'s two launches through `cuLaunchKernelEx` with programmatic
     /// dependent launch (both kernels wait before reading). `ints` = len_add, capacity,
-    /// kv heads, splits; shapes were checked by the caller.
+    /// kv heads, splits; `hi` indexes [`ATTN_HEAD_DIMS`]; shapes were checked by the caller.
     #[allow(clippy::too_many_arguments)]
     fn decode_pdl(
         &self,
@@ -280,8 +338,10 @@ impl AttentionDecode {
         partials: &mut DeviceBuffer<f32>,
         out: AttnOut<'_>,
         n_heads: usize,
+        hi: usize,
     ) -> Result<(), CudaError> {
         use cudarc::driver::{DevicePtr, DevicePtrMut};
+        let hd = ATTN_HEAD_DIMS[hi];
         let s = self.ctx.stream();
         let (qp, _g0) = q.slice.device_ptr(s);
         let ((kp, _g1), (vp, _g2)) = match cache {
@@ -307,7 +367,7 @@ impl AttentionDecode {
             .map_err(driver_err("cuLaunchKernelEx(attn_decode)"))?;
         let cfg = LaunchConfig {
             grid_dim: (n_heads as u32, 1, 1),
-            block_dim: (ATTN_HEAD_DIM as u32, 1, 1),
+            block_dim: (hd as u32, 1, 1),
             shared_mem_bytes: 0,
         };
         match out {
@@ -315,7 +375,7 @@ impl AttentionDecode {
                 let (op, _g5) = o.slice.device_ptr_mut(s);
                 let mut args = [arg_ptr(&pp), arg_ptr(&op), arg_ptr(&ns)];
                 // SAFETY: as in `decode`.
-                unsafe { launch_ex(s, &self.combine, cfg, &mut args) }
+                unsafe { launch_ex(s, &self.combine[hi], cfg, &mut args) }
                     .map_err(driver_err("cuLaunchKernelEx(attn_decode_combine)"))
             }
             AttnOut::Prep(p) => {
@@ -323,7 +383,7 @@ impl AttentionDecode {
                 let (xp, _g6) = p.xs.slice.device_ptr_mut(s);
                 let mut args = [arg_ptr(&pp), arg_ptr(&ns), arg_ptr(&hp), arg_ptr(&xp)];
                 // SAFETY: as in `decode`.
-                unsafe { launch_ex(s, &self.combine_prep, cfg, &mut args) }
+                unsafe { launch_ex(s, &self.combine_prep[hi], cfg, &mut args) }
                     .map_err(driver_err("cuLaunchKernelEx(attn_decode_combine_prep)"))
             }
         }

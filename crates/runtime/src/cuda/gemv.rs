@@ -445,8 +445,10 @@ impl GemvMma {
         Ok(())
     }
 
-    /// RMSNorm of `x` (one row of `weight.len()` values, a multiple of 128) written
-    /// straight into `out` (the normalized vector is never stored as f32).
+    /// RMSNorm of `x` (one row of `weight.len()` values, a multiple of 32) written
+    /// straight into `out` (the normalized vector is never stored as f32). Blocks of
+    /// `out` past the row are left as they are (zero in a fresh [`XPrep`]), so a GEMV
+    /// over a K padded past the row reads zeros there.
     pub fn rms_norm_prep(
         &self,
         x: &DeviceBuffer<f32>,
@@ -456,7 +458,7 @@ impl GemvMma {
     ) -> Result<(), CudaError> {
         let op = "rms_norm_prep";
         let dim = weight.len();
-        if dim == 0 || !dim.is_multiple_of(128) || x.len() < dim || out.cols < dim {
+        if dim == 0 || !dim.is_multiple_of(32) || x.len() < dim || out.cols < dim {
             return Err(shape(
                 op,
                 format!("x {} weight {dim} prep {}", x.len(), out.cols),
@@ -464,7 +466,7 @@ impl GemvMma {
         }
         let d = int(dim, op)?;
         let cfg = LaunchConfig {
-            grid_dim: ((dim / 128) as u32, 1, 1),
+            grid_dim: (dim.div_ceil(128) as u32, 1, 1),
             block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };

@@ -14,9 +14,12 @@ mod decode;
 mod gemv;
 mod kernels;
 mod launch;
+mod rope_store;
 mod timing;
 
-pub use attention::{ATTN_HEAD_DIM, AttentionDecode, AttnOut, KvCache, attn_partials_len};
+pub use attention::{
+    ATTN_HEAD_DIM, ATTN_HEAD_DIMS, AttentionDecode, AttnOut, KvCache, attn_partials_len,
+};
 pub use compile::{CompiledKernel, cache_dir, compile_cubin, nvrtc_version};
 pub use context::{CudaContext, DeviceBuffer};
 pub use decode::DecodeOps;
@@ -25,6 +28,7 @@ pub use gemv::{
     tile_mx, warps_per_block,
 };
 pub use kernels::{CudaKernels, GemvDecode, MxDevice, rope_tables};
+pub use rope_store::RopeStore;
 pub use timing::{copy_bandwidth_gbps, time_ms};
 
 use crate::ledger::LedgerError;
