@@ -11,7 +11,9 @@ mod attention;
 mod compile;
 mod context;
 mod decode;
+mod gemm;
 mod gemv;
+mod graph;
 mod kernels;
 mod launch;
 mod rope_store;
@@ -23,10 +25,14 @@ pub use attention::{
 pub use compile::{CompiledKernel, cache_dir, compile_cubin, nvrtc_version};
 pub use context::{CudaContext, DeviceBuffer};
 pub use decode::DecodeOps;
+pub use gemm::{
+    GEMM_KB, GEMM_TILE, GemmActs, GemmMx, GemmWeights, GemmWeightsHost, tile_gemm, tile_offset,
+};
 pub use gemv::{
     GemvKernel, GemvMma, MxTiled, MxTiledHost, SmemLimits, XPrep, ring_config, ring_stage_bytes,
     tile_mx, warps_per_block,
 };
+pub use graph::CudaGraph;
 pub use kernels::{CudaKernels, GemvDecode, MxDevice, rope_tables};
 pub use rope_store::RopeStore;
 pub use timing::{copy_bandwidth_gbps, time_ms};

@@ -1,0 +1,270 @@
+//! Prefill GEMM benchmark: the four weight GEMMs of a Qwen3-8B-shaped layer (q|k|v
+//! 6144×4096, o 4096×4096, gate|up 24576×4096, down 4096×12288) over 36 layers of
+//! distinct MXFP8 (E4M3) weights (~7 GB, so nothing stays in the 60 MB L2), at a
+//! 2048-token prefill (`FAVLO_PREFILL_TOKENS` overrides), on the tensor-core GEMM
+//! `GemmMx`.
+//!
+//! FLOPs = 2·m·n·k per GEMM. Reported: per matrix (36 distinct copies per timed
+//! repetition) and for the whole prefill's GEMMs, with and without the activation
+//! quantization before each GEMM; TFLOP/s against the H200's FP8 dense datasheet
+//! figure (1979 TFLOP/s, the "FP8 tensor-core roofline"); the probe kernel (same loads
+//! and wgmma steps, no scale promotion) splits the time. Before timing, 4 tokens of
+//! each matrix are checked against an f64 reference (max|err|/max|ref| ≤ 1e-3).
+//! `cuda_prefill_anchor.py` times PyTorch (bf16 matmul, FP8 `_scaled_mm`) on the
+//! same shapes.
+//!
+//! Run: `cargo run --release -p favlo-runtime --features cuda --example cuda_prefill_bench`
+
+use favlo_mx::{ElementFormat, MxLayout, MxView};
+use favlo_runtime::cuda::{
+    CudaContext, GemmActs, GemmMx, GemmWeights, copy_bandwidth_gbps, tile_gemm, time_ms,
+};
+use favlo_runtime::ledger::{Owner, SpanKind};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// The H200's dense FP8 tensor-core rate from the datasheet (TFLOP/s).
+const FP8_PEAK_TFLOPS: f64 = 1979.0;
+const LAYERS: usize = 36;
+
+/// Random packed E4M3 bytes (NaN codes avoided), scales 2^-10..2^-4.
+fn random_packed(layout: MxLayout, rng: &mut StdRng) -> Vec<u8> {
+    let mut b = vec![0u8; layout.total_bytes()];
+    for r in 0..layout.rows {
+        let row = &mut b[r * layout.data_row_bytes()..][..layout.cols];
+        rng.fill(row);
+        row.iter_mut()
+            .filter(|v| (**v & 0x7f) == 0x7f)
+            .for_each(|v| *v &= 0xfe);
+        let s = &mut b[layout.scale_offset() + r * layout.scale_row_bytes()..]
+            [..layout.cols.div_ceil(32)];
+        s.iter_mut()
+            .for_each(|v| *v = rng.random_range(117u8..=123));
+    }
+    b
+}
+
+struct Mat {
+    name: &'static str,
+    n: usize,
+    k: usize,
+    /// Index into the activation sets (0: k = 4096, 1: k = 12288).
+    xin: usize,
+    accumulate: bool,
+    copies: Vec<GemmWeights>,
+    /// f32 decoded copy 0 (for the check).
+    wf: Vec<f32>,
+}
+
+/// max|y − ref| / max|ref| over the first `toks` tokens, all columns.
+fn check(xq: &[f32], wf: &[f32], y: &[f32], n: usize, k: usize, toks: usize) -> f64 {
+    let (mut err, mut max) = (0f64, 0f64);
+    for t in 0..toks {
+        for c in 0..n {
+            let want: f64 = xq[t * k..(t + 1) * k]
+                .iter()
+                .zip(&wf[c * k..(c + 1) * k])
+                .map(|(a, b)| *a as f64 * *b as f64)
+                .sum();
+            max = max.max(want.abs());
+            err = err.max((y[t * n + c] as f64 - want).abs());
+        }
+    }
+    err / max.max(1e-30)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let ctx = match CudaContext::open(0, None) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cuda_prefill_bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let m: usize = std::env::var("FAVLO_PREFILL_TOKENS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2048);
+    let t0 = std::time::Instant::now();
+    let mut g = GemmMx::load(&ctx)?;
+    println!(
+        "device {} ({}), GEMM module loaded in {:.0} ms (cache hit {}), {m} tokens, {LAYERS} layers",
+        ctx.name(),
+        ctx.arch(),
+        t0.elapsed().as_secs_f64() * 1e3,
+        g.from_cache
+    );
+    let copy = copy_bandwidth_gbps(&ctx, 1 << 30, 10)?;
+    println!("device-to-device copy (1 GiB, read+write): {copy:.0} GB/s");
+
+    let owner = Owner::mint("cuda-prefill-bench");
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut mats = Vec::new();
+    for (name, n, k, xin, accumulate) in [
+        ("q|k|v", 6144, 4096, 0, false),
+        ("o", 4096, 4096, 0, true),
+        ("gate|up", 24576, 4096, 0, false),
+        ("down", 4096, 12288, 1, true),
+    ] {
+        let layout = MxLayout::new(ElementFormat::Fp8E4M3, n, k);
+        let packed = random_packed(layout, &mut rng);
+        let view = MxView::new(layout, &packed)?;
+        let w0 = GemmWeights::upload(&ctx, &owner, &tile_gemm(view)?)?;
+        let mut copies = Vec::with_capacity(LAYERS);
+        for _ in 1..LAYERS {
+            copies.push(w0.duplicate(&ctx, &owner)?);
+        }
+        copies.insert(0, w0);
+        mats.push(Mat {
+            name,
+            n,
+            k,
+            xin,
+            accumulate,
+            copies,
+            wf: view.dequantize(),
+        });
+    }
+    let wbytes: u64 = mats
+        .iter()
+        .flat_map(|mm| mm.copies.iter().map(|w| w.device_bytes()))
+        .sum();
+    println!(
+        "weights: {:.2} GB on the device ({:.0} s to build)",
+        wbytes as f64 / 1e9,
+        t0.elapsed().as_secs_f64()
+    );
+
+    // Activations for k = 4096 and k = 12288, quantized once for the checks.
+    let mut xs = Vec::new();
+    let mut acts = Vec::new();
+    for k in [4096usize, 12288] {
+        let x: Vec<f32> = (0..m * k)
+            .map(|_| rng.random_range(-1.0f32..1.0) + 0.01)
+            .collect();
+        let xd = ctx.upload(&owner, SpanKind::Scratch, &x)?;
+        let mut a = GemmActs::new(&ctx, &owner, m, k)?;
+        g.quantize(&xd, m, k, k, &mut a)?;
+        xs.push(xd);
+        acts.push(a);
+    }
+    let nmax = mats.iter().map(|mm| mm.n).max().unwrap_or(0);
+    let mut y = ctx.alloc::<f32>(&owner, SpanKind::Scratch, m * nmax)?;
+
+    // Correctness of each matrix (4 tokens, all columns) before timing; the swapped
+    // descriptor variant is reported for diagnosis.
+    let toks = m.min(4);
+    for mm in &mats {
+        let xq = acts[mm.xin].values(&ctx)?;
+        for swap in [false, true] {
+            g.desc_swap = swap;
+            g.gemm(&acts[mm.xin], &mm.copies[0], &mut y, false)?;
+            let yh = ctx.download(&y)?;
+            let e = check(&xq, &mm.wf, &yh, mm.n, mm.k, toks);
+            println!(
+                "check {:8} {}x{}{}: max rel err {e:.3e} over {toks} tokens",
+                mm.name,
+                mm.n,
+                mm.k,
+                if swap {
+                    " (swapped descriptor offsets)"
+                } else {
+                    ""
+                }
+            );
+            if !swap && (e.is_nan() || e > 1e-3) {
+                return Err(format!("{}: GEMM error {e:.3e} > 1e-3", mm.name).into());
+            }
+        }
+        g.desc_swap = false;
+    }
+
+    let (warm, reps) = (2, 7);
+    let tflops = |flop: f64, ms: f64| flop / (ms * 1e-3) / 1e12;
+    println!(
+        "\n| GEMM | n×k | ms for {LAYERS} layers | TFLOP/s | % of FP8 peak ({FP8_PEAK_TFLOPS}) | probe (no promotion) ms | probe TFLOP/s | one copy (L2 reuse) TFLOP/s |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    let mut total_flop = 0f64;
+    for mm in &mats {
+        let flop = 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64;
+        total_flop += flop;
+        let a = &acts[mm.xin];
+        let ms = time_ms(&ctx, warm, reps, || {
+            for w in &mm.copies {
+                g.gemm(a, w, &mut y, mm.accumulate)?;
+            }
+            Ok(())
+        })?;
+        let ms_probe = time_ms(&ctx, warm, reps, || {
+            for w in &mm.copies {
+                g.gemm_probe(a, w, &mut y)?;
+            }
+            Ok(())
+        })?;
+        let ms_one = time_ms(&ctx, warm, reps, || {
+            for _ in 0..LAYERS {
+                g.gemm(a, &mm.copies[0], &mut y, mm.accumulate)?;
+            }
+            Ok(())
+        })?;
+        println!(
+            "| {} | {}×{} | {:.3} | {:.0} | {:.1}% | {:.3} | {:.0} | {:.0} |",
+            mm.name,
+            mm.n,
+            mm.k,
+            ms,
+            tflops(flop, ms),
+            100.0 * tflops(flop, ms) / FP8_PEAK_TFLOPS,
+            ms_probe,
+            tflops(flop, ms_probe),
+            tflops(flop, ms_one)
+        );
+    }
+    // Activation quantization alone (per GEMM input).
+    let q_ms: Vec<f64> = [4096usize, 12288]
+        .iter()
+        .enumerate()
+        .map(|(i, &k)| {
+            let (xd, a) = (&xs[i], &mut acts[i]);
+            time_ms(&ctx, warm, reps, || g.quantize(xd, m, k, k, a))
+        })
+        .collect::<Result<_, _>>()?;
+    // The whole prefill's GEMMs, layer by layer.
+    let gemms_only = time_ms(&ctx, warm, reps, || {
+        for l in 0..LAYERS {
+            for mm in &mats {
+                g.gemm(&acts[mm.xin], &mm.copies[l], &mut y, mm.accumulate)?;
+            }
+        }
+        Ok(())
+    })?;
+    let with_quant = time_ms(&ctx, warm, reps, || {
+        for l in 0..LAYERS {
+            for mm in &mats {
+                let k = mm.k;
+                g.quantize(&xs[mm.xin], m, k, k, &mut acts[mm.xin])?;
+                g.gemm(&acts[mm.xin], &mm.copies[l], &mut y, mm.accumulate)?;
+            }
+        }
+        Ok(())
+    })?;
+    println!(
+        "| **all GEMMs of the prefill** | 4 per layer | {gemms_only:.3} | {:.0} | {:.1}% | | | |",
+        tflops(total_flop, gemms_only),
+        100.0 * tflops(total_flop, gemms_only) / FP8_PEAK_TFLOPS
+    );
+    println!(
+        "| **+ activation quantization before each** | 4 + 4 per layer | {with_quant:.3} | {:.0} | {:.1}% | | | |",
+        tflops(total_flop, with_quant),
+        100.0 * tflops(total_flop, with_quant) / FP8_PEAK_TFLOPS
+    );
+    println!(
+        "\nactivation quantization alone: k=4096 {:.1} µs, k=12288 {:.1} µs per call ({m} tokens)",
+        q_ms[0] * 1e3,
+        q_ms[1] * 1e3
+    );
+    drop((mats, xs, acts, y));
+    ctx.sweep(&owner)?;
+    Ok(())
+}

@@ -1,0 +1,504 @@
+//! MXFP8 GEMM on the Hopper tensor cores for prefill (`kernels/gemm_mx.cu`):
+//! `Y[m, n] = X[m, k] · W[n, k]ᵀ` (or `Y += …`) with W an MXFP8 matrix (E4M3 or E5M2
+//! codes, E8M0 scale per 32 values) and X f32 activations.
+//!
+//! Key design choice: the product is computed transposed on the tensor cores (`wgmma`
+//! M = weight rows, N = tokens), one k = 32 step (= one MX block) at a time, and each
+//! step's result is promoted into the f32 accumulator with one FFMA by a factor that
+//! depends on the weight row only. That works because X is quantized ([`GemmMx::quantize`])
+//! to E4M3 with a power of two per token row (applied in the epilogue) times a power of
+//! two per (128-token tile, 32-value block) shared by the tile's rows; the weight's
+//! per-(row, block) E8M0 scale times that shared block factor is then the only per-step
+//! scale. Weights are re-tiled once on upload ([`tile_gemm`]) into the exact shared
+//! memory order the tensor cores read, so one bulk copy per operand fills a pipeline
+//! stage. Only sm_90a (Hopper) runs it.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+use favlo_mx::{ElementFormat, MxView};
+
+use super::compile::load_or_compile;
+use super::context::{CudaContext, DeviceBuffer};
+use super::{CudaError, driver_err};
+use crate::ledger::{Owner, SpanKind};
+
+const SRC: &str = include_str!("../../kernels/gemm_mx.cu");
+/// Tokens per block tile and weight rows per block tile (`GM_TILE`).
+pub const GEMM_TILE: usize = 128;
+/// K values per pipeline stage (`GM_KB`).
+pub const GEMM_KB: usize = 128;
+/// Bytes of one 128 × 128 code tile.
+const TILE_BYTES: usize = GEMM_TILE * GEMM_KB;
+/// Scale bytes per (row tile, k block): 128 rows × 4 blocks.
+const SCALE_TILE_BYTES: usize = GEMM_TILE * 4;
+/// Dynamic shared memory of the GEMM kernel: `GM_STAGES` × `GM_STAGE_BYTES`.
+const GEMM_SMEM: usize = 6 * 33792;
+
+fn shape(op: &'static str, detail: String) -> CudaError {
+    CudaError::Shape { op, detail }
+}
+
+fn int(n: usize, op: &'static str) -> Result<i32, CudaError> {
+    i32::try_from(n).map_err(|_| shape(op, format!("{n} exceeds i32")))
+}
+
+/// Offset of code (row `r`, k `k`) inside one 128 × 128 tile: the wgmma core-matrix
+/// order [r/8][k/16][r%8][k%16] (8 × 16-byte core matrices, no swizzle).
+pub fn tile_offset(r: usize, k: usize) -> usize {
+    ((r / 8) * 8 + k / 16) * 128 + (r % 8) * 16 + k % 16
+}
+
+/// An MXFP8 weight re-tiled for [`GemmMx`] on the host.
+#[derive(Clone, Debug)]
+pub struct GemmWeightsHost {
+    pub format: ElementFormat,
+    pub rows: usize,
+    pub cols: usize,
+    /// 128-value k blocks (the layout's padded columns / 128).
+    pub kblocks: usize,
+    /// `[row tile][k block][16 KB]` codes in [`tile_offset`] order, zero past the rows.
+    pub data: Vec<u8>,
+    /// `[row tile][k block][row 128][block 4]` E8M0 bytes.
+    pub scales: Vec<u8>,
+}
+
+/// Re-tiles an MXFP8 (E4M3 or E5M2) matrix for the GEMM. MXFP4 is not supported yet.
+pub fn tile_gemm(view: MxView<'_>) -> Result<GemmWeightsHost, CudaError> {
+    let l = view.layout;
+    if l.format == ElementFormat::Fp4E2M1 {
+        return Err(shape(
+            "tile_gemm",
+            "MXFP4 has no tensor-core GEMM yet".into(),
+        ));
+    }
+    let drb = l.data_row_bytes();
+    let srb = l.scale_row_bytes();
+    let kblocks = drb / GEMM_KB;
+    let tiles = l.rows.div_ceil(GEMM_TILE);
+    let src = view.bytes;
+    let mut data = vec![0u8; tiles * kblocks * TILE_BYTES];
+    let mut scales = vec![0u8; tiles * kblocks * SCALE_TILE_BYTES];
+    for row in 0..l.rows {
+        let (tile, r) = (row / GEMM_TILE, row % GEMM_TILE);
+        let rd = &src[row * drb..(row + 1) * drb];
+        let rs = &src[l.scale_offset() + row * srb..][..srb];
+        for kb in 0..kblocks {
+            let base = (tile * kblocks + kb) * TILE_BYTES;
+            for c in 0..GEMM_KB / 16 {
+                let d = base + tile_offset(r, 16 * c);
+                data[d..d + 16].copy_from_slice(&rd[kb * GEMM_KB + 16 * c..][..16]);
+            }
+            let sb = (tile * kblocks + kb) * SCALE_TILE_BYTES + r * 4;
+            scales[sb..sb + 4].copy_from_slice(&rs[kb * 4..kb * 4 + 4]);
+        }
+    }
+    Ok(GemmWeightsHost {
+        format: l.format,
+        rows: l.rows,
+        cols: l.cols,
+        kblocks,
+        data,
+        scales,
+    })
+}
+
+/// A re-tiled MXFP8 weight in device memory.
+pub struct GemmWeights {
+    pub format: ElementFormat,
+    pub rows: usize,
+    pub cols: usize,
+    pub kblocks: usize,
+    data: DeviceBuffer<u8>,
+    scales: DeviceBuffer<u8>,
+}
+
+impl GemmWeights {
+    /// Uploads a matrix tiled by [`tile_gemm`].
+    pub fn upload(
+        ctx: &CudaContext,
+        owner: &Owner,
+        host: &GemmWeightsHost,
+    ) -> Result<GemmWeights, CudaError> {
+        Ok(GemmWeights {
+            format: host.format,
+            rows: host.rows,
+            cols: host.cols,
+            kblocks: host.kblocks,
+            data: ctx.upload(owner, SpanKind::Resident, &host.data)?,
+            scales: ctx.upload(owner, SpanKind::Resident, &host.scales)?,
+        })
+    }
+
+    /// A device-side copy at other addresses (benchmarks: distinct weights per layer).
+    pub fn duplicate(&self, ctx: &CudaContext, owner: &Owner) -> Result<GemmWeights, CudaError> {
+        let mut data = ctx.alloc::<u8>(owner, SpanKind::Resident, self.data.len())?;
+        let mut scales = ctx.alloc::<u8>(owner, SpanKind::Resident, self.scales.len())?;
+        let s = ctx.stream();
+        s.memcpy_dtod(&self.data.slice, &mut data.slice)
+            .map_err(driver_err("cuMemcpyDtoD"))?;
+        s.memcpy_dtod(&self.scales.slice, &mut scales.slice)
+            .map_err(driver_err("cuMemcpyDtoD"))?;
+        Ok(GemmWeights {
+            format: self.format,
+            rows: self.rows,
+            cols: self.cols,
+            kblocks: self.kblocks,
+            data,
+            scales,
+        })
+    }
+
+    /// Bytes held on the device.
+    pub fn device_bytes(&self) -> u64 {
+        self.data.bytes() + self.scales.bytes()
+    }
+}
+
+/// Activations quantized for [`GemmMx::gemm`]: E4M3 codes in tiles, a power of two per
+/// (128-token tile, 32-value block) and one per token row.
+pub struct GemmActs {
+    /// Tokens it can hold.
+    pub m_cap: usize,
+    /// 128-value k blocks.
+    pub kblocks: usize,
+    /// Tokens and columns of the last quantization.
+    m: usize,
+    k: usize,
+    codes: DeviceBuffer<u8>,
+    block_scales: DeviceBuffer<f32>,
+    row_scales: DeviceBuffer<f32>,
+}
+
+impl GemmActs {
+    /// Scratch for up to `m_cap` tokens of `cols` values (rounded up to 128).
+    pub fn new(
+        ctx: &CudaContext,
+        owner: &Owner,
+        m_cap: usize,
+        cols: usize,
+    ) -> Result<GemmActs, CudaError> {
+        let tiles = m_cap.div_ceil(GEMM_TILE).max(1);
+        let kblocks = cols.div_ceil(GEMM_KB).max(1);
+        Ok(GemmActs {
+            m_cap,
+            kblocks,
+            m: 0,
+            k: 0,
+            codes: ctx.alloc(owner, SpanKind::Scratch, tiles * kblocks * TILE_BYTES)?,
+            block_scales: ctx.alloc(owner, SpanKind::Scratch, tiles * kblocks * 4)?,
+            row_scales: ctx.alloc(owner, SpanKind::Scratch, tiles * GEMM_TILE)?,
+        })
+    }
+
+    /// Tokens of the last quantization.
+    pub fn rows(&self) -> usize {
+        self.m
+    }
+
+    /// The quantized activations decoded on the host, `[m][k]` row-major: code ·
+    /// R[row] · C[tile, block] (what the GEMM multiplies with; for tests).
+    pub fn values(&self, ctx: &CudaContext) -> Result<Vec<f32>, CudaError> {
+        let codes = ctx.download(&self.codes)?;
+        let c = ctx.download(&self.block_scales)?;
+        let r = ctx.download(&self.row_scales)?;
+        let mut out = vec![0f32; self.m * self.k];
+        for (row, o) in out.chunks_mut(self.k.max(1)).enumerate().take(self.m) {
+            let (tile, rr) = (row / GEMM_TILE, row % GEMM_TILE);
+            for (col, v) in o.iter_mut().enumerate() {
+                let (kb, kk) = (col / GEMM_KB, col % GEMM_KB);
+                let code = codes[(tile * self.kblocks + kb) * TILE_BYTES + tile_offset(rr, kk)];
+                let cs = c[(tile * self.kblocks + kb) * 4 + kk / 32];
+                *v = favlo_mx::decode_fp8_e4m3(code) * r[row] * cs;
+            }
+        }
+        Ok(out)
+    }
+
+    /// (per-row powers of two R, per-(tile, block) powers of two C) of the last
+    /// quantization (for tests).
+    pub fn scales(&self, ctx: &CudaContext) -> Result<(Vec<f32>, Vec<f32>), CudaError> {
+        let mut r = ctx.download(&self.row_scales)?;
+        r.truncate(self.m);
+        let c = ctx.download(&self.block_scales)?;
+        Ok((r, c))
+    }
+}
+
+/// The MXFP8 GEMM kernels of one context.
+pub struct GemmMx {
+    ctx: Arc<CudaContext>,
+    e4m3: CudaFunction,
+    e5m2: CudaFunction,
+    e4m3_swap: CudaFunction,
+    probe: CudaFunction,
+    row_scale: CudaFunction,
+    quant: CudaFunction,
+    /// Use the descriptor variant with the leading/stride byte offsets exchanged
+    /// (diagnostics only; wrong results expected).
+    pub desc_swap: bool,
+    /// True when the module came from the disk cache.
+    pub from_cache: bool,
+}
+
+impl GemmMx {
+    /// Compiles (or reads from the cache) and loads the module. Needs sm_90a.
+    pub fn load(ctx: &Arc<CudaContext>) -> Result<GemmMx, CudaError> {
+        let arch = ctx.arch();
+        if arch != "sm_90a" {
+            return Err(CudaError::Unavailable {
+                reason: format!("the MXFP8 GEMM needs sm_90a (Hopper wgmma); device is {arch}"),
+            });
+        }
+        let k = load_or_compile("gemm_mx", SRC, &arch)?;
+        let m = ctx
+            .raw()
+            .load_module(Ptx::from_binary(k.cubin))
+            .map_err(driver_err("cuModuleLoadData"))?;
+        let f = |n: &str| {
+            m.load_function(n)
+                .map_err(driver_err("cuModuleGetFunction"))
+        };
+        let big = |n: &str| -> Result<CudaFunction, CudaError> {
+            let func = f(n)?;
+            func.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                GEMM_SMEM as i32,
+            )
+            .map_err(driver_err("cuFuncSetAttribute"))?;
+            Ok(func)
+        };
+        Ok(GemmMx {
+            ctx: Arc::clone(ctx),
+            e4m3: big("gemm_mxfp8_e4m3")?,
+            e5m2: big("gemm_mxfp8_e5m2")?,
+            e4m3_swap: big("gemm_mxfp8_e4m3_swap")?,
+            probe: big("gemm_mxfp8_e4m3_probe")?,
+            row_scale: f("gemm_row_scale")?,
+            quant: f("gemm_quant_x")?,
+            desc_swap: false,
+            from_cache: k.from_cache,
+        })
+    }
+
+    /// Quantizes `x` (`m` rows of `k` values, row stride `ldx`) into `out`.
+    pub fn quantize(
+        &self,
+        x: &DeviceBuffer<f32>,
+        m: usize,
+        k: usize,
+        ldx: usize,
+        out: &mut GemmActs,
+    ) -> Result<(), CudaError> {
+        let op = "gemm_quantize";
+        if m == 0 || k == 0 {
+            return Err(shape(op, format!("empty input {m}x{k}")));
+        }
+        if m > out.m_cap || k.div_ceil(GEMM_KB) > out.kblocks || ldx < k {
+            return Err(shape(
+                op,
+                format!(
+                    "{m}x{k} (ldx {ldx}) into scratch of {} tokens x {} k blocks",
+                    out.m_cap, out.kblocks
+                ),
+            ));
+        }
+        if x.len() < (m - 1) * ldx + k {
+            return Err(shape(op, format!("x holds {} values", x.len())));
+        }
+        let tiles = m.div_ceil(GEMM_TILE);
+        let m_pad = tiles * GEMM_TILE;
+        let (mi, ki, ldxi, m_padi, kbi) = (
+            int(m, op)?,
+            int(k, op)?,
+            int(ldx, op)?,
+            int(m_pad, op)?,
+            int(out.kblocks, op)?,
+        );
+        let s = self.ctx.stream();
+        let cfg = LaunchConfig {
+            grid_dim: (m_pad.div_ceil(8) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = s.launch_builder(&self.row_scale);
+        b.arg(&x.slice)
+            .arg(&mi)
+            .arg(&ki)
+            .arg(&ldxi)
+            .arg(&mut out.row_scales.slice)
+            .arg(&m_padi);
+        // SAFETY: types match; rows < m read k values at stride ldx (checked above),
+        // m_pad ≤ row_scales.len() written.
+        unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(gemm_row_scale)"))?;
+        let cfg = LaunchConfig {
+            grid_dim: (out.kblocks as u32, tiles as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = s.launch_builder(&self.quant);
+        b.arg(&x.slice)
+            .arg(&mi)
+            .arg(&ki)
+            .arg(&ldxi)
+            .arg(&out.row_scales.slice)
+            .arg(&mut out.codes.slice)
+            .arg(&mut out.block_scales.slice)
+            .arg(&kbi);
+        // SAFETY: types match; reads as above; writes tiles·kblocks code tiles and
+        // block scales, within the buffers sized by `GemmActs::new` for m_cap ≥ m.
+        unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(gemm_quant_x)"))?;
+        out.m = m;
+        out.k = k;
+        Ok(())
+    }
+
+    /// `y[m, n] = x · wᵀ` (`accumulate`: `y +=`), `y` row-major with `n = w.rows`
+    /// columns, for the activations quantized last into `x`.
+    pub fn gemm(
+        &self,
+        x: &GemmActs,
+        w: &GemmWeights,
+        y: &mut DeviceBuffer<f32>,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        self.launch(x, w, y, accumulate, false)
+    }
+
+    /// A timing probe with the same loads and tensor-core steps as [`Self::gemm`] but no
+    /// scale promotion (each k step accumulates straight into the accumulator): its
+    /// output is meaningless; benchmarks use it to split the kernel's time.
+    pub fn gemm_probe(
+        &self,
+        x: &GemmActs,
+        w: &GemmWeights,
+        y: &mut DeviceBuffer<f32>,
+    ) -> Result<(), CudaError> {
+        self.launch(x, w, y, false, true)
+    }
+
+    fn launch(
+        &self,
+        x: &GemmActs,
+        w: &GemmWeights,
+        y: &mut DeviceBuffer<f32>,
+        accumulate: bool,
+        probe: bool,
+    ) -> Result<(), CudaError> {
+        let op = "gemm_mx";
+        let m = x.m;
+        if m == 0 || x.k != w.cols || x.kblocks != w.kblocks || y.len() < m * w.rows {
+            return Err(shape(
+                op,
+                format!(
+                    "x {m}x{} ({} k blocks), w {}x{} ({} k blocks), y {}",
+                    x.k,
+                    x.kblocks,
+                    w.rows,
+                    w.cols,
+                    w.kblocks,
+                    y.len()
+                ),
+            ));
+        }
+        let f = match (w.format, self.desc_swap) {
+            (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
+            (ElementFormat::Fp8E4M3, false) => &self.e4m3,
+            (ElementFormat::Fp8E4M3, true) => &self.e4m3_swap,
+            (ElementFormat::Fp8E5M2, _) => &self.e5m2,
+            (ElementFormat::Fp4E2M1, _) => {
+                return Err(shape(op, "MXFP4 has no tensor-core GEMM yet".into()));
+            }
+        };
+        let (mi, ni, kbi, acc) = (
+            int(m, op)?,
+            int(w.rows, op)?,
+            int(w.kblocks, op)?,
+            i32::from(accumulate),
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (
+                m.div_ceil(GEMM_TILE) as u32,
+                w.rows.div_ceil(GEMM_TILE) as u32,
+                1,
+            ),
+            block_dim: (384, 1, 1),
+            shared_mem_bytes: GEMM_SMEM as u32,
+        };
+        let s = self.ctx.stream();
+        let mut b = s.launch_builder(f);
+        b.arg(&w.data.slice)
+            .arg(&w.scales.slice)
+            .arg(&x.codes.slice)
+            .arg(&x.block_scales.slice)
+            .arg(&x.row_scales.slice)
+            .arg(&mut y.slice)
+            .arg(&mi)
+            .arg(&ni)
+            .arg(&kbi)
+            .arg(&ni)
+            .arg(&acc);
+        // SAFETY: types match the kernel; the tiles read exist for m_tiles × kblocks
+        // (x) and n_tiles × kblocks (w); y writes rows < m, columns < n (checked).
+        unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(gemm_mx)"))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use favlo_mx::MxLayout;
+
+    #[test]
+    fn tiling_places_every_code_and_scale() {
+        // 200 × 300 E4M3 with distinct-ish bytes: every (row, k) lands at the tile
+        // offset the kernel reads, padding stays zero.
+        let l = MxLayout::new(ElementFormat::Fp8E4M3, 200, 300);
+        let mut bytes = vec![0u8; l.total_bytes()];
+        for r in 0..l.rows {
+            for k in 0..l.cols {
+                bytes[r * l.data_row_bytes() + k] = ((r * 7 + k * 13) % 251 + 1) as u8;
+            }
+            for b in 0..l.cols.div_ceil(32) {
+                bytes[l.scale_offset() + r * l.scale_row_bytes() + b] = (r + 3 * b) as u8;
+            }
+        }
+        let h = tile_gemm(MxView::new(l, &bytes).unwrap()).unwrap();
+        assert_eq!(h.kblocks, 3);
+        let mut seen = 0usize;
+        for r in 0..256 {
+            for k in 0..h.kblocks * GEMM_KB {
+                let (t, rr, kb) = (r / 128, r % 128, k / 128);
+                let got = h.data[(t * h.kblocks + kb) * TILE_BYTES + tile_offset(rr, k % 128)];
+                let want = if r < l.rows && k < l.cols {
+                    ((r * 7 + k * 13) % 251 + 1) as u8
+                } else {
+                    0
+                };
+                assert_eq!(got, want, "row {r} k {k}");
+                seen += usize::from(got != 0);
+                if k % 32 == 0 {
+                    let s =
+                        h.scales[(t * h.kblocks + kb) * SCALE_TILE_BYTES + rr * 4 + (k % 128) / 32];
+                    let want = if r < l.rows && k < l.cols {
+                        (r + 3 * (k / 32)) as u8
+                    } else {
+                        0
+                    };
+                    assert_eq!(s, want, "scale row {r} block {}", k / 32);
+                }
+            }
+        }
+        assert_eq!(seen, l.rows * l.cols);
+        // The offsets of one tile are a permutation.
+        let mut hit = vec![false; TILE_BYTES];
+        for r in 0..128 {
+            for k in 0..128 {
+                assert!(!std::mem::replace(&mut hit[tile_offset(r, k)], true));
+            }
+        }
+    }
+}

@@ -1,0 +1,372 @@
+//! The MXFP8 tensor-core GEMM (`favlo_runtime::cuda::GemmMx`) against float64 CPU
+//! references on random non-zero inputs.
+//! Run: `cargo test -p favlo-runtime --features cuda --test cuda_gemm`.
+//!
+//! * Activation quantization: R (per row), C (per 128-token tile and 32-value block) and
+//!   every code equal a CPU replica of the rule exactly; the quantized values stay within
+//!   E4M3's half-ulp (2^-4 relative) of x, plus half the smallest subnormal step.
+//! * GEMM: `y = xq · wᵀ` (and `y += …`) against an f64 product of the *same* quantized
+//!   activations (decoded from the device) and the favlo-mx decoded weights:
+//!   max|y − ref| / max|ref| ≤ 1e-3 (the FP8 tensor cores add the 32 exact products of a
+//!   k step with reduced internal precision, then the kernel promotes in f32).
+//!
+//! Without CUDA (or without an sm_90a device) every device test prints a loud SKIPPED
+//! line and passes, unless `FAVLO_REQUIRE_CUDA=1`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
+use favlo_runtime::cuda::{
+    CudaContext, CudaError, GemmActs, GemmMx, GemmWeights, compile_cubin, tile_gemm,
+};
+use favlo_runtime::ledger::{Owner, SpanKind};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
+
+fn skip(reason: &str) -> Option<(Arc<CudaContext>, GemmMx)> {
+    if std::env::var("FAVLO_REQUIRE_CUDA").is_ok_and(|v| v == "1") {
+        panic!("FAVLO_REQUIRE_CUDA=1 but the GEMM cannot run: {reason}");
+    }
+    eprintln!("\n**** SKIPPED: {reason}; the CUDA GEMM test did not run ****\n");
+    None
+}
+
+fn setup() -> Option<(Arc<CudaContext>, GemmMx)> {
+    match CudaContext::open(0, None) {
+        Ok(ctx) => match GemmMx::load(&ctx) {
+            Ok(g) => Some((ctx, g)),
+            Err(CudaError::Unavailable { reason }) => skip(&reason),
+            Err(e) => panic!("GEMM kernels failed to load: {e}"),
+        },
+        Err(CudaError::Unavailable { reason }) => skip(&format!("CUDA unavailable ({reason})")),
+        Err(e) => panic!("CUDA present but failed to open: {e}"),
+    }
+}
+
+/// Row `r` scaled by 2^((r % 11) - 5) and column blocks by 2^((c/32 % 5) - 2), so row
+/// and block scales differ.
+fn rand_matrix(rng: &mut StdRng, rows: usize, cols: usize) -> Vec<f32> {
+    let mut v = Vec::with_capacity(rows * cols);
+    for r in 0..rows {
+        let rm = 2f32.powi((r % 11) as i32 - 5);
+        for c in 0..cols {
+            let cm = 2f32.powi(((c / 32) % 5) as i32 - 2);
+            v.push((rng.random_range(-1.0f32..1.0) + 0.01) * rm * cm);
+        }
+    }
+    v
+}
+
+/// Random packed MXFP8 bytes (faster than packing f32 for the big shapes): codes
+/// uniform without NaN / inf, scales 2^-10..2^-4 on the real blocks.
+fn random_packed(layout: MxLayout, rng: &mut StdRng) -> Vec<u8> {
+    let mut b = vec![0u8; layout.total_bytes()];
+    for r in 0..layout.rows {
+        let row = &mut b[r * layout.data_row_bytes()..][..layout.cols];
+        rng.fill(row);
+        for v in row.iter_mut() {
+            match layout.format {
+                ElementFormat::Fp8E4M3 if (*v & 0x7f) == 0x7f => *v &= 0xfe,
+                ElementFormat::Fp8E5M2 if (*v & 0x7c) == 0x7c => *v &= 0xfb,
+                _ => {}
+            }
+        }
+        let s = &mut b[layout.scale_offset() + r * layout.scale_row_bytes()..]
+            [..layout.cols.div_ceil(32)];
+        s.iter_mut()
+            .for_each(|v| *v = rng.random_range(117u8..=123));
+    }
+    b
+}
+
+#[test]
+fn gemm_kernels_compile_with_nvrtc_for_sm90a() {
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        eprintln!("\n**** SKIPPED: libnvrtc not found; NVRTC compile check did not run ****\n");
+        return;
+    }
+    let cubin = compile_cubin("gemm_mx", include_str!("../kernels/gemm_mx.cu"), "sm_90a")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(&cubin[..4], b"\x7fELF");
+}
+
+/// The quantization rule on the CPU: (R per row, C per (tile, block), decoded values).
+fn cpu_quantize(x: &[f32], m: usize, k: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let kblocks = k.div_ceil(128);
+    let r: Vec<f32> = (0..m)
+        .map(|row| {
+            let amax = x[row * k..(row + 1) * k]
+                .iter()
+                .fold(0u32, |a, v| a.max(v.to_bits() & 0x7fff_ffff));
+            let e = amax & 0x7f80_0000;
+            if e == 0 || e == 0x7f80_0000 {
+                1.0
+            } else {
+                f32::from_bits(e)
+            }
+        })
+        .collect();
+    let v: Vec<f32> = (0..m * k).map(|i| x[i] * (1.0 / r[i / k])).collect();
+    let tiles = m.div_ceil(128);
+    let mut c = vec![0f32; tiles * kblocks * 4];
+    for t in 0..tiles {
+        for b in 0..kblocks * 4 {
+            let mut amax = 0u32;
+            for row in t * 128..(t * 128 + 128).min(m) {
+                for col in b * 32..(b * 32 + 32).min(k) {
+                    amax = amax.max(v[row * k + col].to_bits() & 0x7fff_ffff);
+                }
+            }
+            c[t * kblocks * 4 + b] = if amax == 0 {
+                1.0
+            } else {
+                let mut biased = (amax >> 23) as i32 - 8;
+                if amax & 0x7f_ffff > 0x60_0000 {
+                    biased += 1;
+                }
+                f32::from_bits((biased.clamp(1, 254) as u32) << 23)
+            };
+        }
+    }
+    let q = (0..m * k)
+        .map(|i| {
+            let (row, col) = (i / k, i % k);
+            let cs = c[(row / 128) * kblocks * 4 + col / 32];
+            favlo_mx::decode_fp8_e4m3(favlo_mx::encode_fp8_e4m3(v[i] * (1.0 / cs))) * r[row] * cs
+        })
+        .collect();
+    (r, c, q)
+}
+
+#[test]
+fn quantize_matches_the_cpu_rule() {
+    let Some((ctx, g)) = setup() else { return };
+    let owner = Owner::mint("cuda-test-gemm-quant");
+    let mut rng = StdRng::seed_from_u64(7);
+    for (m, k) in [(1, 128), (17, 1000), (300, 4096), (129, 96)] {
+        let mut x = rand_matrix(&mut rng, m, k);
+        // A zero row, a row with one huge value, and a zero block.
+        if m > 3 {
+            x[k..2 * k].iter_mut().for_each(|v| *v = 0.0);
+            x[2 * k + 5] = 3.0e5;
+            x[3 * k..3 * k + 32].iter_mut().for_each(|v| *v = 0.0);
+        }
+        let xd = ctx.upload(&owner, SpanKind::Scratch, &x).unwrap();
+        let mut acts = GemmActs::new(&ctx, &owner, m, k).unwrap();
+        g.quantize(&xd, m, k, k, &mut acts).unwrap();
+        let got = acts.values(&ctx).unwrap();
+        let (r, c) = acts.scales(&ctx).unwrap();
+        let (wr, wc, wq) = cpu_quantize(&x, m, k);
+        assert_eq!(r, wr, "row scales {m}x{k}");
+        assert_eq!(c, wc, "block scales {m}x{k}");
+        let mut worst = 0f64;
+        for i in 0..m * k {
+            assert_eq!(got[i].to_bits(), wq[i].to_bits(), "value {i} of {m}x{k}");
+            let (row, col) = (i / k, i % k);
+            let step = (r[row] * c[(row / 128) * acts.kblocks * 4 + col / 32]) as f64;
+            let err = (got[i] as f64 - x[i] as f64).abs();
+            let bound = x[i].abs() as f64 / 16.0 + step * 2f64.powi(-10);
+            assert!(
+                err <= bound,
+                "{m}x{k} [{row},{col}]: {} vs {}",
+                got[i],
+                x[i]
+            );
+            if x[i] != 0.0 {
+                worst = worst.max(err / x[i].abs() as f64);
+            }
+        }
+        eprintln!("quantize {m}x{k}: exact vs CPU rule; max rel err vs x {worst:.3e}");
+        drop((xd, acts));
+    }
+    ctx.sweep(&owner).unwrap();
+}
+
+/// Runs `y (+)= xq · wᵀ` for an `m × k` input and an `n × k` weight and checks the
+/// tokens in `check` (all columns) against the f64 reference. Returns the max rel err.
+#[allow(clippy::too_many_arguments)]
+fn check_gemm(
+    ctx: &Arc<CudaContext>,
+    g: &GemmMx,
+    rng: &mut StdRng,
+    format: ElementFormat,
+    m: usize,
+    n: usize,
+    k: usize,
+    packed_f32: bool,
+    accumulate: bool,
+) -> f64 {
+    let owner = Owner::mint("cuda-test-gemm");
+    let layout = MxLayout::new(format, n, k);
+    let packed = if packed_f32 {
+        let w = rand_matrix(rng, n, k);
+        let mut p = vec![0u8; layout.total_bytes()];
+        favlo_mx::pack(&w, layout, ScaleRule::Ceil, &mut p).unwrap();
+        p
+    } else {
+        random_packed(layout, rng)
+    };
+    let view = MxView::new(layout, &packed).unwrap();
+    let wf = view.dequantize();
+    let wd = GemmWeights::upload(ctx, &owner, &tile_gemm(view).unwrap()).unwrap();
+    let x = rand_matrix(rng, m, k);
+    let xd = ctx.upload(&owner, SpanKind::Scratch, &x).unwrap();
+    let mut acts = GemmActs::new(ctx, &owner, m, k).unwrap();
+    g.quantize(&xd, m, k, k, &mut acts).unwrap();
+    let xq = acts.values(ctx).unwrap();
+    let y0: Vec<f32> = if accumulate {
+        (0..m * n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+    } else {
+        vec![f32::NAN; m * n]
+    };
+    let mut yd = ctx.upload(&owner, SpanKind::Scratch, &y0).unwrap();
+    g.gemm(&acts, &wd, &mut yd, accumulate).unwrap();
+    let y = ctx.download(&yd).unwrap();
+    assert!(
+        y.iter().all(|v| v.is_finite()),
+        "{m}x{n}x{k}: non-finite (unwritten) output"
+    );
+    // Tokens checked: all for small m, else a spread that touches every 128-token tile.
+    let toks: Vec<usize> = if m * n * k <= 1 << 28 {
+        (0..m).collect()
+    } else {
+        let mut t: Vec<usize> = (0..m).step_by(61).collect();
+        t.push(m - 1);
+        t
+    };
+    let refs: Vec<(usize, Vec<f64>)> = toks
+        .par_iter()
+        .map(|&tok| {
+            let xr = &xq[tok * k..(tok + 1) * k];
+            let row: Vec<f64> = (0..n)
+                .map(|c| {
+                    let wr = &wf[c * k..(c + 1) * k];
+                    let dot: f64 = xr.iter().zip(wr).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    dot + if accumulate {
+                        y0[tok * n + c] as f64
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            (tok, row)
+        })
+        .collect();
+    let mut max_ref = 0f64;
+    let mut max_err = 0f64;
+    for (tok, row) in &refs {
+        for (c, want) in row.iter().enumerate() {
+            max_ref = max_ref.max(want.abs());
+            max_err = max_err.max((y[tok * n + c] as f64 - want).abs());
+        }
+    }
+    let e = max_err / max_ref.max(1e-30);
+    eprintln!(
+        "gemm {format:?} m {m} n {n} k {k}{}: {} tokens checked, max rel err {e:.3e}",
+        if accumulate { " (y +=)" } else { "" },
+        toks.len()
+    );
+    drop((wd, xd, acts, yd));
+    ctx.sweep(&owner).unwrap();
+    e
+}
+
+#[test]
+fn gemm_matches_f64_reference_small_and_ragged() {
+    let Some((ctx, g)) = setup() else { return };
+    let mut rng = StdRng::seed_from_u64(11);
+    for (m, n, k, acc) in [
+        (1, 256, 512, false),
+        (17, 300, 1000, false),
+        (300, 640, 4096, false),
+        (300, 640, 4096, true),
+        (129, 136, 96, true),
+    ] {
+        let e = check_gemm(
+            &ctx,
+            &g,
+            &mut rng,
+            ElementFormat::Fp8E4M3,
+            m,
+            n,
+            k,
+            true,
+            acc,
+        );
+        assert!(e <= 1e-3, "E4M3 {m}x{n}x{k}: {e:.3e}");
+    }
+    let e = check_gemm(
+        &ctx,
+        &g,
+        &mut rng,
+        ElementFormat::Fp8E5M2,
+        200,
+        384,
+        2048,
+        true,
+        false,
+    );
+    assert!(e <= 1e-3, "E5M2: {e:.3e}");
+}
+
+#[test]
+fn gemm_matches_f64_reference_on_qwen3_8b_matrices() {
+    let Some((ctx, g)) = setup() else { return };
+    let mut rng = StdRng::seed_from_u64(12);
+    // q|k|v, o, gate|up, down of Qwen3-8B at a 2048-token prefill (o also ragged).
+    for (m, n, k, acc) in [
+        (2048, 6144, 4096, false),
+        (2048, 4096, 4096, true),
+        (300, 4096, 4096, false),
+        (2048, 24576, 4096, false),
+        (2048, 4096, 12288, true),
+    ] {
+        let e = check_gemm(
+            &ctx,
+            &g,
+            &mut rng,
+            ElementFormat::Fp8E4M3,
+            m,
+            n,
+            k,
+            false,
+            acc,
+        );
+        assert!(e <= 1e-3, "{m}x{n}x{k}: {e:.3e}");
+    }
+}
+
+#[test]
+fn gemm_refuses_mismatched_shapes() {
+    let Some((ctx, g)) = setup() else { return };
+    let owner = Owner::mint("cuda-test-gemm-shapes");
+    let layout = MxLayout::new(ElementFormat::Fp8E4M3, 128, 256);
+    let mut rng = StdRng::seed_from_u64(3);
+    let packed = random_packed(layout, &mut rng);
+    let w = GemmWeights::upload(
+        &ctx,
+        &owner,
+        &tile_gemm(MxView::new(layout, &packed).unwrap()).unwrap(),
+    )
+    .unwrap();
+    let x = ctx
+        .upload(&owner, SpanKind::Scratch, &vec![1f32; 4 * 512])
+        .unwrap();
+    let mut acts = GemmActs::new(&ctx, &owner, 4, 512).unwrap();
+    g.quantize(&x, 4, 512, 512, &mut acts).unwrap();
+    let mut y = ctx
+        .alloc::<f32>(&owner, SpanKind::Scratch, 4 * 128)
+        .unwrap();
+    assert!(matches!(
+        g.gemm(&acts, &w, &mut y, false),
+        Err(CudaError::Shape { .. })
+    ));
+    assert!(matches!(
+        g.quantize(&x, 5, 512, 512, &mut acts),
+        Err(CudaError::Shape { .. })
+    ));
+    drop((w, x, acts, y));
+    ctx.sweep(&owner).unwrap();
+}
