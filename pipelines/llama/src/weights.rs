@@ -73,9 +73,12 @@ pub(crate) enum Matrix {
         buf: Buffer<u8>,
         layout: MxLayout,
     },
-    /// GGUF blocks as stored in the file.
+    /// GGUF blocks as stored in the file: `len` bytes at `off` of the model's
+    /// shared block arena (one allocation, so it gets huge pages).
     Gguf {
-        buf: Buffer<u8>,
+        arena: Arc<Buffer<u8>>,
+        off: usize,
+        len: usize,
         ty: GgufType,
         n: usize,
         k: usize,
@@ -146,9 +149,16 @@ impl Matrix {
 
     fn gguf(&self) -> Option<GgufMatrix<'_>> {
         match self {
-            Matrix::Gguf { buf, ty, n, k } => Some(GgufMatrix {
+            Matrix::Gguf {
+                arena,
+                off,
+                len,
+                ty,
+                n,
+                k,
+            } => Some(GgufMatrix {
                 ty: *ty,
-                data: buf,
+                data: &arena[*off..*off + *len],
                 n: *n,
                 k: *k,
             }),
@@ -196,7 +206,8 @@ impl Matrix {
         match self {
             Matrix::F32 { buf, .. } => buf.bytes(),
             Matrix::F16 { buf, .. } => buf.bytes(),
-            Matrix::Mx { buf, .. } | Matrix::Gguf { buf, .. } => buf.bytes(),
+            Matrix::Mx { buf, .. } => buf.bytes(),
+            Matrix::Gguf { len, .. } => *len as u64,
             Matrix::Split { parts, .. } => parts.iter().map(Matrix::bytes).sum(),
         }
     }
@@ -217,55 +228,122 @@ fn gguf_type(t: GgmlType) -> Option<GgufType> {
     })
 }
 
-/// Load `[rows_i, k]` tensors `parts` stacked by rows into one matrix: GGUF blocks
-/// when `format` is native and every part has a kernel type, else decoded to `format`
-/// (native → f16).
-fn load_matrix(
-    ck: &Checkpoint,
-    parts: &[(Role, usize, usize)],
+/// One matrix to load: `[rows_i, k]` tensors `parts` stacked by rows.
+struct Spec {
+    parts: Vec<(Role, usize, usize)>,
     k: usize,
     format: WeightFormat,
+}
+
+/// A matrix kept in its GGUF blocks: per part (one part per block type run) its
+/// type, the file's byte ranges and its rows.
+type NativePlan<'a> = Vec<(GgufType, Vec<&'a [u8]>, usize)>;
+
+/// Where a matrix's blocks start in the arena: a cache line boundary.
+const ARENA_ALIGN: usize = 64;
+
+/// How `spec` stays in GGUF blocks, if it does: the format is native and every part
+/// has a kernel type and the expected shape. Consecutive parts of one type merge.
+fn plan_native<'a>(ck: &'a Checkpoint, spec: &Spec) -> Option<NativePlan<'a>> {
+    if spec.format != WeightFormat::Native {
+        return None;
+    }
+    let k = spec.k;
+    let raws = spec
+        .parts
+        .iter()
+        .map(|&(role, l, rows)| {
+            let (t, bytes, shape) = ck.raw(role, l)?;
+            let ty = gguf_type(t)?;
+            (shape == [rows, k] && k.is_multiple_of(ty.block_size())).then_some((ty, bytes, rows))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let mut plan: NativePlan<'a> = Vec::new();
+    if raws.iter().all(|r| r.0 == raws[0].0) {
+        let n = raws.iter().map(|r| r.2).sum();
+        plan.push((raws[0].0, raws.iter().map(|r| r.1).collect(), n));
+    } else {
+        plan.extend(
+            raws.iter()
+                .map(|&(ty, bytes, rows)| (ty, vec![bytes], rows)),
+        );
+    }
+    Some(plan)
+}
+
+/// Bytes a plan's parts take in the arena, each part aligned.
+fn plan_bytes(plan: &NativePlan<'_>) -> usize {
+    plan.iter()
+        .map(|(_, chunks, _)| {
+            chunks
+                .iter()
+                .map(|c| c.len())
+                .sum::<usize>()
+                .next_multiple_of(ARENA_ALIGN)
+        })
+        .sum()
+}
+
+/// Load every spec in order: GGUF-native matrices are copied into one arena buffer
+/// (a single ledger allocation: the decode streams it every token, and one large
+/// buffer is backed by huge pages), the others decoded to their format.
+fn load_matrices(
+    ck: &Checkpoint,
+    specs: &[Spec],
     ledger: &Arc<Ledger>,
     owner: &Owner,
-) -> Result<Matrix, LlamaError> {
-    let n: usize = parts.iter().map(|p| p.2).sum();
-    if format == WeightFormat::Native {
-        let raws: Vec<_> = parts
-            .iter()
-            .filter_map(|&(role, l, rows)| {
-                let (t, bytes, shape) = ck.raw(role, l)?;
-                let ty = gguf_type(t)?;
-                (shape == [rows, k] && k.is_multiple_of(ty.block_size()))
-                    .then_some((ty, bytes, rows))
-            })
-            .collect();
-        if raws.len() == parts.len() {
-            let one = |ty: GgufType, chunks: &[&[u8]], n: usize| -> Result<Matrix, LlamaError> {
-                let len = chunks.iter().map(|c| c.len()).sum();
-                let mut buf = ledger.alloc::<u8>(owner, SpanKind::Resident, len)?;
-                let mut at = 0;
-                for c in chunks {
-                    buf[at..at + c.len()].copy_from_slice(c);
-                    at += c.len();
-                }
-                Ok(Matrix::Gguf { buf, ty, n, k })
-            };
-            if raws.iter().all(|r| r.0 == raws[0].0) {
-                let chunks: Vec<&[u8]> = raws.iter().map(|r| r.1).collect();
-                return one(raws[0].0, &chunks, n);
-            }
-            let parts = raws
-                .iter()
-                .map(|&(ty, bytes, rows)| one(ty, &[bytes], rows))
-                .collect::<Result<Vec<_>, _>>()?;
-            return Ok(Matrix::Split { parts, n });
+) -> Result<Vec<Matrix>, LlamaError> {
+    let plans: Vec<Option<NativePlan<'_>>> = specs.iter().map(|s| plan_native(ck, s)).collect();
+    let total: usize = plans.iter().flatten().map(plan_bytes).sum();
+    let mut arena = ledger.alloc::<u8>(owner, SpanKind::Resident, total)?;
+    // (offset, len) of every native part, in plan order.
+    let mut spans = Vec::new();
+    let mut at = 0;
+    for (_, chunks, _) in plans.iter().flatten().flatten() {
+        let start = at;
+        for c in chunks {
+            arena[at..at + c.len()].copy_from_slice(c);
+            at += c.len();
         }
+        spans.push((start, at - start));
+        at = at.next_multiple_of(ARENA_ALIGN);
     }
-    let mut values = Vec::with_capacity(n * k);
-    for &(role, l, rows) in parts {
-        values.extend(ck.need(role, l, &[rows, k])?);
+    let arena = Arc::new(arena);
+    let mut spans = spans.into_iter();
+    let mut out = Vec::with_capacity(specs.len());
+    for (spec, plan) in specs.iter().zip(&plans) {
+        let k = spec.k;
+        let Some(plan) = plan else {
+            let n: usize = spec.parts.iter().map(|p| p.2).sum();
+            let mut values = Vec::with_capacity(n * k);
+            for &(role, l, rows) in &spec.parts {
+                values.extend(ck.need(role, l, &[rows, k])?);
+            }
+            out.push(Matrix::build(ledger, owner, &values, n, k, spec.format)?);
+            continue;
+        };
+        let mut parts = Vec::with_capacity(plan.len());
+        for &(ty, _, n) in plan {
+            let (off, len) = spans.next().ok_or_else(|| LlamaError::Request {
+                message: "weight arena plan out of step".into(),
+            })?;
+            parts.push(Matrix::Gguf {
+                arena: Arc::clone(&arena),
+                off,
+                len,
+                ty,
+                n,
+                k,
+            });
+        }
+        out.push(if parts.len() == 1 {
+            parts.remove(0)
+        } else {
+            let n = spec.parts.iter().map(|p| p.2).sum();
+            Matrix::Split { parts, n }
+        });
     }
-    Matrix::build(ledger, owner, &values, n, k, format)
+    Ok(out)
 }
 
 /// One decoder block.
@@ -338,27 +416,36 @@ pub(crate) fn load(
     };
     let f32buf = |v: Vec<f32>| ledger.alloc_from(owner, SpanKind::Resident, &v);
 
-    let embed = load_matrix(
-        ck,
-        &[(Role::Embed, 0, cfg.vocab_size)],
-        d,
-        table_format,
-        ledger,
-        owner,
-    )?;
-    let head = if ck.has(Role::Head, 0) && !cfg.tie_embeddings {
-        Some(load_matrix(
-            ck,
-            &[(Role::Head, 0, cfg.vocab_size)],
-            d,
-            table_format,
-            ledger,
-            owner,
-        )?)
+    let has_head = ck.has(Role::Head, 0) && !cfg.tie_embeddings;
+    let spec = |parts: &[(Role, usize, usize)], k: usize, format: WeightFormat| Spec {
+        parts: parts.to_vec(),
+        k,
+        format,
+    };
+    let mut specs = vec![spec(&[(Role::Embed, 0, cfg.vocab_size)], d, table_format)];
+    if has_head {
+        specs.push(spec(&[(Role::Head, 0, cfg.vocab_size)], d, table_format));
     } else {
         cfg.tie_embeddings = true;
-        None
+    }
+    for l in 0..cfg.n_layers {
+        specs.push(spec(
+            &[(Role::Q, l, qd), (Role::K, l, kvd), (Role::V, l, kvd)],
+            d,
+            format,
+        ));
+        specs.push(spec(&[(Role::O, l, d)], qd, format));
+        specs.push(spec(&[(Role::Gate, l, ff), (Role::Up, l, ff)], d, format));
+        specs.push(spec(&[(Role::Down, l, d)], ff, format));
+    }
+    let mut mats = load_matrices(ck, &specs, ledger, owner)?.into_iter();
+    let mut next = || {
+        mats.next().ok_or_else(|| LlamaError::Request {
+            message: "weight list out of step".into(),
+        })
     };
+    let embed = next()?;
+    let head = if has_head { Some(next()?) } else { None };
     let out_norm = f32buf(ck.need(Role::OutputNorm, 0, &[d])?)?;
     if let Some(f) = ck.maybe(Role::RopeFreqs, 0, &[cfg.rope_dim / 2])? {
         cfg.rope_scaling = RopeScaling::FreqFactors(f);
@@ -366,10 +453,7 @@ pub(crate) fn load(
 
     let mut layers = Vec::with_capacity(cfg.n_layers);
     for l in 0..cfg.n_layers {
-        let mat = |parts: &[(Role, usize, usize)], k: usize| {
-            load_matrix(ck, parts, k, format, ledger, owner)
-        };
-        let qkv = mat(&[(Role::Q, l, qd), (Role::K, l, kvd), (Role::V, l, kvd)], d)?;
+        let qkv = next()?;
         let qkv_bias = match ck.maybe(Role::QBias, l, &[qd])? {
             None => None,
             Some(mut b) => {
@@ -386,9 +470,9 @@ pub(crate) fn load(
         };
         let q_norm = ck.maybe(Role::QNorm, l, &[hd])?.map(f32buf).transpose()?;
         let k_norm = ck.maybe(Role::KNorm, l, &[hd])?.map(f32buf).transpose()?;
-        let wo = mat(&[(Role::O, l, d)], qd)?;
-        let gate_up = mat(&[(Role::Gate, l, ff), (Role::Up, l, ff)], d)?;
-        let down = mat(&[(Role::Down, l, d)], ff)?;
+        let wo = next()?;
+        let gate_up = next()?;
+        let down = next()?;
         layers.push(Layer {
             attn_norm: f32buf(ck.need(Role::AttnNorm, l, &[d])?)?,
             qkv,
