@@ -8,7 +8,10 @@
 //! repetition) and for the whole prefill's GEMMs, with and without the activation
 //! quantization before each GEMM; TFLOP/s against the H200's FP8 dense datasheet
 //! figure (1979 TFLOP/s, the "FP8 tensor-core roofline"); the probe kernel (same loads
-//! and wgmma steps, no scale promotion) splits the time. Before timing, 4 tokens of
+//! and wgmma steps, no scale promotion) splits the time; both consumer loops
+//! (`GemmKernel::Pipelined`, the default, and `Serial`) are timed.
+//! `FAVLO_PREFILL_PROFILE=1` only runs each matrix's GEMM (pipelined, then the probe)
+//! once after the checks, for Nsight Compute. Before timing, 4 tokens of
 //! each matrix are checked against an f64 reference (max|err|/max|ref| ≤ 1e-3).
 //! `cuda_prefill_anchor.py` times PyTorch (bf16 matmul, FP8 `_scaled_mm`) on the
 //! same shapes.
@@ -17,7 +20,7 @@
 
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 use favlo_runtime::cuda::{
-    CudaContext, GemmActs, GemmMx, GemmWeights, copy_bandwidth_gbps, tile_gemm, time_ms,
+    CudaContext, GemmActs, GemmKernel, GemmMx, GemmWeights, copy_bandwidth_gbps, tile_gemm, time_ms,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
@@ -156,14 +159,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let toks = m.min(4);
     for mm in &mats {
         let xq = acts[mm.xin].values(&ctx)?;
-        for swap in [false, true] {
+        for (kernel, swap) in [
+            (GemmKernel::Pipelined, false),
+            (GemmKernel::Serial, false),
+            (GemmKernel::Serial, true),
+        ] {
+            g.kernel = kernel;
             g.desc_swap = swap;
             g.gemm(&acts[mm.xin], &mm.copies[0], &mut y, false)?;
             let yh = ctx.download(&y)?;
             let e = check(&xq, &mm.wf, &yh, mm.n, mm.k, toks);
             println!(
-                "check {:8} {}x{}{}: max rel err {e:.3e} over {toks} tokens",
+                "check {:8} {:?} {}x{}{}: max rel err {e:.3e} over {toks} tokens",
                 mm.name,
+                kernel,
                 mm.n,
                 mm.k,
                 if swap {
@@ -177,45 +186,58 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         g.desc_swap = false;
+        g.kernel = GemmKernel::Pipelined;
+    }
+    if std::env::var("FAVLO_PREFILL_PROFILE").is_ok_and(|v| v == "1") {
+        for mm in &mats {
+            g.gemm(&acts[mm.xin], &mm.copies[1], &mut y, mm.accumulate)?;
+            g.gemm_probe(&acts[mm.xin], &mm.copies[2], &mut y)?;
+        }
+        ctx.synchronize()?;
+        println!("profile run done");
+        return Ok(());
     }
 
     let (warm, reps) = (2, 7);
     let tflops = |flop: f64, ms: f64| flop / (ms * 1e-3) / 1e12;
     println!(
-        "\n| GEMM | n×k | ms for {LAYERS} layers | TFLOP/s | % of FP8 peak ({FP8_PEAK_TFLOPS}) | probe (no promotion) ms | probe TFLOP/s | one copy (L2 reuse) TFLOP/s |"
+        "\n| GEMM | n×k | ms for {LAYERS} layers | TFLOP/s | % of FP8 peak ({FP8_PEAK_TFLOPS}) | serial loop ms | TFLOP/s | probe (no promotion) ms | TFLOP/s | one copy (L2 reuse) TFLOP/s |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut total_flop = 0f64;
     for mm in &mats {
         let flop = 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64;
         total_flop += flop;
         let a = &acts[mm.xin];
-        let ms = time_ms(&ctx, warm, reps, || {
-            for w in &mm.copies {
-                g.gemm(a, w, &mut y, mm.accumulate)?;
-            }
-            Ok(())
-        })?;
-        let ms_probe = time_ms(&ctx, warm, reps, || {
-            for w in &mm.copies {
-                g.gemm_probe(a, w, &mut y)?;
-            }
-            Ok(())
-        })?;
-        let ms_one = time_ms(&ctx, warm, reps, || {
-            for _ in 0..LAYERS {
-                g.gemm(a, &mm.copies[0], &mut y, mm.accumulate)?;
-            }
-            Ok(())
-        })?;
+        let mut run = |g: &GemmMx, probe: bool, one: bool| {
+            time_ms(&ctx, warm, reps, || {
+                for w in &mm.copies {
+                    let w = if one { &mm.copies[0] } else { w };
+                    if probe {
+                        g.gemm_probe(a, w, &mut y)?;
+                    } else {
+                        g.gemm(a, w, &mut y, mm.accumulate)?;
+                    }
+                }
+                Ok(())
+            })
+        };
+        let ms = run(&g, false, false)?;
+        let ms_one = run(&g, false, true)?;
+        let ms_probe = run(&g, true, false)?;
+        g.kernel = GemmKernel::Serial;
+        let ms_serial = run(&g, false, false)?;
+        g.kernel = GemmKernel::Pipelined;
         println!(
-            "| {} | {}×{} | {:.3} | {:.0} | {:.1}% | {:.3} | {:.0} | {:.0} |",
+            "| {} | {}×{} | {:.3} | {:.0} | {:.1}% | {:.3} | {:.0} | {:.3} | {:.0} | {:.0} |",
             mm.name,
             mm.n,
             mm.k,
             ms,
             tflops(flop, ms),
             100.0 * tflops(flop, ms) / FP8_PEAK_TFLOPS,
+            ms_serial,
+            tflops(flop, ms_serial),
             ms_probe,
             tflops(flop, ms_probe),
             tflops(flop, ms_one)
@@ -250,12 +272,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(())
     })?;
     println!(
-        "| **all GEMMs of the prefill** | 4 per layer | {gemms_only:.3} | {:.0} | {:.1}% | | | |",
+        "| **all GEMMs of the prefill** | 4 per layer | {gemms_only:.3} | {:.0} | {:.1}% | | | | | |",
         tflops(total_flop, gemms_only),
         100.0 * tflops(total_flop, gemms_only) / FP8_PEAK_TFLOPS
     );
     println!(
-        "| **+ activation quantization before each** | 4 + 4 per layer | {with_quant:.3} | {:.0} | {:.1}% | | | |",
+        "| **+ activation quantization before each** | 4 + 4 per layer | {with_quant:.3} | {:.0} | {:.1}% | | | | | |",
         tflops(total_flop, with_quant),
         100.0 * tflops(total_flop, with_quant) / FP8_PEAK_TFLOPS
     );

@@ -109,6 +109,83 @@ __device__ __forceinline__ float gm_e8m0(u32 b) {
 
 // w: [n/128][kblocks][16 KB]; ws: [n/128][kblocks][128][4]; xq: [m/128][kblocks][16 KB];
 // xc: [m/128][kblocks * 4]; xr: [m/128 * 128]; y: [m][ldy] (accumulate: y += ...).
+__device__ __forceinline__ void gm_init_bars(u64* full, u64* empty) {
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < GM_STAGES; ++s) {
+            gm_bar_init(&full[s], 1);
+            gm_bar_init(&empty[s], 8);  // 2 consumer warpgroups x 4 warps
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+}
+
+// One thread fills the ring: per k block the weight tile, the activation tile, the
+// weight scales and the activation block scales, all completing on full[stage].
+__device__ __forceinline__ void gm_producer(u8* ring, u64* full, u64* empty,
+                                            const u8* __restrict__ w, const u8* __restrict__ ws,
+                                            const u8* __restrict__ xq,
+                                            const float* __restrict__ xc, int mt, int nt,
+                                            int kblocks) {
+    const u8* wsrc = w + (size_t)nt * kblocks * GM_TILE_BYTES;
+    const u8* xsrc = xq + (size_t)mt * kblocks * GM_TILE_BYTES;
+    const u8* ssrc = ws + (size_t)nt * kblocks * 512;
+    const float* csrc = xc + (size_t)mt * kblocks * 4;
+    for (int kb = 0; kb < kblocks; ++kb) {
+        const int s = kb % GM_STAGES;
+        if (kb >= GM_STAGES) gm_bar_wait(&empty[s], ((kb / GM_STAGES) - 1) & 1);
+        u8* st = ring + s * GM_STAGE_BYTES;
+        gm_bar_expect(&full[s], GM_STAGE_TX);
+        gm_bulk(st, wsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
+        gm_bulk(st + GM_TILE_BYTES, xsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
+        gm_bulk(st + GM_SCALE_OFF, ssrc + (size_t)kb * 512, 512, &full[s]);
+        gm_bulk(st + GM_C_OFF, csrc + (size_t)kb * 4, 16, &full[s]);
+    }
+}
+
+// Epilogue: acc[4j + 2h + e] = D[row r0 + 8h][token 8j + 2t + e] -> y[token][row] ·
+// R[token] (+ y). The residuals are all loaded (into `res`) before any store, so the
+// loads overlap instead of each waiting behind the previous store.
+__device__ __forceinline__ void gm_epilogue(const float* acc, float* res, float* y,
+                                            const float* __restrict__ xr, int m, int n,
+                                            int ldy, int accumulate, int mt, int nt, int r0,
+                                            int t) {
+    const int row0 = nt * GM_TILE + r0;
+    // Two halves of 8 column groups each: 32 residuals in flight at a time.
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        if (accumulate) {
+#pragma unroll
+            for (int j = 8 * hf; j < 8 * hf + 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int tok = mt * GM_TILE + 8 * j + 2 * t + e, row = row0 + 8 * h;
+                        res[4 * j + 2 * h + e] =
+                            (tok < m && row < n) ? y[(size_t)tok * ldy + row] : 0.f;
+                    }
+        }
+#pragma unroll
+        for (int j = 8 * hf; j < 8 * hf + 8; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int tok = mt * GM_TILE + 8 * j + 2 * t + e;
+                if (tok >= m) continue;
+                const float r = xr[tok];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = row0 + 8 * h;
+                    if (row >= n) continue;
+                    const int i = 4 * j + 2 * h + e;
+                    const float v = acc[i] * r;
+                    y[(size_t)tok * ldy + row] = accumulate ? v + res[i] : v;
+                }
+            }
+        }
+    }
+}
+
 // PROMOTE = 0 is a timing probe: the k steps accumulate straight into acc on the
 // tensor cores with no scales (wrong results; the load + wgmma pipeline alone).
 template <int WFMT, int SWAP, int PROMOTE>
@@ -122,33 +199,9 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
     const int tid = threadIdx.x;
     const int wg = tid >> 7;
     const int mt = blockIdx.x, nt = blockIdx.y;
-    if (tid == 0) {
-        for (int s = 0; s < GM_STAGES; ++s) {
-            gm_bar_init(&full[s], 1);
-            gm_bar_init(&empty[s], 8);  // 2 consumer warpgroups x 4 warps
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-
+    gm_init_bars(full, empty);
     if (wg == 0) {
-        if (tid == 0) {
-            const u8* wsrc = w + (size_t)nt * kblocks * GM_TILE_BYTES;
-            const u8* xsrc = xq + (size_t)mt * kblocks * GM_TILE_BYTES;
-            const u8* ssrc = ws + (size_t)nt * kblocks * 512;
-            const float* csrc = xc + (size_t)mt * kblocks * 4;
-            for (int kb = 0; kb < kblocks; ++kb) {
-                const int s = kb % GM_STAGES;
-                if (kb >= GM_STAGES) gm_bar_wait(&empty[s], ((kb / GM_STAGES) - 1) & 1);
-                u8* st = gm_ring + s * GM_STAGE_BYTES;
-                gm_bar_expect(&full[s], GM_STAGE_TX);
-                gm_bulk(st, wsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
-                gm_bulk(st + GM_TILE_BYTES, xsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES,
-                        &full[s]);
-                gm_bulk(st + GM_SCALE_OFF, ssrc + (size_t)kb * 512, 512, &full[s]);
-                gm_bulk(st + GM_C_OFF, csrc + (size_t)kb * 4, 16, &full[s]);
-            }
-        }
+        if (tid == 0) gm_producer(gm_ring, full, empty, w, ws, xq, xc, mt, nt, kblocks);
         return;
     }
 
@@ -199,24 +252,113 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
         if (lane == 0) gm_bar_arrive(&empty[s]);
     }
 
-    // Epilogue: acc[4j + 2h + e] = D[row r0 + 8h][token 8j + 2t + e].
-    const int row0 = nt * GM_TILE + r0;
+    gm_epilogue(acc, tmp, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
+}
+
+// NST stages (4·NST k steps) of one consumer warpgroup, software-pipelined: step i + 1
+// is issued into the second temporary accumulator before step i is promoted, so the
+// promotion FFMAs overlap the warpgroup's own tensor-core work (the last step's overlaps
+// the other warpgroup's). No step is in flight across calls: the compiler's wgmma
+// tracking then keeps the asynchrony (with a step in flight across the loop back-edge
+// ptxas serializes every wgmma, C7514).
+template <int WFMT, int NST>
+__device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, u8* ring,
+                                              u64* full, u64* empty, int kb, int c, int r0,
+                                              int lane) {
+    const u32 ring0 = gm_smem(ring);
+    float f0[4 * NST], f1[4 * NST];
+    u32 sa[NST], sb[NST];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int st = 0; st < NST; ++st) {
+        const int s = (kb + st) % GM_STAGES;
+        sa[st] = ring0 + s * GM_STAGE_BYTES + 8192 * c;
+        sb[st] = ring0 + s * GM_STAGE_BYTES + GM_TILE_BYTES;
+    }
+    auto scales = [&](int st) {
+        const int s = (kb + st) % GM_STAGES;
+        gm_bar_wait(&full[s], ((kb + st) / GM_STAGES) & 1);
+        const u8* p = ring + s * GM_STAGE_BYTES;
+        const u32 s0 = *reinterpret_cast<const u32*>(p + GM_SCALE_OFF + r0 * 4);
+        const u32 s1 = *reinterpret_cast<const u32*>(p + GM_SCALE_OFF + (r0 + 8) * 4);
+        const float4 cv = *reinterpret_cast<const float4*>(p + GM_C_OFF);
+        const float cq[4] = {cv.x, cv.y, cv.z, cv.w};
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int tok = mt * GM_TILE + 8 * j + 2 * t + e;
-            if (tok >= m) continue;
-            const float r = xr[tok];
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = row0 + 8 * h;
-                if (row >= n) continue;
-                float* p = y + (size_t)tok * ldy + row;
-                const float v = acc[4 * j + 2 * h + e] * r;
-                *p = accumulate ? *p + v : v;
-            }
+        for (int q = 0; q < 4; ++q) {
+            f0[4 * st + q] = gm_e8m0((s0 >> (8 * q)) & 0xffu) * cq[q];
+            f1[4 * st + q] = gm_e8m0((s1 >> (8 * q)) & 0xffu) * cq[q];
         }
+    };
+    scales(0);
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    gm_wgmma<WFMT, 0>(ta, gm_desc<0>(sa[0]), gm_desc<0>(sb[0]));
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < 4 * NST; ++i) {
+        float* cur = (i & 1) ? tb : ta;
+        float* nxt = (i & 1) ? ta : tb;
+        if (i + 1 < 4 * NST) {
+            const int st = (i + 1) / 4, q = (i + 1) % 4;
+            if (q == 0) scales(st);
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+            gm_wgmma<WFMT, 0>(nxt, gm_desc<0>(sa[st] + 256 * q), gm_desc<0>(sb[st] + 256 * q));
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        } else {
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        }
+        if (i % 4 == 3) {
+            // Step i was the stage's last: its operands may be overwritten.
+            __syncwarp();
+            if (lane == 0) gm_bar_arrive(&empty[(kb + i / 4) % GM_STAGES]);
+        }
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            acc[4 * j + 0] = fmaf(cur[4 * j + 0], f0[i], acc[4 * j + 0]);
+            acc[4 * j + 1] = fmaf(cur[4 * j + 1], f0[i], acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(cur[4 * j + 2], f1[i], acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(cur[4 * j + 3], f1[i], acc[4 * j + 3]);
+        }
+    }
+}
+
+// Consumers run gm_pipe_steps over pairs of stages (7 of 8 promotions overlapped).
+// Three 64-float accumulators need ~230 registers: the producer warpgroup gives its
+// registers back (setmaxnreg) so the consumers may hold 232.
+template <int WFMT>
+__device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
+                                               const u8* __restrict__ ws,
+                                               const u8* __restrict__ xq,
+                                               const float* __restrict__ xc,
+                                               const float* __restrict__ xr, float* y, int m,
+                                               int n, int kblocks, int ldy, int accumulate) {
+    extern __shared__ __align__(1024) u8 gm_ring[];
+    __shared__ u64 full[GM_STAGES], empty[GM_STAGES];
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7;
+    const int mt = blockIdx.x, nt = blockIdx.y;
+    gm_init_bars(full, empty);
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid == 0) gm_producer(gm_ring, full, empty, w, ws, xq, xc, mt, nt, kblocks);
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int c = wg - 1;
+        const int lane = tid & 31, wq = (tid >> 5) & 3;
+        const int g = lane >> 2, t = lane & 3;
+        const int r0 = 64 * c + 16 * wq + g;
+        float acc[64], ta[64], tb[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) {
+            acc[i] = 0.f;
+            ta[i] = 0.f;
+            tb[i] = 0.f;
+        }
+        int kb = 0;
+        for (; kb + 1 < kblocks; kb += 2)
+            gm_pipe_steps<WFMT, 2>(acc, ta, tb, gm_ring, full, empty, kb, c, r0, lane);
+        if (kb < kblocks)
+            gm_pipe_steps<WFMT, 1>(acc, ta, tb, gm_ring, full, empty, kb, c, r0, lane);
+        gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
     }
 }
 
@@ -232,6 +374,17 @@ GEMM_KERNEL(gemm_mxfp8_e4m3, 0, 0, 1)
 GEMM_KERNEL(gemm_mxfp8_e5m2, 1, 0, 1)
 GEMM_KERNEL(gemm_mxfp8_e4m3_swap, 0, 1, 1)
 GEMM_KERNEL(gemm_mxfp8_e4m3_probe, 0, 0, 0)
+
+#define GEMM_PIPE_KERNEL(name, WFMT)                                                        \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                    \
+        name(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq, \
+             const float* __restrict__ xc, const float* __restrict__ xr, float* y, int m,     \
+             int n, int kblocks, int ldy, int accumulate) {                                 \
+        gemm_pipe_body<WFMT>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate);         \
+    }
+
+GEMM_PIPE_KERNEL(gemm_mxfp8_e4m3_pipe, 0)
+GEMM_PIPE_KERNEL(gemm_mxfp8_e5m2_pipe, 1)
 
 // ---- activation quantization ----
 

@@ -226,15 +226,31 @@ impl GemmActs {
     }
 }
 
+/// Which consumer loop [`GemmMx::gemm`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmKernel {
+    /// Each k step: wgmma, wait, promote (the two consumer warpgroups overlap each
+    /// other only). The first version.
+    Serial,
+    /// Two temporary accumulators per warpgroup: step i + 1 runs on the tensor cores
+    /// while step i is promoted (7 of 8 steps), registers moved from the producer
+    /// warpgroup with `setmaxnreg`. Default.
+    Pipelined,
+}
+
 /// The MXFP8 GEMM kernels of one context.
 pub struct GemmMx {
     ctx: Arc<CudaContext>,
     e4m3: CudaFunction,
     e5m2: CudaFunction,
+    e4m3_pipe: CudaFunction,
+    e5m2_pipe: CudaFunction,
     e4m3_swap: CudaFunction,
     probe: CudaFunction,
     row_scale: CudaFunction,
     quant: CudaFunction,
+    /// The consumer loop (default [`GemmKernel::Pipelined`]).
+    pub kernel: GemmKernel,
     /// Use the descriptor variant with the leading/stride byte offsets exchanged
     /// (diagnostics only; wrong results expected).
     pub desc_swap: bool,
@@ -273,6 +289,9 @@ impl GemmMx {
             ctx: Arc::clone(ctx),
             e4m3: big("gemm_mxfp8_e4m3")?,
             e5m2: big("gemm_mxfp8_e5m2")?,
+            e4m3_pipe: big("gemm_mxfp8_e4m3_pipe")?,
+            e5m2_pipe: big("gemm_mxfp8_e5m2_pipe")?,
+            kernel: GemmKernel::Pipelined,
             e4m3_swap: big("gemm_mxfp8_e4m3_swap")?,
             probe: big("gemm_mxfp8_e4m3_probe")?,
             row_scale: f("gemm_row_scale")?,
@@ -402,10 +421,13 @@ impl GemmMx {
                 ),
             ));
         }
+        let pipe = self.kernel == GemmKernel::Pipelined;
         let f = match (w.format, self.desc_swap) {
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
-            (ElementFormat::Fp8E4M3, false) => &self.e4m3,
             (ElementFormat::Fp8E4M3, true) => &self.e4m3_swap,
+            (ElementFormat::Fp8E4M3, false) if pipe => &self.e4m3_pipe,
+            (ElementFormat::Fp8E4M3, false) => &self.e4m3,
+            (ElementFormat::Fp8E5M2, _) if pipe => &self.e5m2_pipe,
             (ElementFormat::Fp8E5M2, _) => &self.e5m2,
             (ElementFormat::Fp4E2M1, _) => {
                 return Err(shape(op, "MXFP4 has no tensor-core GEMM yet".into()));

@@ -26,7 +26,8 @@ pub use compile::{CompiledKernel, cache_dir, compile_cubin, nvrtc_version};
 pub use context::{CudaContext, DeviceBuffer};
 pub use decode::DecodeOps;
 pub use gemm::{
-    GEMM_KB, GEMM_TILE, GemmActs, GemmMx, GemmWeights, GemmWeightsHost, tile_gemm, tile_offset,
+    GEMM_KB, GEMM_TILE, GemmActs, GemmKernel, GemmMx, GemmWeights, GemmWeightsHost, tile_gemm,
+    tile_offset,
 };
 pub use gemv::{
     GemvKernel, GemvMma, MxTiled, MxTiledHost, SmemLimits, XPrep, ring_config, ring_stage_bytes,
