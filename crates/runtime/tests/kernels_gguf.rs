@@ -156,7 +156,7 @@ fn linear_driver_matches_row_dots() {
         GgufType::Q5_K,
         GgufType::Q6_K,
     ] {
-        let (n, k) = (150, 512);
+        let (n, k) = (151, 512);
         let w = rand_rows(&mut rng, ty, n, k);
         let mat = GgufMatrix { ty, data: &w, n, k };
         for m in [1, 3, 9, 17] {

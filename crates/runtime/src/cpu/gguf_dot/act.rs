@@ -24,6 +24,10 @@ pub(crate) struct QuantAct {
     pub s: Vec<f32>,
     /// Q8_K: per 16 elements Σq; otherwise empty.
     pub sums: Vec<i32>,
+    /// Per 32-block and 4-byte lane `−off · Σ` of the lane's 4 codes (8 per block),
+    /// for the VNNI tile's unsigned-offset codes; empty unless
+    /// [`QuantAct::offset_corrections`] filled it.
+    pub corr: Vec<i32>,
     /// Rows `0..batch_rows` take ggml's batched K-quant f32 order (its tiled matmul
     /// for Q6_K at ≥ 8 rows, the q4_K_8x8 gemm for Q4_K's whole groups of 4 rows);
     /// the others its one-row order (`vec_dot` / gemv). Set by the driver.
@@ -65,6 +69,7 @@ impl QuantAct {
             d: vec![0.0; nb],
             s: Vec::new(),
             sums: Vec::new(),
+            corr: Vec::new(),
             batch_rows: 0,
         };
         match kind {
@@ -122,6 +127,21 @@ impl QuantAct {
             }
         }
         a
+    }
+
+    /// Fill [`QuantAct::corr`] for codes offset by `off` (32-element blocks only).
+    pub(crate) fn offset_corrections(&mut self, off: i32) {
+        self.corr = self
+            .qs
+            .chunks_exact(4)
+            .map(|l| -off * l.iter().map(|&q| i32::from(q)).sum::<i32>())
+            .collect();
+    }
+
+    /// Row `i`'s lane corrections (empty when not filled).
+    pub(crate) fn corr_row(&self, i: usize) -> &[i32] {
+        let per_row = self.k / 4;
+        self.corr.get(i * per_row..(i + 1) * per_row).unwrap_or(&[])
     }
 
     /// Row `i`.

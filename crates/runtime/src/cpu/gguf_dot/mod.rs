@@ -19,6 +19,7 @@ mod act;
 mod avx2;
 mod blocks;
 mod scalar;
+mod tile;
 
 pub use blocks::{ActType, GgufType, dequantize_row};
 
@@ -107,6 +108,11 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
     let mut act = QuantAct::new(w.ty.act_type(), &x[..m * k], k);
     act.batch_rows = batched_rows(w.ty, m);
     let isa = isa();
+    let use_vnni = isa == Isa::Avx512 && vnni();
+    let tiled = cfg!(target_arch = "x86_64") && use_vnni && tile::has_tile(w.ty) && m >= tile::ROWS;
+    if tiled && tile::code_offset(w.ty) != 0 {
+        act.offset_corrections(tile::code_offset(w.ty));
+    }
     let threads = rayon::current_num_threads().max(1);
     let work = n * k * m;
     let chunk = if work < (1 << 16) || threads == 1 {
@@ -117,14 +123,44 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
     let optr = SyncPtr(out.as_mut_ptr());
     let rows: Vec<act::ActRow<'_>> = (0..m).map(|i| act.row(i)).collect();
     let multi = cfg!(target_arch = "x86_64") && isa >= Isa::Avx2 && avx2::has_multi(w.ty);
-    let use_vnni = isa == Isa::Avx512 && vnni();
+    let corr: Vec<&[i32]> = (0..m).map(|i| act.corr_row(i)).collect();
     let run = |r0: usize| {
         let r1 = (r0 + chunk).min(n);
         let mut t0 = r0;
         while t0 < r1 {
             let t1 = (t0 + TILE_ROWS).min(r1);
             let mut i0 = 0;
-            if multi {
+            if tiled {
+                while i0 + tile::ROWS <= m {
+                    let group = [rows[i0], rows[i0 + 1], rows[i0 + 2], rows[i0 + 3]];
+                    let cg = [corr[i0], corr[i0 + 1], corr[i0 + 2], corr[i0 + 3]];
+                    let put = |r: usize, v: &[f32; tile::ROWS]| {
+                        for (j, vj) in v.iter().enumerate() {
+                            // SAFETY: as below.
+                            unsafe { *optr.ptr().add((i0 + j) * ld + col0 + r) = *vj };
+                        }
+                    };
+                    let mut r = t0;
+                    while r + 2 <= t1 {
+                        let mut v = [[0f32; tile::ROWS]; 2];
+                        // SAFETY: `tiled` implies AVX2+FMA+F16C+AVX512-VNNI/VL and a tile
+                        // type; rows are whole rows; `corr` was filled for signed types.
+                        unsafe {
+                            tile::tile_dots::<2>(w.ty, [w.row(r), w.row(r + 1)], group, cg, &mut v)
+                        };
+                        put(r, &v[0]);
+                        put(r + 1, &v[1]);
+                        r += 2;
+                    }
+                    if r < t1 {
+                        let mut v = [[0f32; tile::ROWS]; 1];
+                        // SAFETY: as above.
+                        unsafe { tile::tile_dots::<1>(w.ty, [w.row(r)], group, cg, &mut v) };
+                        put(r, &v[0]);
+                    }
+                    i0 += tile::ROWS;
+                }
+            } else if multi {
                 while i0 + avx2::MULTI <= m {
                     let group = [rows[i0], rows[i0 + 1], rows[i0 + 2], rows[i0 + 3]];
                     for r in t0..t1 {

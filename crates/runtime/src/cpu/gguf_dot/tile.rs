@@ -1,0 +1,165 @@
+//! AVX512-VNNI register tile for the 32-element block types (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0):
+//! `R` weight rows × 4 activation rows per pass over the blocks (prefill).
+//!
+//! Key design choices:
+//! - Each weight block is unpacked once for 4 activation rows, and each activation
+//!   block is loaded once for `R` weight rows: the pair's work is one `vpdpbusd`, a
+//!   convert, a scale multiply and an FMA.
+//! - Signed codes go in unsigned (`q + off`: Q4_0 +8, Q5_0 +16, Q8_0 +128) and the
+//!   offset comes back through `vpdpbusd`'s accumulator input, preset per activation
+//!   block to `−off · Σy` per 4-byte lane ([`super::act::QuantAct::offset_corrections`]).
+//!   The lane sums are exact integers, so every lane equals the `|w|·sign(y, w)` body's
+//!   lane and every output is bit-identical to [`super::avx2::row_dot`].
+//! - Per output the f32 order is ggml's one-row order: `acc += (d_w·d_y)·lanes` per
+//!   block in 8 lanes, then the lane sum, then (Q4_1/Q5_1) the scalar min term.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use super::act::ActRow;
+use super::blocks::GgufType;
+
+/// Activation rows per tile.
+pub(crate) const ROWS: usize = 4;
+
+/// Whether [`tile_dots`] handles `ty`.
+pub(crate) fn has_tile(ty: GgufType) -> bool {
+    matches!(
+        ty,
+        GgufType::Q4_0 | GgufType::Q4_1 | GgufType::Q5_0 | GgufType::Q5_1 | GgufType::Q8_0
+    )
+}
+
+/// What is added to a signed type's codes to make them unsigned (0 for Q4_1/Q5_1).
+pub(crate) fn code_offset(ty: GgufType) -> i32 {
+    match ty {
+        GgufType::Q4_0 => 8,
+        GgufType::Q5_0 => 16,
+        GgufType::Q8_0 => 128,
+        _ => 0,
+    }
+}
+
+/// The 32 unsigned codes of the block at `b`.
+///
+/// # Safety
+/// AVX2 must be available; `b` points at one whole block of `ty` (a tile type).
+#[inline(always)]
+unsafe fn codes(ty: GgufType, b: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees the block and the features.
+    unsafe {
+        let nib = |p: *const u8| {
+            let raw = _mm_loadu_si128(p as *const __m128i);
+            _mm256_and_si256(
+                _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
+                _mm256_set1_epi8(0x0F),
+            )
+        };
+        let high = |p: *const u8| {
+            let qh = std::ptr::read_unaligned(p as *const u32);
+            let v = _mm256_set1_epi32(qh as i32);
+            let shuf = _mm256_set_epi64x(
+                0x0303_0303_0303_0303,
+                0x0202_0202_0202_0202,
+                0x0101_0101_0101_0101,
+                0,
+            );
+            let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(v, shuf), bit), bit);
+            _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+        };
+        match ty {
+            GgufType::Q8_0 => _mm256_xor_si256(
+                _mm256_loadu_si256(b.add(2) as *const __m256i),
+                _mm256_set1_epi8(-128),
+            ),
+            GgufType::Q4_0 => nib(b.add(2)),
+            GgufType::Q4_1 => nib(b.add(4)),
+            GgufType::Q5_0 => _mm256_or_si256(nib(b.add(6)), high(b.add(2))),
+            _ => _mm256_or_si256(nib(b.add(8)), high(b.add(4))),
+        }
+    }
+}
+
+/// `out[j][r]` = row `w[j]` · activation row `a[r]`, bit-identical to `row_dot`.
+/// `corr[r]` holds 8 lane corrections per block of `a[r]` for signed types (see the
+/// module docs; empty for Q4_1/Q5_1).
+///
+/// # Safety
+/// AVX2, FMA, F16C, AVX512-VNNI and AVX512-VL must be available; `ty` satisfies
+/// [`has_tile`]; every `w[j]` holds the blocks of `a[r].qs.len()` codes and every
+/// signed type's `corr[r]` 8 values per block.
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+pub(crate) unsafe fn tile_dots<const R: usize>(
+    ty: GgufType,
+    w: [&[u8]; R],
+    a: [ActRow<'_>; ROWS],
+    corr: [&[i32]; ROWS],
+    out: &mut [[f32; ROWS]; R],
+) {
+    let ts = ty.type_size();
+    let signed = code_offset(ty) != 0;
+    let has_min = !signed;
+    let mut nb = usize::MAX;
+    for r in 0..ROWS {
+        nb = nb.min(a[r].qs.len() / 32).min(a[r].d.len());
+        if signed {
+            nb = nb.min(corr[r].len() / 8);
+        } else {
+            nb = nb.min(a[r].s.len());
+        }
+    }
+    for wj in &w {
+        nb = nb.min(wj.len() / ts);
+    }
+    let mut acc = [[_mm256_setzero_ps(); ROWS]; R];
+    let mut tail = [[0f32; ROWS]; R];
+    // SAFETY (every read below): i < nb, so block i of each weight row, codes
+    // i*32..i*32+32, scale i and corrections i*8..i*8+8 of each activation row exist.
+    unsafe {
+        for i in 0..nb {
+            let mut q = [_mm256_setzero_si256(); R];
+            let mut dw = [_mm256_setzero_ps(); R];
+            let mut mw = [0f32; R];
+            for j in 0..R {
+                let b = w[j].as_ptr().add(i * ts);
+                q[j] = codes(ty, b);
+                let bits = std::ptr::read_unaligned(b as *const u32);
+                let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
+                dw[j] = _mm256_broadcastss_ps(v);
+                mw[j] = _mm_cvtss_f32(_mm_movehdup_ps(v));
+            }
+            for r in 0..ROWS {
+                let y = _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 32) as *const __m256i);
+                let c = if signed {
+                    _mm256_loadu_si256(corr[r].as_ptr().add(i * 8) as *const __m256i)
+                } else {
+                    _mm256_setzero_si256()
+                };
+                let dy = _mm256_set1_ps(*a[r].d.get_unchecked(i));
+                let sy = if has_min {
+                    *a[r].s.get_unchecked(i)
+                } else {
+                    0.0
+                };
+                for j in 0..R {
+                    let p = _mm256_dpbusd_epi32(c, q[j], y);
+                    let dd = _mm256_mul_ps(dw[j], dy);
+                    acc[j][r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[j][r]);
+                    if has_min {
+                        tail[j][r] += mw[j] * sy;
+                    }
+                }
+            }
+        }
+        for j in 0..R {
+            for r in 0..ROWS {
+                let v = acc[j][r];
+                let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+                let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+                let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+                out[j][r] = _mm_cvtss_f32(s) + tail[j][r];
+            }
+        }
+    }
+}
