@@ -28,6 +28,9 @@ pub enum LlamaError {
     /// MX packing failed.
     #[error("MX packing: {0}")]
     Mx(#[from] favlo_mx::MxError),
+    /// The accelerator could not be used (CUDA missing, a driver call failed).
+    #[error("{message}")]
+    Device { message: String },
     /// A request the model cannot serve (too long, bad ids...).
     #[error("{message}")]
     Request { message: String },

@@ -7,6 +7,9 @@
 //!   and re-stored as f16, MXFP8, MXFP4 or f32 in ledger buffers.
 //! - The context length is the one memory knob: the KV cache is sized to what
 //!   the ledger's room allows (see [`runtime::open`]).
+//! - Feature `cuda`: the same model on a CUDA GPU (`OpenOptions::device`), MXFP8 or
+//!   MXFP4 weights, KV cache on the device, one token step replayed as a CUDA graph;
+//!   the sampler and everything above the forward pass are shared (see `cuda/`).
 //! - Generation is id-level ([`LlamaRuntime::generate`]); the `LanguagePipeline`
 //!   seam, streaming and logprobs are thin layers over it.
 
@@ -14,6 +17,8 @@ mod attention;
 mod bench;
 mod checkpoint;
 pub mod config;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod dump;
 mod error;
 mod generate;
@@ -28,5 +33,5 @@ pub use config::{Arch, LlamaConfig, RopeScaling};
 pub use error::LlamaError;
 pub use generate::{GenerateParams, Generated, Step, TokenScore};
 pub use model::{CHUNK, LlamaModel};
-pub use runtime::{LlamaRuntime, OpenOptions, open};
+pub use runtime::{LlamaRuntime, OpenOptions, check_device, open};
 pub use weights::WeightFormat;

@@ -57,6 +57,10 @@ pub struct LlamaModel {
     v_cache: Buffer<f32>,
     capacity: usize,
     s: Scratch,
+    /// Feature `cuda`: the model resident on a GPU; `forward` runs there and the host
+    /// keeps only the embedding table (KV cache and scratch above are empty).
+    #[cfg(feature = "cuda")]
+    cuda: Option<Box<crate::cuda::CudaLlama>>,
 }
 
 impl LlamaModel {
@@ -94,7 +98,36 @@ impl LlamaModel {
             cfg,
             w,
             s,
+            #[cfg(feature = "cuda")]
+            cuda: None,
         })
+    }
+
+    /// A model whose forward pass runs on `dev`: the host keeps the embedding table
+    /// (one row is looked up per token) and frees the layers, which live on the device.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn with_cuda(
+        cfg: LlamaConfig,
+        mut w: Weights,
+        ledger: &Arc<Ledger>,
+        owner: &Owner,
+        dev: crate::cuda::CudaLlama,
+    ) -> Result<Self, LlamaError> {
+        w.layers.clear();
+        w.head = None;
+        let mut m = Self::new(cfg, w, ledger, owner, 0)?;
+        m.capacity = dev.capacity();
+        m.cuda = Some(Box::new(dev));
+        Ok(m)
+    }
+
+    /// Where the forward pass runs: `cpu`, or e.g. `cuda:0 (NVIDIA H200)`.
+    pub fn device_name(&self) -> String {
+        #[cfg(feature = "cuda")]
+        if let Some(c) = &self.cuda {
+            return c.device_name();
+        }
+        "cpu".to_string()
     }
 
     /// The hyper-parameters.
@@ -107,8 +140,12 @@ impl LlamaModel {
         self.capacity
     }
 
-    /// Resident weight bytes.
+    /// Resident weight bytes (on the device when the model runs there).
     pub fn weight_bytes(&self) -> u64 {
+        #[cfg(feature = "cuda")]
+        if let Some(c) = &self.cuda {
+            return c.weight_bytes();
+        }
         self.w.bytes()
     }
 
@@ -146,6 +183,10 @@ impl LlamaModel {
             return Err(LlamaError::Request {
                 message: format!("logits buffer holds {}, need {want}", logits.len()),
             });
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(c) = self.cuda.as_mut() {
+            return c.forward(&self.w.embed, ids, n_past, logits, all);
         }
         let mut start = 0;
         let dump = dump::active();

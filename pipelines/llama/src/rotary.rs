@@ -162,6 +162,16 @@ impl Rotary {
         }
     }
 
+    /// The inverse frequency of each rotated pair (`rope_dim / 2` values) in f64, for
+    /// (cos, sin) tables built outside this type (the CUDA path).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn inv_freq_f64(&self) -> Vec<f64> {
+        match self {
+            Rotary::Kernel(rope) => rope.inv_freq().to_vec(),
+            Rotary::Scaled { inv_freq, .. } => inv_freq.iter().map(|&f| f as f64).collect(),
+        }
+    }
+
     /// Rotate `x: [t, n_heads, head_dim]` in place; token `i` sits at `positions[i]`.
     pub(crate) fn apply(&self, x: &mut [f32], positions: &[usize], n_heads: usize) {
         match self {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use favlo_formats::tokenizer::{ChatTemplate, Tokenizer};
 use favlo_pipeline::{ChatMessage, TokenVocab};
 use favlo_runtime::buffer::Buffer;
+use favlo_runtime::device::Device;
 use favlo_runtime::ledger::{self, Ledger, Owner, SpanKind};
 
 use crate::checkpoint::Checkpoint;
@@ -32,6 +33,12 @@ pub struct OpenOptions {
     pub min_context: usize,
     /// Name used in `DoesNotFit` messages (e.g. the registry id).
     pub name: Option<String>,
+    /// Where the forward pass runs. `Device::Cuda(n)` needs the `cuda` feature and
+    /// runs MXFP8 (`format` native → MXFP8) or MXFP4 weights; the context is then
+    /// sized from the GPU's ledger, not `ledger`.
+    pub device: Device,
+    /// CUDA only: the device KV cache in f16 (default) rather than f32.
+    pub kv_f16: bool,
 }
 
 impl Default for OpenOptions {
@@ -41,6 +48,8 @@ impl Default for OpenOptions {
             max_context: None,
             min_context: 256,
             name: None,
+            device: Device::Cpu,
+            kv_f16: true,
         }
     }
 }
@@ -106,6 +115,7 @@ pub fn open(
     owner: &Owner,
     options: &OpenOptions,
 ) -> Result<LlamaRuntime, LlamaError> {
+    let format = weight_format(options)?;
     let (file, is_gguf) = locate(path)?;
     let (ck, mut cfg, tokenizer) = if is_gguf {
         let ck = Checkpoint::open_gguf(&file)?;
@@ -140,7 +150,7 @@ pub fn open(
         path.file_stem()
             .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned())
     });
-    let w = weights::load(&ck, &mut cfg, ledger, owner, options.format)?;
+    let w = weights::load(&ck, &mut cfg, ledger, owner, format)?;
     drop(ck);
 
     let max_ctx = options
@@ -148,12 +158,16 @@ pub fn open(
         .map_or(cfg.context_length, |m| m.min(cfg.context_length))
         .max(1);
     let min_ctx = options.min_context.clamp(1, max_ctx);
-    let fixed = scratch_bytes(&cfg) + (2 * cfg.vocab_size * 4) as u64;
-    let per_tok = kv_bytes_per_token(&cfg);
-    let request = format!("{name} with a {min_ctx}-token context");
-    let ctx = ledger::fit(ledger, &request, min_ctx, max_ctx, |c| {
-        fixed + per_tok * c as u64
-    })?;
+    let ctx = if options.device == Device::Cpu {
+        let fixed = scratch_bytes(&cfg) + (2 * cfg.vocab_size * 4) as u64;
+        let per_tok = kv_bytes_per_token(&cfg);
+        let request = format!("{name} with a {min_ctx}-token context");
+        ledger::fit(ledger, &request, min_ctx, max_ctx, |c| {
+            fixed + per_tok * c as u64
+        })?
+    } else {
+        0
+    };
     let logits = ledger.alloc::<f32>(owner, SpanKind::Scratch, cfg.vocab_size)?;
     let raw = ledger.alloc::<f32>(owner, SpanKind::Scratch, cfg.vocab_size)?;
     let mut stop_ids = cfg.eos_ids.clone();
@@ -179,7 +193,18 @@ pub fn open(
     }
     stop_ids.sort_unstable();
     stop_ids.dedup();
-    let model = LlamaModel::new(cfg, w, ledger, owner, ctx)?;
+    let model = match options.device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(n) => {
+            let opts = crate::cuda::CudaOptions {
+                ordinal: n as usize,
+                kv_f16: options.kv_f16,
+            };
+            let dev = crate::cuda::CudaLlama::open(&cfg, &w, owner, opts, min_ctx, max_ctx, &name)?;
+            LlamaModel::with_cuda(cfg, w, ledger, owner, dev)?
+        }
+        _ => LlamaModel::new(cfg, w, ledger, owner, ctx)?,
+    };
     let vocab = tokenizer
         .as_ref()
         .map(|t| Arc::new(build_vocab(t, model.config().vocab_size, &stop_ids)));
@@ -194,6 +219,50 @@ pub fn open(
         vocab,
         name,
     })
+}
+
+/// Whether `device` can run this pipeline here: `Ok` for the CPU; for `Device::Cuda(n)`
+/// the build must have the `cuda` feature and the driver, NVRTC and device `n` must
+/// answer. The error says why not (for a usage error before anything loads).
+pub fn check_device(device: Device) -> Result<(), LlamaError> {
+    match device {
+        Device::Cpu => Ok(()),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(n) => {
+            let count = favlo_runtime::cuda::CudaContext::probe().map_err(crate::cuda::dev_err)?;
+            if n as usize >= count {
+                return Err(LlamaError::Device {
+                    message: format!(
+                        "CUDA is unavailable: no device cuda:{n} (the driver reports {count})"
+                    ),
+                });
+            }
+            Ok(())
+        }
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda(_) => Err(LlamaError::Device {
+            message: "CUDA is unavailable: this favlo was built without CUDA support (cargo feature `cuda`)".into(),
+        }),
+        other => Err(LlamaError::Device {
+            message: format!("device {other:?} is not supported"),
+        }),
+    }
+}
+
+/// The weight storage for `options.device`, after checking that the device can be used
+/// at all (before anything loads): CUDA runs MXFP8 (the default) or MXFP4.
+fn weight_format(options: &OpenOptions) -> Result<WeightFormat, LlamaError> {
+    check_device(options.device)?;
+    if options.device == Device::Cpu {
+        return Ok(options.format);
+    }
+    match options.format {
+        WeightFormat::Native | WeightFormat::Mxfp8 => Ok(WeightFormat::Mxfp8),
+        WeightFormat::Mxfp4 => Ok(WeightFormat::Mxfp4),
+        other => Err(LlamaError::Request {
+            message: format!("CUDA runs MXFP8 or MXFP4 weights, not {other:?}"),
+        }),
+    }
 }
 
 fn build_vocab(tok: &Tokenizer, n: usize, stop_ids: &[u32]) -> TokenVocab {

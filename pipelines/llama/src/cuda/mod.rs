@@ -1,0 +1,445 @@
+//! The Llama / Qwen2 / Qwen3 decoder on a CUDA GPU (feature `cuda`).
+//!
+//! Key design choices:
+//! - Weights come from the host loader in MXFP8 (default) or MXFP4 and are re-tiled
+//!   and uploaded once ([`upload`]); norms and biases stay f32. The embedding table
+//!   stays on the host: one row per token is looked up there and copied to the device
+//!   (a few KB), which keeps the device step free of a gather over an MX table.
+//! - The KV cache lives on the device (f16 by default), its length is the one knob,
+//!   sized from the CUDA ledger's `room()` after the weights are resident.
+//! - One token step (every layer, then `*pos += 1`) is captured once as a CUDA graph
+//!   and replayed: every kernel reads the position from device memory. The attention
+//!   grid covers a fixed key capacity, so graphs are captured per capacity bucket (256,
+//!   1024, 4096, 16384, the cache) and a step uses the smallest bucket holding its
+//!   keys; short chats never launch blocks for 32k keys. The final norm + lm_head is a
+//!   second graph, run only where logits are wanted.
+//! - Prefill is, for now, a loop of that token step over the prompt (no GEMM): the
+//!   GEMV reads every weight once per prompt token.
+//! - The logits of the last token are copied to the host, where the existing sampler
+//!   runs, so generation, streaming and the `LanguagePipeline` seam are unchanged.
+
+mod upload;
+
+use std::sync::Arc;
+
+use favlo_runtime::cpu::RopeLayout;
+use favlo_runtime::cuda::{
+    AttentionDecode, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps, DeviceBuffer, GemvMma,
+    MxTiled, RopeStore, XPrep, attn_partials_len,
+};
+use favlo_runtime::ledger::{self, Owner, SpanKind};
+
+use crate::config::LlamaConfig;
+use crate::error::LlamaError;
+use crate::rotary::Rotary;
+use crate::weights::{Matrix, Weights};
+use upload::DevLayer;
+
+/// Most keys the attention kernels' combine step handles (1024 splits of 32).
+pub(crate) const MAX_CONTEXT: usize = 32_768;
+/// Attention capacity buckets below the cache's own capacity.
+const BUCKETS: [usize; 4] = [256, 1024, 4096, 16_384];
+
+pub(crate) fn dev_err(e: CudaError) -> LlamaError {
+    match e {
+        CudaError::Ledger(l) => LlamaError::Ledger(l),
+        other => LlamaError::Device {
+            message: other.to_string(),
+        },
+    }
+}
+
+/// Options of the device model.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CudaOptions {
+    /// CUDA device ordinal.
+    pub ordinal: usize,
+    /// KV cache in f16 (else f32).
+    pub kv_f16: bool,
+}
+
+struct Kernels {
+    gemv: GemvMma,
+    attn: AttentionDecode,
+    rope: RopeStore,
+    ops: DecodeOps,
+}
+
+/// Per-step device buffers.
+struct Bufs {
+    /// The residual stream [hidden].
+    h: DeviceBuffer<f32>,
+    /// x preparations: K = hidden (q|k|v, gate|up, lm_head), q_dim (o), ff (down).
+    /// Each is written only by producers of its own width, so the K padding of its
+    /// GEMVs always reads the zeros it was allocated with.
+    prep_d: XPrep,
+    prep_a: XPrep,
+    prep_f: XPrep,
+    qkv: DeviceBuffer<f32>,
+    q: DeviceBuffer<f32>,
+    gu: DeviceBuffer<f32>,
+    logits: DeviceBuffer<f32>,
+    part: DeviceBuffer<f32>,
+    pos: DeviceBuffer<i32>,
+    cos: DeviceBuffer<f32>,
+    sin: DeviceBuffer<f32>,
+}
+
+/// Shape numbers of the step.
+#[derive(Clone, Copy)]
+struct Dims {
+    ff: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    eps: f32,
+    scale: f32,
+    interleaved: bool,
+}
+
+/// A model resident on one GPU with its KV cache and captured step graphs.
+pub(crate) struct CudaLlama {
+    ctx: Arc<CudaContext>,
+    k: Kernels,
+    layers: Vec<DevLayer>,
+    head: MxTiled,
+    out_norm: DeviceBuffer<f32>,
+    b: Bufs,
+    dims: Dims,
+    capacity: usize,
+    /// (attention capacity, graph of one token step over every layer).
+    body: Vec<(usize, CudaGraph)>,
+    head_graph: Option<CudaGraph>,
+    weight_bytes: u64,
+    x_host: Vec<f32>,
+}
+
+/// K padded for either MX format (FP4 pads to 256 values, FP8 to 128).
+fn padded(k: usize) -> usize {
+    k.div_ceil(256) * 256
+}
+
+impl CudaLlama {
+    /// Opens device `opts.ordinal`, uploads `w` and sizes the KV cache: the largest
+    /// context in `min_ctx..=max_ctx` (at most [`MAX_CONTEXT`]) that fits the device
+    /// ledger's room after the weights.
+    pub(crate) fn open(
+        cfg: &LlamaConfig,
+        w: &Weights,
+        owner: &Owner,
+        opts: CudaOptions,
+        min_ctx: usize,
+        max_ctx: usize,
+        name: &str,
+    ) -> Result<CudaLlama, LlamaError> {
+        let ctx = CudaContext::open(opts.ordinal, None).map_err(dev_err)?;
+        let (d, ff, qd, kvd, hd) = (
+            cfg.hidden,
+            cfg.intermediate,
+            cfg.q_dim(),
+            cfg.kv_dim(),
+            cfg.head_dim,
+        );
+        let unsupported = |what: String| LlamaError::Request {
+            message: format!("{name} cannot run on CUDA yet: {what}"),
+        };
+        if hd != 64 && hd != 128 {
+            return Err(unsupported(format!("head_dim {hd} (64 or 128 only)")));
+        }
+        if cfg.rope_dim != hd {
+            return Err(unsupported(format!(
+                "partial RoPE ({} of {hd})",
+                cfg.rope_dim
+            )));
+        }
+        if !d.is_multiple_of(32) || !ff.is_multiple_of(32) {
+            return Err(unsupported(format!(
+                "hidden {d} / intermediate {ff} not multiples of 32"
+            )));
+        }
+        let interleaved = cfg.rope_layout == RopeLayout::Interleaved;
+        let has_qk_norm = w.layers.first().is_some_and(|l| l.q_norm.is_some());
+        if has_qk_norm && (hd != 128 || interleaved || w.layers[0].qkv_bias.is_some()) {
+            return Err(unsupported(
+                "q/k norm with heads other than 128 NeoX without bias".into(),
+            ));
+        }
+        let head = upload::matrix(&ctx, owner, w.head(), "output")?;
+        let out_norm = upload::vector(&ctx, owner, &w.out_norm)?;
+        // The context: KV (+ rope tables, attention partials) per token after weights
+        // and the fixed per-step buffers.
+        let elem = if opts.kv_f16 { 2 } else { 4 };
+        let per_tok = (cfg.n_layers * 2 * kvd * elem + hd * 4 + cfg.n_heads * 132 * 4 / 32) as u64;
+        // Buffers (x preparations ~2.1 × 4 bytes per value, q|k|v, gate|up, logits) and
+        // 16 MiB for the kernel modules and graphs.
+        let values = 3 * padded(d.max(qd).max(ff)) * 3 + d + 2 * (qd + 2 * kvd) + 2 * ff;
+        let fixed = ((values + cfg.vocab_size) * 4 + (16 << 20)) as u64;
+        let layer_bytes: u64 = w
+            .layers
+            .iter()
+            .map(|l| l.qkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes())
+            .sum();
+        let max_ctx = max_ctx.min(MAX_CONTEXT);
+        let min_ctx = min_ctx.min(max_ctx);
+        let request = format!(
+            "{name} on cuda:{} with a {min_ctx}-token context",
+            opts.ordinal
+        );
+        let capacity = ledger::fit(ctx.ledger(), &request, min_ctx, max_ctx, |c| {
+            layer_bytes + fixed + per_tok * c as u64
+        })?;
+        let layers = w
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(li, l)| {
+                upload::layer(
+                    &ctx,
+                    owner,
+                    l,
+                    li,
+                    (opts.kv_f16, capacity, cfg.n_kv_heads, hd),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // RoPE tables [capacity][hd/2] in f64 from the CPU path's inverse frequencies.
+        let inv = Rotary::new(cfg).inv_freq_f64();
+        let mut c = Vec::with_capacity(capacity * inv.len());
+        let mut s = Vec::with_capacity(capacity * inv.len());
+        for p in 0..capacity {
+            for f in &inv {
+                let a = p as f64 * f;
+                c.push(a.cos() as f32);
+                s.push(a.sin() as f32);
+            }
+        }
+        let e = dev_err;
+        let scratch = |n: usize| ctx.alloc::<f32>(owner, SpanKind::Scratch, n).map_err(e);
+        let b = Bufs {
+            h: scratch(d)?,
+            prep_d: XPrep::new(&ctx, owner, padded(d)).map_err(e)?,
+            prep_a: XPrep::new(&ctx, owner, padded(qd)).map_err(e)?,
+            prep_f: XPrep::new(&ctx, owner, padded(ff)).map_err(e)?,
+            qkv: scratch(qd + 2 * kvd)?,
+            q: scratch(qd)?,
+            gu: scratch(2 * ff)?,
+            logits: scratch(cfg.vocab_size)?,
+            part: scratch(attn_partials_len(cfg.n_heads, capacity))?,
+            pos: ctx.alloc::<i32>(owner, SpanKind::Scratch, 1).map_err(e)?,
+            cos: ctx.upload(owner, SpanKind::Resident, &c).map_err(e)?,
+            sin: ctx.upload(owner, SpanKind::Resident, &s).map_err(e)?,
+        };
+        let mut k = Kernels {
+            gemv: GemvMma::load(&ctx).map_err(e)?,
+            attn: AttentionDecode::load(&ctx).map_err(e)?,
+            rope: RopeStore::load(&ctx).map_err(e)?,
+            ops: DecodeOps::load(&ctx).map_err(e)?,
+        };
+        // Programmatic dependent launch on every step kernel (same results, measured
+        // bit-identical in cuda_decode_bench; each kernel waits before reading).
+        k.gemv.pdl = true;
+        k.attn.pdl = true;
+        k.rope.pdl = true;
+        k.ops.pdl = true;
+        let weight_bytes = head.device_bytes()
+            + layers
+                .iter()
+                .map(|l| {
+                    l.qkv.device_bytes()
+                        + l.o.device_bytes()
+                        + l.gate_up.device_bytes()
+                        + l.down.device_bytes()
+                })
+                .sum::<u64>();
+        ctx.synchronize().map_err(e)?;
+        Ok(CudaLlama {
+            dims: Dims {
+                ff,
+                n_heads: cfg.n_heads,
+                n_kv_heads: cfg.n_kv_heads,
+                head_dim: hd,
+                eps: cfg.rms_eps,
+                scale: 1.0 / (hd as f32).sqrt(),
+                interleaved,
+            },
+            x_host: vec![0.0; d],
+            ctx,
+            k,
+            layers,
+            head,
+            out_norm,
+            b,
+            capacity,
+            body: Vec::new(),
+            head_graph: None,
+            weight_bytes,
+        })
+    }
+
+    /// Tokens the device KV cache holds.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bytes of the MX matrices on the device.
+    pub(crate) fn weight_bytes(&self) -> u64 {
+        self.weight_bytes
+    }
+
+    /// The device's name and ordinal, e.g. `cuda:0 (NVIDIA H200)`.
+    pub(crate) fn device_name(&self) -> String {
+        format!("cuda:{} ({})", self.ctx.ordinal(), self.ctx.name())
+    }
+
+    /// Runs `ids` at positions `n_past..` (checked by the caller), embedding each token
+    /// with `embed` on the host; `logits` gets the last token's (or, with `all`, every
+    /// token's) logits.
+    pub(crate) fn forward(
+        &mut self,
+        embed: &Matrix,
+        ids: &[u32],
+        n_past: usize,
+        logits: &mut [f32],
+        all: bool,
+    ) -> Result<(), LlamaError> {
+        let e = dev_err;
+        let vocab = self.b.logits.len();
+        let n = ids.len();
+        let pos = i32::try_from(n_past).map_err(|_| LlamaError::Request {
+            message: format!("position {n_past}"),
+        })?;
+        self.ctx.write(&mut self.b.pos, &[pos]).map_err(e)?;
+        for (i, &id) in ids.iter().enumerate() {
+            embed.embed(&[id], &mut self.x_host);
+            self.ctx.write(&mut self.b.h, &self.x_host).map_err(e)?;
+            let keys = n_past + i + 1;
+            let bucket = BUCKETS
+                .iter()
+                .copied()
+                .find(|&b| b >= keys && b < self.capacity)
+                .unwrap_or(self.capacity);
+            self.body_graph(bucket)?.launch().map_err(e)?;
+            if all || i + 1 == n {
+                self.head_graph()?.launch().map_err(e)?;
+                let out = if all {
+                    &mut logits[i * vocab..(i + 1) * vocab]
+                } else {
+                    &mut logits[..vocab]
+                };
+                self.ctx
+                    .stream()
+                    .memcpy_dtoh(self.b.logits.slice(), out)
+                    .map_err(|x| {
+                        e(CudaError::Driver {
+                            op: "cuMemcpyDtoH(logits)",
+                            message: format!("{x:?}"),
+                        })
+                    })?;
+            }
+        }
+        self.ctx.synchronize().map_err(e)
+    }
+
+    /// The step graph for attention capacity `bucket`, captured on first use.
+    fn body_graph(&mut self, bucket: usize) -> Result<&CudaGraph, LlamaError> {
+        let at = match self.body.iter().position(|(b, _)| *b == bucket) {
+            Some(at) => at,
+            None => {
+                let (k, d, b, layers) = (&self.k, self.dims, &mut self.b, &mut self.layers);
+                let g = CudaGraph::capture(&self.ctx, || step(k, d, layers, b, bucket))
+                    .map_err(dev_err)?;
+                self.body.push((bucket, g));
+                self.body.len() - 1
+            }
+        };
+        Ok(&self.body[at].1)
+    }
+
+    fn head_graph(&mut self) -> Result<&CudaGraph, LlamaError> {
+        if self.head_graph.is_none() {
+            let (k, d, b) = (&self.k, self.dims, &mut self.b);
+            let (head, norm) = (&self.head, &self.out_norm);
+            let g = CudaGraph::capture(&self.ctx, || {
+                k.gemv.rms_norm_prep(&b.h, norm, d.eps, &mut b.prep_d)?;
+                k.gemv.gemv(head, &b.prep_d, &mut b.logits, false)
+            })
+            .map_err(dev_err)?;
+            self.head_graph = Some(g);
+        }
+        self.head_graph.as_ref().ok_or_else(|| LlamaError::Device {
+            message: "lm_head graph missing".into(),
+        })
+    }
+}
+
+impl Drop for CudaLlama {
+    fn drop(&mut self) {
+        // Let queued work finish before the buffers go (their frees are stream-ordered).
+        let _ = self.ctx.synchronize();
+    }
+}
+
+/// One token through every layer at position `*pos`, then `*pos += 1` (10 launches per
+/// layer: norm → q|k|v → bias/norm + RoPE + KV store → attention (2) → o (+residual) →
+/// norm → gate|up → SwiGLU → down (+residual)).
+fn step(
+    k: &Kernels,
+    d: Dims,
+    layers: &mut [DevLayer],
+    b: &mut Bufs,
+    attn_capacity: usize,
+) -> Result<(), CudaError> {
+    for l in layers.iter_mut() {
+        k.gemv
+            .rms_norm_prep(&b.h, &l.attn_norm, d.eps, &mut b.prep_d)?;
+        k.gemv.gemv(&l.qkv, &b.prep_d, &mut b.qkv, false)?;
+        match (&l.q_norm, &l.k_norm) {
+            (Some(qn), Some(kn)) => k.ops.qk_norm_rope_store(
+                &b.qkv,
+                qn,
+                kn,
+                &b.cos,
+                &b.sin,
+                &b.pos,
+                d.n_heads,
+                d.n_kv_heads,
+                d.eps,
+                &mut b.q,
+                &mut l.cache,
+            )?,
+            _ => k.rope.bias_rope_store(
+                &b.qkv,
+                l.qkv_bias.as_ref(),
+                &b.cos,
+                &b.sin,
+                &b.pos,
+                d.n_heads,
+                d.n_kv_heads,
+                d.head_dim,
+                d.interleaved,
+                &mut b.q,
+                &mut l.cache,
+            )?,
+        }
+        k.attn.decode_hd(
+            &b.q,
+            &l.cache,
+            attn_capacity,
+            d.n_heads,
+            d.n_kv_heads,
+            d.head_dim,
+            &b.pos,
+            1,
+            d.scale,
+            &mut b.part,
+            AttnOut::Prep(&mut b.prep_a),
+        )?;
+        k.gemv.gemv(&l.o, &b.prep_a, &mut b.h, true)?;
+        k.gemv
+            .rms_norm_prep(&b.h, &l.ffn_norm, d.eps, &mut b.prep_d)?;
+        k.gemv.gemv(&l.gate_up, &b.prep_d, &mut b.gu, false)?;
+        k.gemv.swiglu_prep(&b.gu, d.ff, &mut b.prep_f)?;
+        k.gemv.gemv(&l.down, &b.prep_f, &mut b.h, true)?;
+    }
+    k.ops.advance_pos(&mut b.pos)
+}

@@ -1,0 +1,85 @@
+//! Uploading a loaded model's weights to the GPU: MX matrices re-tiled for the
+//! tensor-core GEMV, norms and biases as f32, and the per-layer KV caches.
+//!
+//! Key design choice: the host loader ([`crate::weights::load`] with MXFP8 or MXFP4)
+//! already decoded every GGUF/safetensors tensor to f32 and packed it in the favlo-mx
+//! layout (K padded with zero codes to whole 128-byte chunks), so uploading is a pure
+//! re-tiling ([`tile_mx`]) of those bytes: the CPU path with the same format computes
+//! with exactly the same weight values.
+
+use favlo_mx::MxView;
+use favlo_runtime::buffer::Buffer;
+use favlo_runtime::cuda::{CudaContext, DeviceBuffer, KvCache, MxTiled, tile_mx};
+use favlo_runtime::ledger::{Owner, SpanKind};
+
+use crate::error::LlamaError;
+use crate::weights::{Layer, Matrix};
+
+use super::dev_err;
+
+/// One decoder block on the device.
+pub(super) struct DevLayer {
+    pub attn_norm: DeviceBuffer<f32>,
+    pub qkv: MxTiled,
+    pub qkv_bias: Option<DeviceBuffer<f32>>,
+    pub q_norm: Option<DeviceBuffer<f32>>,
+    pub k_norm: Option<DeviceBuffer<f32>>,
+    pub o: MxTiled,
+    pub ffn_norm: DeviceBuffer<f32>,
+    pub gate_up: MxTiled,
+    pub down: MxTiled,
+    pub cache: KvCache,
+}
+
+/// An MX matrix re-tiled and uploaded; other storage is an error (the CUDA path runs
+/// MXFP8 / MXFP4 only).
+pub(super) fn matrix(
+    ctx: &CudaContext,
+    owner: &Owner,
+    m: &Matrix,
+    name: &str,
+) -> Result<MxTiled, LlamaError> {
+    match m {
+        Matrix::Mx { buf, layout } => {
+            let view = MxView::new(*layout, buf).map_err(LlamaError::Mx)?;
+            MxTiled::upload(ctx, owner, &tile_mx(view)).map_err(dev_err)
+        }
+        _ => Err(LlamaError::Request {
+            message: format!("CUDA runs MXFP8 or MXFP4 weights; {name} is stored otherwise"),
+        }),
+    }
+}
+
+/// An f32 host buffer copied to the device as resident weights.
+pub(super) fn vector(
+    ctx: &CudaContext,
+    owner: &Owner,
+    v: &Buffer<f32>,
+) -> Result<DeviceBuffer<f32>, LlamaError> {
+    ctx.upload(owner, SpanKind::Resident, v).map_err(dev_err)
+}
+
+/// One block: its matrices, norms, bias, and a zeroed KV cache of `capacity` tokens.
+pub(super) fn layer(
+    ctx: &CudaContext,
+    owner: &Owner,
+    l: &Layer,
+    li: usize,
+    kv: (bool, usize, usize, usize),
+) -> Result<DevLayer, LlamaError> {
+    let (f16, capacity, n_kv_heads, head_dim) = kv;
+    let opt = |b: &Option<Buffer<f32>>| b.as_ref().map(|b| vector(ctx, owner, b)).transpose();
+    Ok(DevLayer {
+        attn_norm: vector(ctx, owner, &l.attn_norm)?,
+        qkv: matrix(ctx, owner, &l.qkv, &format!("blk.{li}.qkv"))?,
+        qkv_bias: opt(&l.qkv_bias)?,
+        q_norm: opt(&l.q_norm)?,
+        k_norm: opt(&l.k_norm)?,
+        o: matrix(ctx, owner, &l.wo, &format!("blk.{li}.attn_output"))?,
+        ffn_norm: vector(ctx, owner, &l.ffn_norm)?,
+        gate_up: matrix(ctx, owner, &l.gate_up, &format!("blk.{li}.ffn_gate_up"))?,
+        down: matrix(ctx, owner, &l.down, &format!("blk.{li}.ffn_down"))?,
+        cache: KvCache::with_head_dim(ctx, owner, f16, capacity, n_kv_heads, head_dim)
+            .map_err(dev_err)?,
+    })
+}
