@@ -12,7 +12,7 @@ cargo fmt --all --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== the CUDA backend builds (its tests run on a GPU machine, they skip here)"
-cargo clippy -p favlo-runtime --features cuda --all-targets -- -D warnings
+cargo clippy -p favlo-runtime -p favlo-llama -p favlo --features favlo-runtime/cuda,favlo-llama/cuda,favlo/cuda --all-targets -- -D warnings
 echo "== build"
 cargo build -p favlo
 FAVLO_BIN="$PWD/target/debug/favlo"

@@ -18,6 +18,8 @@ use favlo_server::{Catalog, CatalogRow};
 pub struct Factory {
     /// Storage of language-model matrices.
     pub llama_format: favlo_llama::WeightFormat,
+    /// Where language models run (`--device`).
+    pub device: favlo_runtime::device::Device,
 }
 
 impl PipelineFactory for Factory {
@@ -33,6 +35,7 @@ impl PipelineFactory for Factory {
                     format: self.llama_format,
                     max_context: spec.context_length,
                     name: Some(spec.id.clone()),
+                    device: self.device,
                     ..Default::default()
                 };
                 let rt = favlo_llama::open(&spec.dir, ledger, owner, &opts)

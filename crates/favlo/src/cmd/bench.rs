@@ -64,6 +64,10 @@ pub struct ChatBench {
     /// Also run llama.cpp (the `llama-cpp-python` package) on the same GGUF.
     #[arg(long)]
     pub anchor: bool,
+    /// cpu (default) or cuda / cuda:N (then native weights mean MXFP8; the thread
+    /// counts only size the host pool).
+    #[arg(long, env = "FAVLO_DEVICE", default_value = "cpu")]
+    pub device: String,
 }
 
 #[derive(Args, Debug)]
@@ -144,23 +148,36 @@ fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("unknown --weights {:?}", b.weights))?;
     let ledger = Ledger::new(Device::Cpu, None);
     let owner = Owner::mint("bench-chat");
+    let device = crate::cmd::common::device(&b.device)?;
     let opts = favlo_llama::OpenOptions {
         format,
         max_context: Some(1024),
+        device,
         ..Default::default()
     };
     let mut rt = favlo_llama::open(&dir, &ledger, &owner, &opts)?;
+    let cuda = device != Device::Cpu;
+    let threads = if cuda {
+        vec![b.threads[0]]
+    } else {
+        b.threads.clone()
+    };
     println!(
-        "model {} ({}), weights {}",
+        "model {} ({}), weights {}, device {}",
         b.model,
         dir.display(),
-        b.weights
+        match (cuda, format) {
+            (true, favlo_llama::WeightFormat::Mxfp4) => "mxfp4",
+            (true, _) => "mxfp8",
+            _ => b.weights.as_str(),
+        },
+        rt.model().device_name()
     );
     println!(
         "{:<10} {:>8} {:>14} {:>14} {:>12}",
         "engine", "threads", "prefill tok/s", "decode tok/s", "decode GB/s"
     );
-    for &t in &b.threads {
+    for &t in &threads {
         let r = favlo_llama::bench(
             &mut rt,
             &favlo_llama::BenchOptions {
@@ -171,7 +188,11 @@ fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
         )?;
         println!(
             "{:<10} {:>8} {:>14.1} {:>14.1} {:>12.2}",
-            "favlo", t, r.prefill_tok_s, r.decode_tok_s, r.decode_gb_s
+            if cuda { "favlo-cuda" } else { "favlo" },
+            t,
+            r.prefill_tok_s,
+            r.decode_tok_s,
+            r.decode_gb_s
         );
     }
     if b.anchor {

@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 use clap::Args;
+use favlo_runtime::device::Device;
 
 /// How models run: threads, memory cap, weight storage.
 #[derive(Args, Debug, Clone)]
@@ -17,6 +18,10 @@ pub struct RuntimeArgs {
     /// mxfp4 or f32.
     #[arg(long, default_value = "native")]
     pub weights: String,
+    /// Where chat models run: cpu (default) or cuda / cuda:N (an NVIDIA GPU; its
+    /// matrices are MXFP8, or MXFP4 with --weights mxfp4).
+    #[arg(long, env = "FAVLO_DEVICE", default_value = "cpu")]
+    pub device: String,
 }
 
 impl RuntimeArgs {
@@ -41,6 +46,45 @@ impl RuntimeArgs {
             )
         })
     }
+}
+
+impl RuntimeArgs {
+    /// The parsed and checked `--device` (a [`UsageError`] when unusable here).
+    pub fn device(&self) -> anyhow::Result<Device> {
+        device(&self.device)
+    }
+}
+
+/// A bad command line or an unusable setting: `favlo` exits with status 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Parses `cpu`, `cuda` (= `cuda:0`) or `cuda:N` and checks the device can run chat
+/// models here (CUDA: this build has the feature, libcuda and libnvrtc load, device N
+/// exists). Any failure is a [`UsageError`] naming the reason.
+pub fn device(s: &str) -> anyhow::Result<Device> {
+    let d = match s.trim().to_ascii_lowercase().as_str() {
+        "cpu" => Device::Cpu,
+        "cuda" => Device::Cuda(0),
+        other => match other.strip_prefix("cuda:").map(str::parse::<u32>) {
+            Some(Ok(n)) => Device::Cuda(n),
+            _ => {
+                return Err(
+                    UsageError(format!("unknown --device {s:?}: use cpu, cuda or cuda:N")).into(),
+                );
+            }
+        },
+    };
+    favlo_llama::check_device(d).map_err(|e| UsageError(format!("--device {s}: {e}")))?;
+    Ok(d)
 }
 
 /// Structured logs on stderr; `RUST_LOG` overrides the default `info` level.

@@ -55,6 +55,7 @@ impl TokenSink for Stdout {
 
 pub fn run(args: CompleteArgs) -> anyhow::Result<ExitCode> {
     args.runtime.init_threads()?;
+    let device = args.runtime.device()?;
     let home = Home::from_env()?;
     let registry = Registry::load(&home)?;
     let row = registry.get(&args.model).with_context(|| {
@@ -90,6 +91,7 @@ pub fn run(args: CompleteArgs) -> anyhow::Result<ExitCode> {
         format: args.runtime.weights()?,
         max_context: row.defaults.context_length,
         name: Some(row.id.clone()),
+        device,
         ..Default::default()
     };
     let mut runtime = favlo_llama::open(&dir, &ledger, &owner, &opts)?;

@@ -56,6 +56,7 @@ pub struct ServeArgs {
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     init_logging();
     args.runtime.init_threads()?;
+    let device = args.runtime.device()?;
     let home = Home::from_env()?;
     let registry = Registry::load(&home)?;
     if !args.no_default_pull && args.pull == PullPolicy::Auto {
@@ -90,6 +91,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         catalog: Arc::new(HubCatalog { home, registry }),
         factory: Arc::new(Factory {
             llama_format: args.runtime.weights()?,
+            device,
         }),
         ledger,
         ui: Some(crate::ui::ASSETS),
