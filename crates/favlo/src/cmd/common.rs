@@ -96,3 +96,32 @@ pub fn init_logging() {
         .with_writer(std::io::stderr)
         .try_init();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{UsageError, device};
+    use favlo_runtime::device::Device;
+
+    fn usage(r: anyhow::Result<Device>) -> String {
+        let e = r.expect_err("expected a usage error");
+        assert!(e.downcast_ref::<UsageError>().is_some(), "{e:#}");
+        e.to_string()
+    }
+
+    #[test]
+    fn device_flag_parses_and_refuses_clearly() {
+        assert_eq!(device("cpu").ok(), Some(Device::Cpu));
+        assert_eq!(device(" CPU ").ok(), Some(Device::Cpu));
+        assert!(usage(device("gpu")).contains("use cpu, cuda or cuda:N"));
+        assert!(usage(device("cuda:x")).contains("use cpu, cuda or cuda:N"));
+        // A GPU machine opens cuda:0; anywhere else the reason is named, no panic.
+        match device("cuda") {
+            Ok(d) => assert_eq!(d, Device::Cuda(0)),
+            Err(e) => {
+                assert!(e.downcast_ref::<UsageError>().is_some());
+                assert!(e.to_string().contains("CUDA is unavailable"), "{e}");
+            }
+        }
+        assert!(usage(device("cuda:4096")).contains("CUDA is unavailable"));
+    }
+}
