@@ -98,6 +98,7 @@ pub fn init_logging() {
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
     use super::{UsageError, device};
     use favlo_runtime::device::Device;
