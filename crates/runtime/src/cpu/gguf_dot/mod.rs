@@ -109,7 +109,7 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
     act.batch_rows = batched_rows(w.ty, m);
     let isa = isa();
     let use_vnni = isa == Isa::Avx512 && vnni();
-    let tiled = cfg!(target_arch = "x86_64") && use_vnni && tile::has_tile(w.ty) && m >= tile::ROWS;
+    let tiled = cfg!(target_arch = "x86_64") && use_vnni && tile::has_tile(w.ty);
     if tiled && tile::code_offset(w.ty) != 0 {
         act.offset_corrections(tile::code_offset(w.ty));
     }
@@ -130,7 +130,33 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
         while t0 < r1 {
             let t1 = (t0 + TILE_ROWS).min(r1);
             let mut i0 = 0;
-            if tiled {
+            if tiled && m == 1 {
+                let (a, c) = ([rows[0]], [corr[0]]);
+                let ahead = tile::DECODE_ROWS * w.ty.row_bytes(k);
+                let mut r = t0;
+                while r < t1 {
+                    let mut v = [[0f32; 1]; tile::DECODE_ROWS];
+                    if r + tile::DECODE_ROWS <= t1 {
+                        let ws = std::array::from_fn(|j| w.row(r + j));
+                        // SAFETY: `tiled` implies AVX2+FMA+F16C+AVX512-VNNI/VL and a tile
+                        // type; rows are whole rows; `corr` was filled for signed types.
+                        unsafe { tile::tile_dots(w.ty, ws, a, c, &mut v, ahead) };
+                    } else {
+                        for (j, vj) in v.iter_mut().enumerate().take(t1 - r) {
+                            let mut one = [[0f32; 1]; 1];
+                            // SAFETY: as above.
+                            unsafe { tile::tile_dots(w.ty, [w.row(r + j)], a, c, &mut one, 0) };
+                            *vj = one[0];
+                        }
+                    }
+                    for (j, vj) in v.iter().enumerate().take(t1 - r) {
+                        // SAFETY: as below.
+                        unsafe { *optr.ptr().add(col0 + r + j) = vj[0] };
+                    }
+                    r += tile::DECODE_ROWS;
+                }
+                i0 = 1;
+            } else if tiled {
                 while i0 + tile::ROWS <= m {
                     let group = [rows[i0], rows[i0 + 1], rows[i0 + 2], rows[i0 + 3]];
                     let cg = [corr[i0], corr[i0 + 1], corr[i0 + 2], corr[i0 + 3]];
@@ -146,7 +172,7 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
                         // SAFETY: `tiled` implies AVX2+FMA+F16C+AVX512-VNNI/VL and a tile
                         // type; rows are whole rows; `corr` was filled for signed types.
                         unsafe {
-                            tile::tile_dots::<2>(w.ty, [w.row(r), w.row(r + 1)], group, cg, &mut v)
+                            tile::tile_dots(w.ty, [w.row(r), w.row(r + 1)], group, cg, &mut v, 0)
                         };
                         put(r, &v[0]);
                         put(r + 1, &v[1]);
@@ -155,7 +181,7 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
                     if r < t1 {
                         let mut v = [[0f32; tile::ROWS]; 1];
                         // SAFETY: as above.
-                        unsafe { tile::tile_dots::<1>(w.ty, [w.row(r)], group, cg, &mut v) };
+                        unsafe { tile::tile_dots(w.ty, [w.row(r)], group, cg, &mut v, 0) };
                         put(r, &v[0]);
                     }
                     i0 += tile::ROWS;

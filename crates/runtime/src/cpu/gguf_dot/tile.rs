@@ -1,5 +1,6 @@
 //! AVX512-VNNI register tile for the 32-element block types (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0):
-//! `R` weight rows × 4 activation rows per pass over the blocks (prefill).
+//! `R` weight rows × `M` activation rows per pass over the blocks (prefill: 2 × 4;
+//! decode: 4 × 1, prefetching the next group of rows).
 //!
 //! Key design choices:
 //! - Each weight block is unpacked once for 4 activation rows, and each activation
@@ -19,8 +20,11 @@ use std::arch::x86_64::*;
 use super::act::ActRow;
 use super::blocks::GgufType;
 
-/// Activation rows per tile.
+/// Activation rows per prefill tile.
 pub(crate) const ROWS: usize = 4;
+
+/// Weight rows per decode tile (one activation row).
+pub(crate) const DECODE_ROWS: usize = 4;
 
 /// Whether [`tile_dots`] handles `ty`.
 pub(crate) fn has_tile(ty: GgufType) -> bool {
@@ -83,25 +87,27 @@ unsafe fn codes(ty: GgufType, b: *const u8) -> __m256i {
 
 /// `out[j][r]` = row `w[j]` · activation row `a[r]`, bit-identical to `row_dot`.
 /// `corr[r]` holds 8 lane corrections per block of `a[r]` for signed types (see the
-/// module docs; empty for Q4_1/Q5_1).
+/// module docs; empty for Q4_1/Q5_1). With `ahead > 0` each weight block read also
+/// prefetches the byte `ahead` further on (the rows of the next tile).
 ///
 /// # Safety
 /// AVX2, FMA, F16C, AVX512-VNNI and AVX512-VL must be available; `ty` satisfies
 /// [`has_tile`]; every `w[j]` holds the blocks of `a[r].qs.len()` codes and every
 /// signed type's `corr[r]` 8 values per block.
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-pub(crate) unsafe fn tile_dots<const R: usize>(
+pub(crate) unsafe fn tile_dots<const R: usize, const M: usize>(
     ty: GgufType,
     w: [&[u8]; R],
-    a: [ActRow<'_>; ROWS],
-    corr: [&[i32]; ROWS],
-    out: &mut [[f32; ROWS]; R],
+    a: [ActRow<'_>; M],
+    corr: [&[i32]; M],
+    out: &mut [[f32; M]; R],
+    ahead: usize,
 ) {
     let ts = ty.type_size();
     let signed = code_offset(ty) != 0;
     let has_min = !signed;
     let mut nb = usize::MAX;
-    for r in 0..ROWS {
+    for r in 0..M {
         nb = nb.min(a[r].qs.len() / 32).min(a[r].d.len());
         if signed {
             nb = nb.min(corr[r].len() / 8);
@@ -112,8 +118,8 @@ pub(crate) unsafe fn tile_dots<const R: usize>(
     for wj in &w {
         nb = nb.min(wj.len() / ts);
     }
-    let mut acc = [[_mm256_setzero_ps(); ROWS]; R];
-    let mut tail = [[0f32; ROWS]; R];
+    let mut acc = [[_mm256_setzero_ps(); M]; R];
+    let mut tail = [[0f32; M]; R];
     // SAFETY (every read below): i < nb, so block i of each weight row, codes
     // i*32..i*32+32, scale i and corrections i*8..i*8+8 of each activation row exist.
     unsafe {
@@ -123,13 +129,17 @@ pub(crate) unsafe fn tile_dots<const R: usize>(
             let mut mw = [0f32; R];
             for j in 0..R {
                 let b = w[j].as_ptr().add(i * ts);
+                if ahead > 0 {
+                    // A hint only: prefetching never faults.
+                    _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(ahead) as *const i8);
+                }
                 q[j] = codes(ty, b);
                 let bits = std::ptr::read_unaligned(b as *const u32);
                 let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
                 dw[j] = _mm256_broadcastss_ps(v);
                 mw[j] = _mm_cvtss_f32(_mm_movehdup_ps(v));
             }
-            for r in 0..ROWS {
+            for r in 0..M {
                 let y = _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 32) as *const __m256i);
                 let c = if signed {
                     _mm256_loadu_si256(corr[r].as_ptr().add(i * 8) as *const __m256i)
@@ -153,7 +163,7 @@ pub(crate) unsafe fn tile_dots<const R: usize>(
             }
         }
         for j in 0..R {
-            for r in 0..ROWS {
+            for r in 0..M {
                 let v = acc[j][r];
                 let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
                 let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
