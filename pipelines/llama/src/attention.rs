@@ -80,6 +80,9 @@ pub(crate) fn swiglu_ggml(g: &[f32], up: &[f32], out: &mut [f32]) {
     swiglu_body(g, up, out);
 }
 
+/// Output dimensions one p·V pass keeps in registers (8 AVX2 accumulators).
+const PV_DIMS: usize = 64;
+
 /// Lanes of one AVX2 register (tinyBLAS keeps one accumulator: element j → lane j % 8).
 const LANES: usize = 8;
 /// Slots of `ggml_vec_dot_f16` on AVX2: four 8-lane accumulators, element j → slot j % 32.
@@ -178,18 +181,38 @@ fn head_body(
     // p·V over ggml's key axis (padded to a multiple of 256 with zero weights, so both
     // dots run without leftovers): slot j % 8 (tinyBLAS) or j % 32 (vec_dot); `lanes`
     // holds `width` slots per output dimension.
-    // Stored slot-major (`lanes[l * hd + d]`) so each key's update is one contiguous
-    // (vectorized) FMA sweep over the head's dimensions; every (d, l) accumulator still
-    // sees the same FMAs in the same order.
+    // Stored slot-major (`lanes[l * hd + d]`) and computed slot by slot, 64 dimensions
+    // at a time, so a slot's accumulators stay in registers while its keys
+    // (j ≡ l mod width, in increasing j) stream past; every (d, l) accumulator sees
+    // the same FMAs in the same order as a key-by-key sweep.
     let width = if dot == Dot::Tiny { LANES } else { SLOTS };
     lanes.clear();
     lanes.resize(hd * width, 0.0);
-    for (j, v) in p.iter().enumerate() {
-        let w = f16::from_f32(*v * inv).to_f32();
-        let l = j % width;
-        let vr = &v_cache[j * stride + off..j * stride + off + hd];
-        for (a, &x) in lanes[l * hd..(l + 1) * hd].iter_mut().zip(vr) {
-            *a = w.mul_add(x, *a);
+    for v in p.iter_mut() {
+        *v = f16::from_f32(*v * inv).to_f32();
+    }
+    for l in 0..width.min(len) {
+        let mut d0 = 0;
+        while d0 < hd {
+            let dn = (hd - d0).min(PV_DIMS);
+            let mut acc = [0f32; PV_DIMS];
+            let mut j = l;
+            while j < len {
+                let w = p[j];
+                let vr = &v_cache[j * stride + off + d0..j * stride + off + d0 + dn];
+                if dn == PV_DIMS {
+                    for (a, &x) in acc.iter_mut().zip(vr) {
+                        *a = w.mul_add(x, *a);
+                    }
+                } else {
+                    for (a, &x) in acc[..dn].iter_mut().zip(vr) {
+                        *a = w.mul_add(x, *a);
+                    }
+                }
+                j += width;
+            }
+            lanes[l * hd + d0..l * hd + d0 + dn].copy_from_slice(&acc[..dn]);
+            d0 += dn;
         }
     }
     for (d, y) in o.iter_mut().enumerate() {
