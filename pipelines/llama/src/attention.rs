@@ -142,10 +142,53 @@ fn qk(qh: &[f32], kr: &[f32], dot: Dot) -> f32 {
     sum as f32
 }
 
+/// [`qk`] with explicit AVX2 FMAs (LLVM turned the 32-slot loop into 4-wide pieces
+/// with lane inserts): slot `l` is lane `l % 8` of accumulator `l / 8`, so every
+/// slot sees the same FMAs in the same order and the result is bit-identical.
+///
+/// # Safety
+/// AVX2 and FMA must be available; `qh.len() == kr.len()`, a multiple of 8.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn qk_avx2(qh: &[f32], kr: &[f32], dot: Dot) -> f32 {
+    use std::arch::x86_64::*;
+    let hd = qh.len().min(kr.len());
+    let (q, k) = (qh.as_ptr(), kr.as_ptr());
+    // SAFETY: every load reads 8 floats at an offset + 8 ≤ hd of both rows.
+    unsafe {
+        if dot == Dot::Tiny {
+            let mut acc = _mm256_setzero_ps();
+            for c in (0..hd / LANES * LANES).step_by(LANES) {
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(c)), _mm256_loadu_ps(k.add(c)), acc);
+            }
+            let mut a = [0f32; LANES];
+            _mm256_storeu_ps(a.as_mut_ptr(), acc);
+            return hsum8(&a);
+        }
+        let np = hd / SLOTS * SLOTS;
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for c in (0..np).step_by(SLOTS) {
+            for (r, a) in acc.iter_mut().enumerate() {
+                let o = c + r * LANES;
+                *a = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(o)), _mm256_loadu_ps(k.add(o)), *a);
+            }
+        }
+        let mut a = [0f32; SLOTS];
+        for (r, v) in acc.iter().enumerate() {
+            _mm256_storeu_ps(a.as_mut_ptr().add(r * LANES), *v);
+        }
+        let mut sum = f64::from(reduce32(&a));
+        for (x, y) in qh[np..hd].iter().zip(&kr[np..hd]) {
+            sum += f64::from(x * y);
+        }
+        sum as f32
+    }
+}
+
 /// One query head: scores over `len` keys, softmax, weighted V, in ggml's order for `dot`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn head_body(
+fn head_body<const AVX2: bool>(
     qh: &[f32],
     k_cache: &[f32],
     v_cache: &[f32],
@@ -162,6 +205,12 @@ fn head_body(
     p.clear();
     for j in 0..len {
         let kr = &k_cache[j * stride + off..j * stride + off + hd];
+        #[cfg(target_arch = "x86_64")]
+        if AVX2 {
+            // SAFETY: AVX2 callers are `head_fma` (features detected); rows have hd values.
+            p.push(unsafe { qk_avx2(qh, kr, dot) } * scale);
+            continue;
+        }
         p.push(qk(qh, kr, dot) * scale);
     }
     let max = p.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
@@ -248,7 +297,7 @@ unsafe fn head_fma(
     lanes: &mut Vec<f32>,
     o: &mut [f32],
 ) {
-    head_body(
+    head_body::<true>(
         qh, k_cache, v_cache, stride, off, len, scale, dot, p, lanes, o,
     );
 }
@@ -292,7 +341,7 @@ pub(crate) fn attention_ggml(
             };
             return;
         }
-        head_body(
+        head_body::<false>(
             args.0, args.1, args.2, args.3, args.4, args.5, args.6, args.7, &mut p, &mut lanes, o,
         );
     };
@@ -306,7 +355,37 @@ pub(crate) fn attention_ggml(
 
 #[cfg(test)]
 mod tests {
-    use super::{attention_ggml, ggml_expf, round_f16};
+    use super::{Dot, attention_ggml, ggml_expf, qk, round_f16};
+
+    /// The AVX2 q·k equals the portable one bit for bit, in both slot orders, with
+    /// and without leftovers past the last 32.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn qk_avx2_is_bit_identical() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            return;
+        }
+        let mut s = 7u64;
+        let mut rnd = || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+        };
+        for hd in [64usize, 72, 128] {
+            for _ in 0..50 {
+                let mut q: Vec<f32> = (0..hd).map(|_| rnd() * 3.0).collect();
+                let mut k: Vec<f32> = (0..hd).map(|_| rnd() * 3.0).collect();
+                round_f16(&mut q);
+                round_f16(&mut k);
+                for dot in [Dot::Tiny, Dot::Vec] {
+                    // SAFETY: AVX2 and FMA were detected; equal lengths, multiples of 8.
+                    let fast = unsafe { super::qk_avx2(&q, &k, dot) };
+                    assert_eq!(fast.to_bits(), qk(&q, &k, dot).to_bits(), "hd {hd}");
+                }
+            }
+        }
+    }
     use favlo_runtime::cpu::AttnShape;
 
     /// Both dot orders (tinyBLAS for ≥ 2 query tokens, vec_dot_f16 for one) against an
