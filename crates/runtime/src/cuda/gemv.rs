@@ -573,7 +573,29 @@ impl GemvMma {
         y: &mut DeviceBuffer<f32>,
         accumulate: bool,
     ) -> Result<(), CudaError> {
-        self.launch(w, x, y, accumulate, None)
+        self.launch(w, x, y, accumulate, None, (0, 0))
+    }
+
+    /// [`Self::gemv`] on one row of multi-row buffers: x is the prepared vector at
+    /// value `x_off` of `x` (a multiple of 32; e.g. row i of t rows prepared at a
+    /// stride ≥ the layout's padded columns), and the result goes to `y[y_off..]`.
+    /// Prefill uses it per token of a chunk whose other steps run batched.
+    pub fn gemv_at(
+        &self,
+        w: &MxTiled,
+        x: &XPrep,
+        x_off: usize,
+        y: &mut DeviceBuffer<f32>,
+        y_off: usize,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        if !x_off.is_multiple_of(32) {
+            return Err(shape(
+                "gemv_mma",
+                format!("x offset {x_off} not a multiple of 32"),
+            ));
+        }
+        self.launch(w, x, y, accumulate, None, (x_off, y_off))
     }
 
     /// A timing probe of the depth-2 ring kernel with `ring_override`'s warps (default
@@ -587,7 +609,7 @@ impl GemvMma {
         x: &XPrep,
         y: &mut DeviceBuffer<f32>,
     ) -> Result<(), CudaError> {
-        self.launch(w, x, y, false, Some(mode))
+        self.launch(w, x, y, false, Some(mode), (0, 0))
     }
 
     fn launch(
@@ -597,6 +619,7 @@ impl GemvMma {
         y: &mut DeviceBuffer<f32>,
         accumulate: bool,
         probe: Option<usize>,
+        (x_off, y_off): (usize, usize),
     ) -> Result<(), CudaError> {
         let op = "gemv_mma";
         let l = w.layout;
@@ -613,8 +636,8 @@ impl GemvMma {
         let chunks = l.data_row_bytes() / 128;
         if w.data.len() != tiles * chunks * 4096
             || w.scales.len() != tiles * chunks * scale_tile_bytes(l.format)
-            || x.cols < l.padded_cols()
-            || y.len() < l.rows
+            || x.cols < x_off + l.padded_cols()
+            || y.len() < y_off + l.rows
             || !l.data_row_bytes().is_multiple_of(128)
         {
             return Err(shape(
@@ -697,14 +720,17 @@ impl GemvMma {
         };
         let s = self.ctx.stream();
         if self.pdl {
-            return launch_pdl(s, f, cfg, w, x, y, [rows, nch, acc]);
+            return launch_pdl(s, f, cfg, w, x, y, [rows, nch, acc], (x_off, y_off));
         }
+        let xh = x.hl.slice.slice(2 * x_off..);
+        let xf = x.xs.slice.slice(x_off / 32..);
+        let mut yv = y.slice.slice_mut(y_off..);
         let mut b = s.launch_builder(f);
         b.arg(&w.data.slice)
             .arg(&w.scales.slice)
-            .arg(&x.hl.slice)
-            .arg(&x.xs.slice)
-            .arg(&mut y.slice)
+            .arg(&xh)
+            .arg(&xf)
+            .arg(&mut yv)
             .arg(&rows)
             .arg(&nch)
             .arg(&acc);
@@ -718,6 +744,7 @@ impl GemvMma {
 /// Launches a GEMV kernel with programmatic stream serialization (`cuLaunchKernelEx`),
 /// so it may start while the previous kernel in the stream finishes; every GEMV kernel
 /// calls `griddepcontrol.wait` before it reads x or y. Same arguments as the builder.
+#[allow(clippy::too_many_arguments)]
 fn launch_pdl(
     s: &Arc<cudarc::driver::CudaStream>,
     f: &CudaFunction,
@@ -726,6 +753,7 @@ fn launch_pdl(
     x: &XPrep,
     y: &mut DeviceBuffer<f32>,
     ints: [i32; 3],
+    (x_off, y_off): (usize, usize),
 ) -> Result<(), CudaError> {
     use cudarc::driver::{DevicePtr, DevicePtrMut};
     let (wd, _g0) = w.data.slice.device_ptr(s);
@@ -733,6 +761,12 @@ fn launch_pdl(
     let (xh, _g2) = x.hl.slice.device_ptr(s);
     let (xf, _g3) = x.xs.slice.device_ptr(s);
     let (yp, _g4) = y.slice.device_ptr_mut(s);
+    // Byte offsets of the row (checked against the buffers by `launch`).
+    let (xh, xf, yp) = (
+        xh + (x_off * 4) as u64,
+        xf + (x_off / 32 * 4) as u64,
+        yp + (y_off * 4) as u64,
+    );
     let mut args = [
         arg_ptr(&wd),
         arg_ptr(&wsc),

@@ -8,6 +8,7 @@
 //! falls back to the CPU) on machines with no NVIDIA driver.
 
 mod attention;
+mod attn_prefill;
 mod compile;
 mod context;
 mod decode;
@@ -22,6 +23,7 @@ mod timing;
 pub use attention::{
     ATTN_HEAD_DIM, ATTN_HEAD_DIMS, AttentionDecode, AttnOut, KvCache, attn_partials_len,
 };
+pub use attn_prefill::{PrefillOps, PrefillShape};
 pub use compile::{CompiledKernel, cache_dir, compile_cubin, nvrtc_version};
 pub use context::{CudaContext, DeviceBuffer};
 pub use decode::DecodeOps;
