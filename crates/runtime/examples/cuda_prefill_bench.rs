@@ -8,8 +8,8 @@
 //! repetition) and for the whole prefill's GEMMs, with and without the activation
 //! quantization before each GEMM; TFLOP/s against the H200's FP8 dense datasheet
 //! figure (1979 TFLOP/s, the "FP8 tensor-core roofline"); the probe kernel (same loads
-//! and wgmma steps, no scale promotion) splits the time; both consumer loops
-//! (`GemmKernel::Pipelined`, the default, and `Serial`) are timed.
+//! and wgmma steps, no scale promotion) splits the time; the three consumer loops
+//! (`GemmKernel::Persistent`, the default, `Pipelined` and `Serial`) are timed.
 //! `FAVLO_PREFILL_PROFILE=1` only runs each matrix's GEMM (pipelined, then the probe)
 //! once after the checks, for Nsight Compute. Before timing, 4 tokens of
 //! each matrix are checked against an f64 reference (max|err|/max|ref| ≤ 1e-3).
@@ -160,6 +160,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for mm in &mats {
         let xq = acts[mm.xin].values(&ctx)?;
         for (kernel, swap) in [
+            (GemmKernel::Persistent, false),
             (GemmKernel::Pipelined, false),
             (GemmKernel::Serial, false),
             (GemmKernel::Serial, true),
@@ -186,7 +187,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         g.desc_swap = false;
-        g.kernel = GemmKernel::Pipelined;
+        g.kernel = GemmKernel::Persistent;
     }
     if std::env::var("FAVLO_PREFILL_PROFILE").is_ok_and(|v| v == "1") {
         for mm in &mats {
@@ -201,9 +202,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (warm, reps) = (2, 7);
     let tflops = |flop: f64, ms: f64| flop / (ms * 1e-3) / 1e12;
     println!(
-        "\n| GEMM | n×k | ms for {LAYERS} layers | TFLOP/s | % of FP8 peak ({FP8_PEAK_TFLOPS}) | serial loop ms | TFLOP/s | probe (no promotion) ms | TFLOP/s | one copy (L2 reuse) TFLOP/s |"
+        "\n| GEMM | n×k | ms for {LAYERS} layers | TFLOP/s | % of FP8 peak ({FP8_PEAK_TFLOPS}) | pipelined, one block per tile, ms | TFLOP/s | serial loop ms | TFLOP/s | probe (no promotion) ms | TFLOP/s | one copy (L2 reuse) TFLOP/s |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut total_flop = 0f64;
     for mm in &mats {
         let flop = 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64;
@@ -225,17 +226,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let ms = run(&g, false, false)?;
         let ms_one = run(&g, false, true)?;
         let ms_probe = run(&g, true, false)?;
+        g.kernel = GemmKernel::Pipelined;
+        let ms_pipe = run(&g, false, false)?;
         g.kernel = GemmKernel::Serial;
         let ms_serial = run(&g, false, false)?;
-        g.kernel = GemmKernel::Pipelined;
+        g.kernel = GemmKernel::Persistent;
         println!(
-            "| {} | {}×{} | {:.3} | {:.0} | {:.1}% | {:.3} | {:.0} | {:.3} | {:.0} | {:.0} |",
+            "| {} | {}×{} | {:.3} | {:.0} | {:.1}% | {:.3} | {:.0} | {:.3} | {:.0} | {:.3} | {:.0} | {:.0} |",
             mm.name,
             mm.n,
             mm.k,
             ms,
             tflops(flop, ms),
             100.0 * tflops(flop, ms) / FP8_PEAK_TFLOPS,
+            ms_pipe,
+            tflops(flop, ms_pipe),
             ms_serial,
             tflops(flop, ms_serial),
             ms_probe,
@@ -252,35 +257,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             time_ms(&ctx, warm, reps, || g.quantize(xd, m, k, k, a))
         })
         .collect::<Result<_, _>>()?;
-    // The whole prefill's GEMMs, layer by layer.
-    let gemms_only = time_ms(&ctx, warm, reps, || {
-        for l in 0..LAYERS {
-            for mm in &mats {
-                g.gemm(&acts[mm.xin], &mm.copies[l], &mut y, mm.accumulate)?;
+    // The whole prefill's GEMMs, layer by layer, with the default (persistent) and the
+    // one-block-per-tile pipelined loop.
+    for kernel in [GemmKernel::Persistent, GemmKernel::Pipelined] {
+        g.kernel = kernel;
+        let gemms_only = time_ms(&ctx, warm, reps, || {
+            for l in 0..LAYERS {
+                for mm in &mats {
+                    g.gemm(&acts[mm.xin], &mm.copies[l], &mut y, mm.accumulate)?;
+                }
             }
-        }
-        Ok(())
-    })?;
-    let with_quant = time_ms(&ctx, warm, reps, || {
-        for l in 0..LAYERS {
-            for mm in &mats {
-                let k = mm.k;
-                g.quantize(&xs[mm.xin], m, k, k, &mut acts[mm.xin])?;
-                g.gemm(&acts[mm.xin], &mm.copies[l], &mut y, mm.accumulate)?;
+            Ok(())
+        })?;
+        let with_quant = time_ms(&ctx, warm, reps, || {
+            for l in 0..LAYERS {
+                for mm in &mats {
+                    let k = mm.k;
+                    g.quantize(&xs[mm.xin], m, k, k, &mut acts[mm.xin])?;
+                    g.gemm(&acts[mm.xin], &mm.copies[l], &mut y, mm.accumulate)?;
+                }
             }
-        }
-        Ok(())
-    })?;
-    println!(
-        "| **all GEMMs of the prefill** | 4 per layer | {gemms_only:.3} | {:.0} | {:.1}% | | | | | |",
-        tflops(total_flop, gemms_only),
-        100.0 * tflops(total_flop, gemms_only) / FP8_PEAK_TFLOPS
-    );
-    println!(
-        "| **+ activation quantization before each** | 4 + 4 per layer | {with_quant:.3} | {:.0} | {:.1}% | | | | | |",
-        tflops(total_flop, with_quant),
-        100.0 * tflops(total_flop, with_quant) / FP8_PEAK_TFLOPS
-    );
+            Ok(())
+        })?;
+        println!(
+            "| **all GEMMs of the prefill ({kernel:?})** | 4 per layer | {gemms_only:.3} | {:.0} | {:.1}% | | | | | | | |",
+            tflops(total_flop, gemms_only),
+            100.0 * tflops(total_flop, gemms_only) / FP8_PEAK_TFLOPS
+        );
+        println!(
+            "| **+ activation quantization before each ({kernel:?})** | 4 + 4 per layer | {with_quant:.3} | {:.0} | {:.1}% | | | | | | | |",
+            tflops(total_flop, with_quant),
+            100.0 * tflops(total_flop, with_quant) / FP8_PEAK_TFLOPS
+        );
+    }
+    g.kernel = GemmKernel::Persistent;
     println!(
         "\nactivation quantization alone: k=4096 {:.1} µs, k=12288 {:.1} µs per call ({m} tokens)",
         q_ms[0] * 1e3,

@@ -19,6 +19,10 @@
 // * Block: warpgroup 0 = producer (one thread issues bulk copies into a ring of
 //   STAGES stages, mbarrier-completed), warpgroups 1, 2 = consumers, 64 weight rows each,
 //   128 tokens, so one warpgroup's promotion overlaps the other's wgmma.
+// * Consumer loops (kernels): `gemm_mxfp8_*` serial (wgmma, wait, promote), `*_pipe`
+//   (two temporaries: step i+1 on the tensor cores while step i is promoted), `*_persist`
+//   (the pipelined loop in a persistent grid, the default); `*_probe` is a timing probe
+//   and `*_swap` a descriptor diagnostic. Measured on the H200 in docs/CUDA.md.
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -210,7 +214,7 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
     const int lane = tid & 31, wq = (tid >> 5) & 3;
     const int g = lane >> 2, t = lane & 3;
     const int r0 = 64 * c + 16 * wq + g;  // and r0 + 8
-    float acc[64], tmp[64];
+    float acc[64], tmp[64], sink = 0.f;
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
 #pragma unroll
@@ -234,6 +238,7 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
             if (!PROMOTE) {
                 gm_wgmma<WFMT, 1>(acc, gm_desc<SWAP>(a0 + 256 * q), gm_desc<SWAP>(b0 + 256 * q));
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                sink += f0 * f1;  // keeps the scale reads of the real kernel
                 continue;
             }
             gm_wgmma<WFMT, 0>(tmp, gm_desc<SWAP>(a0 + 256 * q), gm_desc<SWAP>(b0 + 256 * q));
@@ -247,11 +252,19 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
                 acc[4 * j + 3] = fmaf(tmp[4 * j + 3], f1, acc[4 * j + 3]);
             }
         }
-        if (!PROMOTE) asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        if (!PROMOTE) {
+            // The previous stage's 4 steps are done once at most this stage's 4 are
+            // pending: release it (the steps chain on one accumulator, no drain).
+            asm volatile("wgmma.wait_group.sync.aligned 4;" ::: "memory");
+            __syncwarp();
+            if (lane == 0 && kb > 0) gm_bar_arrive(&empty[(kb - 1) % GM_STAGES]);
+            continue;
+        }
         __syncwarp();
         if (lane == 0) gm_bar_arrive(&empty[s]);
     }
-
+    if (!PROMOTE) asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    if (sink == -1.f) acc[0] = sink;  // never (products of powers of two are positive)
     gm_epilogue(acc, tmp, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
 }
 
@@ -266,14 +279,9 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
                                               u64* full, u64* empty, int kb, int c, int r0,
                                               int lane) {
     const u32 ring0 = gm_smem(ring);
-    float f0[4 * NST], f1[4 * NST];
-    u32 sa[NST], sb[NST];
-#pragma unroll
-    for (int st = 0; st < NST; ++st) {
-        const int s = (kb + st) % GM_STAGES;
-        sa[st] = ring0 + s * GM_STAGE_BYTES + 8192 * c;
-        sb[st] = ring0 + s * GM_STAGE_BYTES + GM_TILE_BYTES;
-    }
+    // Promotion factors of the current and the next stage (ring of two).
+    float f0[2][4], f1[2][4];
+    auto base = [&](int st) { return ring0 + ((kb + st) % GM_STAGES) * GM_STAGE_BYTES; };
     auto scales = [&](int st) {
         const int s = (kb + st) % GM_STAGES;
         gm_bar_wait(&full[s], ((kb + st) / GM_STAGES) & 1);
@@ -284,13 +292,13 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
         const float cq[4] = {cv.x, cv.y, cv.z, cv.w};
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-            f0[4 * st + q] = gm_e8m0((s0 >> (8 * q)) & 0xffu) * cq[q];
-            f1[4 * st + q] = gm_e8m0((s1 >> (8 * q)) & 0xffu) * cq[q];
+            f0[st & 1][q] = gm_e8m0((s0 >> (8 * q)) & 0xffu) * cq[q];
+            f1[st & 1][q] = gm_e8m0((s1 >> (8 * q)) & 0xffu) * cq[q];
         }
     };
     scales(0);
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    gm_wgmma<WFMT, 0>(ta, gm_desc<0>(sa[0]), gm_desc<0>(sb[0]));
+    gm_wgmma<WFMT, 0>(ta, gm_desc<0>(base(0) + 8192 * c), gm_desc<0>(base(0) + GM_TILE_BYTES));
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 #pragma unroll
     for (int i = 0; i < 4 * NST; ++i) {
@@ -299,8 +307,9 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
         if (i + 1 < 4 * NST) {
             const int st = (i + 1) / 4, q = (i + 1) % 4;
             if (q == 0) scales(st);
+            const u32 b = base(st) + 256 * q;
             asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-            gm_wgmma<WFMT, 0>(nxt, gm_desc<0>(sa[st] + 256 * q), gm_desc<0>(sb[st] + 256 * q));
+            gm_wgmma<WFMT, 0>(nxt, gm_desc<0>(b + 8192 * c), gm_desc<0>(b + GM_TILE_BYTES));
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
         } else {
@@ -311,20 +320,23 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
             __syncwarp();
             if (lane == 0) gm_bar_arrive(&empty[(kb + i / 4) % GM_STAGES]);
         }
+        const float a = f0[(i / 4) & 1][i % 4], b = f1[(i / 4) & 1][i % 4];
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
-            acc[4 * j + 0] = fmaf(cur[4 * j + 0], f0[i], acc[4 * j + 0]);
-            acc[4 * j + 1] = fmaf(cur[4 * j + 1], f0[i], acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(cur[4 * j + 2], f1[i], acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(cur[4 * j + 3], f1[i], acc[4 * j + 3]);
+            acc[4 * j + 0] = fmaf(cur[4 * j + 0], a, acc[4 * j + 0]);
+            acc[4 * j + 1] = fmaf(cur[4 * j + 1], a, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(cur[4 * j + 2], b, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(cur[4 * j + 3], b, acc[4 * j + 3]);
         }
     }
 }
 
-// Consumers run gm_pipe_steps over pairs of stages (7 of 8 promotions overlapped).
+// Consumers run gm_pipe_steps over groups of NST stages (4·NST − 1 of 4·NST promotions
+// overlapped), the remainder one stage at a time. NST = 4 spills (ptxas then also
+// serializes the wgmmas, C7511); NST = 2 does not.
 // Three 64-float accumulators need ~230 registers: the producer warpgroup gives its
 // registers back (setmaxnreg) so the consumers may hold 232.
-template <int WFMT>
+template <int WFMT, int NST>
 __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
                                                const u8* __restrict__ ws,
                                                const u8* __restrict__ xq,
@@ -354,11 +366,81 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
             tb[i] = 0.f;
         }
         int kb = 0;
-        for (; kb + 1 < kblocks; kb += 2)
-            gm_pipe_steps<WFMT, 2>(acc, ta, tb, gm_ring, full, empty, kb, c, r0, lane);
-        if (kb < kblocks)
+        for (; kb + NST <= kblocks; kb += NST)
+            gm_pipe_steps<WFMT, NST>(acc, ta, tb, gm_ring, full, empty, kb, c, r0, lane);
+        for (; kb < kblocks; ++kb)
             gm_pipe_steps<WFMT, 1>(acc, ta, tb, gm_ring, full, empty, kb, c, r0, lane);
         gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
+    }
+}
+
+// Persistent version of gemm_pipe_body: gridDim.x blocks (one per multiprocessor) walk
+// the output tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (token tile fastest, as
+// the non-persistent grid), the ring's stage counter running on across tiles, so the
+// producer loads the next tile's first stages while the consumers store this tile.
+template <int WFMT, int NST>
+__device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
+                                                  const u8* __restrict__ ws,
+                                                  const u8* __restrict__ xq,
+                                                  const float* __restrict__ xc,
+                                                  const float* __restrict__ xr, float* y, int m,
+                                                  int n, int kblocks, int ldy, int accumulate) {
+    extern __shared__ __align__(1024) u8 gm_ring[];
+    __shared__ u64 full[GM_STAGES], empty[GM_STAGES];
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7;
+    const int m_tiles = (m + GM_TILE - 1) / GM_TILE, n_tiles = (n + GM_TILE - 1) / GM_TILE;
+    const int tiles = m_tiles * n_tiles;
+    gm_init_bars(full, empty);
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid == 0) {
+            int it = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                const int mt = tile % m_tiles, nt = tile / m_tiles;
+                const u8* wsrc = w + (size_t)nt * kblocks * GM_TILE_BYTES;
+                const u8* xsrc = xq + (size_t)mt * kblocks * GM_TILE_BYTES;
+                const u8* ssrc = ws + (size_t)nt * kblocks * 512;
+                const float* csrc = xc + (size_t)mt * kblocks * 4;
+                for (int kb = 0; kb < kblocks; ++kb, ++it) {
+                    const int s = it % GM_STAGES;
+                    if (it >= GM_STAGES) gm_bar_wait(&empty[s], ((it / GM_STAGES) - 1) & 1);
+                    u8* st = gm_ring + s * GM_STAGE_BYTES;
+                    gm_bar_expect(&full[s], GM_STAGE_TX);
+                    gm_bulk(st, wsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
+                    gm_bulk(st + GM_TILE_BYTES, xsrc + (size_t)kb * GM_TILE_BYTES,
+                            GM_TILE_BYTES, &full[s]);
+                    gm_bulk(st + GM_SCALE_OFF, ssrc + (size_t)kb * 512, 512, &full[s]);
+                    gm_bulk(st + GM_C_OFF, csrc + (size_t)kb * 4, 16, &full[s]);
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int c = wg - 1;
+        const int lane = tid & 31, wq = (tid >> 5) & 3;
+        const int g = lane >> 2, t = lane & 3;
+        const int r0 = 64 * c + 16 * wq + g;
+        float acc[64], ta[64], tb[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) {
+            ta[i] = 0.f;
+            tb[i] = 0.f;
+        }
+        int it = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            const int mt = tile % m_tiles, nt = tile / m_tiles;
+#pragma unroll
+            for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+            int kb = 0;
+            for (; kb + NST <= kblocks; kb += NST)
+                gm_pipe_steps<WFMT, NST>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                                         lane);
+            for (; kb < kblocks; ++kb)
+                gm_pipe_steps<WFMT, 1>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0, lane);
+            it += kblocks;
+            gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
+        }
     }
 }
 
@@ -375,16 +457,28 @@ GEMM_KERNEL(gemm_mxfp8_e5m2, 1, 0, 1)
 GEMM_KERNEL(gemm_mxfp8_e4m3_swap, 0, 1, 1)
 GEMM_KERNEL(gemm_mxfp8_e4m3_probe, 0, 0, 0)
 
-#define GEMM_PIPE_KERNEL(name, WFMT)                                                        \
+#define GEMM_PIPE_KERNEL(name, WFMT, NST)                                                        \
     extern "C" __global__ void __launch_bounds__(384, 1)                                    \
         name(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq, \
              const float* __restrict__ xc, const float* __restrict__ xr, float* y, int m,     \
              int n, int kblocks, int ldy, int accumulate) {                                 \
-        gemm_pipe_body<WFMT>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate);         \
+        gemm_pipe_body<WFMT, NST>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate);         \
     }
 
-GEMM_PIPE_KERNEL(gemm_mxfp8_e4m3_pipe, 0)
-GEMM_PIPE_KERNEL(gemm_mxfp8_e5m2_pipe, 1)
+GEMM_PIPE_KERNEL(gemm_mxfp8_e4m3_pipe, 0, 2)
+GEMM_PIPE_KERNEL(gemm_mxfp8_e5m2_pipe, 1, 2)
+
+#define GEMM_PERSIST_KERNEL(name, WFMT)                                                     \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                    \
+        name(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq, \
+             const float* __restrict__ xc, const float* __restrict__ xr, float* y, int m,     \
+             int n, int kblocks, int ldy, int accumulate) {                                 \
+        gemm_persist_body<WFMT, 2>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate);   \
+    }
+
+GEMM_PERSIST_KERNEL(gemm_mxfp8_e4m3_persist, 0)
+GEMM_PERSIST_KERNEL(gemm_mxfp8_e5m2_persist, 1)
+
 
 // ---- activation quantization ----
 
@@ -398,7 +492,21 @@ extern "C" __global__ void gemm_row_scale(const float* __restrict__ x, int m, in
     u32 amax = 0;
     if (row < m) {
         const float* p = x + (size_t)row * ldx;
-        for (int i = lane; i < k; i += 32) amax = max(amax, __float_as_uint(p[i]) & 0x7fffffffu);
+        if ((k & 3) == 0 && (ldx & 3) == 0) {
+            const float4* p4 = reinterpret_cast<const float4*>(p);
+#pragma unroll 4
+            for (int i = lane; i < k / 4; i += 32) {
+                const float4 v = p4[i];
+                const u32 a = max(__float_as_uint(v.x) & 0x7fffffffu,
+                                  __float_as_uint(v.y) & 0x7fffffffu);
+                const u32 b = max(__float_as_uint(v.z) & 0x7fffffffu,
+                                  __float_as_uint(v.w) & 0x7fffffffu);
+                amax = max(amax, max(a, b));
+            }
+        } else {
+            for (int i = lane; i < k; i += 32)
+                amax = max(amax, __float_as_uint(p[i]) & 0x7fffffffu);
+        }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, o));

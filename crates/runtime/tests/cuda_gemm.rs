@@ -5,7 +5,7 @@
 //! * Activation quantization: R (per row), C (per 128-token tile and 32-value block) and
 //!   every code equal a CPU replica of the rule exactly; the quantized values stay within
 //!   E4M3's half-ulp (2^-4 relative) of x, plus half the smallest subnormal step.
-//! * GEMM (both consumer loops, `GemmKernel::Pipelined` and `Serial`; odd and even
+//! * GEMM (every consumer loop, `GemmKernel::Persistent`, `Pipelined`, `Serial`; odd and even
 //!   numbers of 128-value k blocks): `y = xq · wᵀ` (and `y += …`) against an f64 product of the *same* quantized
 //!   activations (decoded from the device) and the favlo-mx decoded weights:
 //!   max|y − ref| / max|ref| ≤ 1e-3 (the FP8 tensor cores add the 32 exact products of a
@@ -223,7 +223,11 @@ fn check_gemm(
         vec![f32::NAN; m * n]
     };
     let mut ys = Vec::new();
-    for kernel in [GemmKernel::Pipelined, GemmKernel::Serial] {
+    for kernel in [
+        GemmKernel::Persistent,
+        GemmKernel::Pipelined,
+        GemmKernel::Serial,
+    ] {
         g.kernel = kernel;
         let mut yd = ctx.upload(&owner, SpanKind::Scratch, &y0).unwrap();
         g.gemm(&acts, &wd, &mut yd, accumulate).unwrap();
@@ -234,7 +238,7 @@ fn check_gemm(
         );
         ys.push((kernel, y));
     }
-    g.kernel = GemmKernel::Pipelined;
+    g.kernel = GemmKernel::Persistent;
     // Tokens checked: all for small m, else a spread that touches every 128-token tile.
     let toks: Vec<usize> = if m * n * k <= 1 << 28 {
         (0..m).collect()

@@ -234,8 +234,11 @@ pub enum GemmKernel {
     Serial,
     /// Two temporary accumulators per warpgroup: step i + 1 runs on the tensor cores
     /// while step i is promoted (7 of 8 steps), registers moved from the producer
-    /// warpgroup with `setmaxnreg`. Default.
+    /// warpgroup with `setmaxnreg`.
     Pipelined,
+    /// The pipelined loop in a persistent grid (one block per multiprocessor walking
+    /// the output tiles): the next tile's loads overlap this tile's epilogue. Default.
+    Persistent,
 }
 
 /// The MXFP8 GEMM kernels of one context.
@@ -245,11 +248,14 @@ pub struct GemmMx {
     e5m2: CudaFunction,
     e4m3_pipe: CudaFunction,
     e5m2_pipe: CudaFunction,
+    e4m3_persist: CudaFunction,
+    e5m2_persist: CudaFunction,
+    sms: usize,
     e4m3_swap: CudaFunction,
     probe: CudaFunction,
     row_scale: CudaFunction,
     quant: CudaFunction,
-    /// The consumer loop (default [`GemmKernel::Pipelined`]).
+    /// The consumer loop (default [`GemmKernel::Persistent`]).
     pub kernel: GemmKernel,
     /// Use the descriptor variant with the leading/stride byte offsets exchanged
     /// (diagnostics only; wrong results expected).
@@ -291,7 +297,16 @@ impl GemmMx {
             e5m2: big("gemm_mxfp8_e5m2")?,
             e4m3_pipe: big("gemm_mxfp8_e4m3_pipe")?,
             e5m2_pipe: big("gemm_mxfp8_e5m2_pipe")?,
-            kernel: GemmKernel::Pipelined,
+            e4m3_persist: big("gemm_mxfp8_e4m3_persist")?,
+            e5m2_persist: big("gemm_mxfp8_e5m2_persist")?,
+            sms: ctx
+                .raw()
+                .attribute(
+                    cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                )
+                .map_err(driver_err("cuDeviceGetAttribute"))?
+                .max(1) as usize,
+            kernel: GemmKernel::Persistent,
             e4m3_swap: big("gemm_mxfp8_e4m3_swap")?,
             probe: big("gemm_mxfp8_e4m3_probe")?,
             row_scale: f("gemm_row_scale")?,
@@ -421,14 +436,20 @@ impl GemmMx {
                 ),
             ));
         }
-        let pipe = self.kernel == GemmKernel::Pipelined;
-        let f = match (w.format, self.desc_swap) {
+        let kernel = if probe || self.desc_swap {
+            GemmKernel::Serial
+        } else {
+            self.kernel
+        };
+        let f = match (w.format, kernel) {
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
-            (ElementFormat::Fp8E4M3, true) => &self.e4m3_swap,
-            (ElementFormat::Fp8E4M3, false) if pipe => &self.e4m3_pipe,
-            (ElementFormat::Fp8E4M3, false) => &self.e4m3,
-            (ElementFormat::Fp8E5M2, _) if pipe => &self.e5m2_pipe,
-            (ElementFormat::Fp8E5M2, _) => &self.e5m2,
+            (ElementFormat::Fp8E4M3, _) if self.desc_swap => &self.e4m3_swap,
+            (ElementFormat::Fp8E4M3, GemmKernel::Serial) => &self.e4m3,
+            (ElementFormat::Fp8E4M3, GemmKernel::Pipelined) => &self.e4m3_pipe,
+            (ElementFormat::Fp8E4M3, GemmKernel::Persistent) => &self.e4m3_persist,
+            (ElementFormat::Fp8E5M2, GemmKernel::Serial) => &self.e5m2,
+            (ElementFormat::Fp8E5M2, GemmKernel::Pipelined) => &self.e5m2_pipe,
+            (ElementFormat::Fp8E5M2, GemmKernel::Persistent) => &self.e5m2_persist,
             (ElementFormat::Fp4E2M1, _) => {
                 return Err(shape(op, "MXFP4 has no tensor-core GEMM yet".into()));
             }
@@ -439,12 +460,14 @@ impl GemmMx {
             int(w.kblocks, op)?,
             i32::from(accumulate),
         );
+        let (mt, nt) = (m.div_ceil(GEMM_TILE), w.rows.div_ceil(GEMM_TILE));
+        let grid_dim = if kernel == GemmKernel::Persistent {
+            ((mt * nt).min(self.sms) as u32, 1, 1)
+        } else {
+            (mt as u32, nt as u32, 1)
+        };
         let cfg = LaunchConfig {
-            grid_dim: (
-                m.div_ceil(GEMM_TILE) as u32,
-                w.rows.div_ceil(GEMM_TILE) as u32,
-                1,
-            ),
+            grid_dim,
             block_dim: (384, 1, 1),
             shared_mem_bytes: GEMM_SMEM as u32,
         };
