@@ -13,7 +13,12 @@
 //! - free-running greedy 32 tokens: the device's equal the CPU's exactly on ≥ 4 of the
 //!   5 prompts (the agreement rule of the llama.cpp tests; a near-tie may flip;
 //!   measured 5/5 on both models with both caches);
-//! - one chat through `LanguagePipeline::complete` on the device gives the greedy text.
+//! - one chat through `LanguagePipeline::complete` on the device gives the greedy text;
+//! - the chunked batched prefill (`forward(prompt, .., all = false)`) against the token
+//!   loop over the decode graph (`all = true`) on the same device model: the prompt's
+//!   last logits, the logits of one decode step after it, and a prompt prefilled in two
+//!   calls (n_past > 0), on the 5 prompts and one 301-token prompt (two chunks, the
+//!   second ragged): max |Δ| / max |logit| ≤ 1e-4 (f32 KV) / 1e-3 (f16 KV).
 //!
 //! Skips loudly (and passes) without the GGUF variables or without CUDA;
 //! `FAVLO_REQUIRE_CUDA=1` turns a missing GPU into a failure.
@@ -161,6 +166,79 @@ fn smollm2_cuda_matches_cpu() {
 #[test]
 fn qwen25_cuda_matches_cpu() {
     compare("FAVLO_TEST_QWEN25_GGUF", "qwen25_refs.json");
+}
+
+/// Max |a − b| / max |b|.
+fn rel(a: &[f32], b: &[f32]) -> f32 {
+    assert!(a.iter().all(|x| x.is_finite()), "non-finite logits");
+    let max = b.iter().fold(0f32, |m, x| m.max(x.abs()));
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / max
+}
+
+/// Batched chunk prefill (and the decode step after it) against the token loop.
+fn prefill_matches_token_loop(env: &str, refs: &str) {
+    let Some(path) = model_path(env) else { return };
+    if !cuda_ok() {
+        return;
+    }
+    let mut cases = prompts(refs);
+    let mut long: Vec<u32> = Vec::new();
+    while long.len() < 301 {
+        for p in &cases {
+            long.extend_from_slice(p);
+        }
+    }
+    long.truncate(301);
+    cases.push(long);
+    for (kv_f16, tol) in [(false, 1e-4f32), (true, 1e-3)] {
+        let mut gpu = open_on(&path, Device::Cuda(0), kv_f16);
+        let v = gpu.config().vocab_size;
+        let m = gpu.model();
+        let mut worst = 0f32;
+        for (ci, p) in cases.iter().enumerate() {
+            let n = p.len();
+            let mut all = vec![0.0; n * v];
+            let t0 = std::time::Instant::now();
+            m.forward(p, 0, &mut all, true).unwrap();
+            let t_loop = t0.elapsed();
+            let want = all[(n - 1) * v..].to_vec();
+            let next = favlo_llama::sampler::argmax(&want) as u32;
+            let mut want_dec = vec![0.0; v];
+            m.forward(&[next], n, &mut want_dec, false).unwrap();
+            let mut got = vec![0.0; v];
+            let t1 = std::time::Instant::now();
+            m.forward(p, 0, &mut got, false).unwrap();
+            let t_batch = t1.elapsed();
+            let mut got_dec = vec![0.0; v];
+            m.forward(&[next], n, &mut got_dec, false).unwrap();
+            let k = n / 3;
+            let mut split = vec![0.0; v];
+            m.forward(&p[..k], 0, &mut split, false).unwrap();
+            m.forward(&p[k..], k, &mut split, false).unwrap();
+            let (e0, e1, e2) = (
+                rel(&got, &want),
+                rel(&got_dec, &want_dec),
+                rel(&split, &want),
+            );
+            eprintln!(
+                "{env} KV f16 {kv_f16} case {ci} ({n} ids): prefill {e0:.2e}, decode after it {e1:.2e}, split at {k} {e2:.2e} (token loop {:.1} ms, batched {:.1} ms)",
+                t_loop.as_secs_f64() * 1e3,
+                t_batch.as_secs_f64() * 1e3
+            );
+            worst = worst.max(e0).max(e1).max(e2);
+        }
+        assert!(worst <= tol, "KV f16 {kv_f16}: {worst:.2e} > {tol}");
+    }
+}
+
+#[test]
+fn smollm2_cuda_prefill_matches_token_loop() {
+    prefill_matches_token_loop("FAVLO_TEST_SMOLLM2_GGUF", "smollm2_refs.json");
+}
+
+#[test]
+fn qwen25_cuda_prefill_matches_token_loop() {
+    prefill_matches_token_loop("FAVLO_TEST_QWEN25_GGUF", "qwen25_refs.json");
 }
 
 /// The `LanguagePipeline` seam runs unchanged on the device model: a greedy chat's text

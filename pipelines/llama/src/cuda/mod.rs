@@ -13,11 +13,15 @@
 //!   1024, 4096, 16384, the cache) and a step uses the smallest bucket holding its
 //!   keys; short chats never launch blocks for 32k keys. The final norm + lm_head is a
 //!   second graph, run only where logits are wanted.
-//! - Prefill is, for now, a loop of that token step over the prompt (no GEMM): the
-//!   GEMV reads every weight once per prompt token.
+//! - Prefill of more than one token runs in chunks ([`prefill`]): every step batched
+//!   over the chunk's tokens (causal flash attention over the same cache) except the
+//!   projections, which stay the GEMV per token; only the last token's logits are
+//!   computed. Models with q/k norms, and `FAVLO_CUDA_PREFILL=loop` (for comparisons),
+//!   use the token loop over the decode step.
 //! - The logits of the last token are copied to the host, where the existing sampler
 //!   runs, so generation, streaming and the `LanguagePipeline` seam are unchanged.
 
+mod prefill;
 mod upload;
 
 use std::sync::Arc;
@@ -25,7 +29,7 @@ use std::sync::Arc;
 use favlo_runtime::cpu::RopeLayout;
 use favlo_runtime::cuda::{
     AttentionDecode, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps, DeviceBuffer, GemvMma,
-    MxTiled, RopeStore, XPrep, attn_partials_len,
+    MxTiled, PrefillOps, RopeStore, XPrep, attn_partials_len,
 };
 use favlo_runtime::ledger::{self, Owner, SpanKind};
 
@@ -63,6 +67,7 @@ struct Kernels {
     attn: AttentionDecode,
     rope: RopeStore,
     ops: DecodeOps,
+    prefill: PrefillOps,
 }
 
 /// Per-step device buffers.
@@ -88,6 +93,9 @@ struct Bufs {
 /// Shape numbers of the step.
 #[derive(Clone, Copy)]
 struct Dims {
+    hidden: usize,
+    q_dim: usize,
+    kv_dim: usize,
     ff: usize,
     n_heads: usize,
     n_kv_heads: usize,
@@ -112,6 +120,10 @@ pub(crate) struct CudaLlama {
     head_graph: Option<CudaGraph>,
     weight_bytes: u64,
     x_host: Vec<f32>,
+    /// Batched prefill scratch (None: prefill is the token loop).
+    chunk: Option<prefill::ChunkBufs>,
+    /// Embedded rows of a prefill chunk on the host.
+    rows_host: Vec<f32>,
 }
 
 /// K padded for either MX format (FP4 pads to 256 values, FP8 to 128).
@@ -173,7 +185,15 @@ impl CudaLlama {
         // Buffers (x preparations ~2.1 × 4 bytes per value, q|k|v, gate|up, logits) and
         // 16 MiB for the kernel modules and graphs.
         let values = 3 * padded(d.max(qd).max(ff)) * 3 + d + 2 * (qd + 2 * kvd) + 2 * ff;
-        let fixed = ((values + cfg.vocab_size) * 4 + (16 << 20)) as u64;
+        // Batched prefill: not for q/k-norm models; `FAVLO_CUDA_PREFILL=loop` turns it off.
+        let batched =
+            !has_qk_norm && std::env::var("FAVLO_CUDA_PREFILL").map_or(true, |v| v != "loop");
+        let chunk_bytes = if batched {
+            prefill::chunk_bytes(d, qd, kvd, ff)
+        } else {
+            0
+        };
+        let fixed = ((values + cfg.vocab_size) * 4 + (16 << 20)) as u64 + chunk_bytes;
         let layer_bytes: u64 = w
             .layers
             .iter()
@@ -234,6 +254,12 @@ impl CudaLlama {
             attn: AttentionDecode::load(&ctx).map_err(e)?,
             rope: RopeStore::load(&ctx).map_err(e)?,
             ops: DecodeOps::load(&ctx).map_err(e)?,
+            prefill: PrefillOps::load(&ctx).map_err(e)?,
+        };
+        let chunk = if batched {
+            Some(prefill::ChunkBufs::new(&ctx, owner, (d, qd, kvd, ff))?)
+        } else {
+            None
         };
         // Programmatic dependent launch on every step kernel (same results, measured
         // bit-identical in cuda_decode_bench; each kernel waits before reading).
@@ -254,6 +280,9 @@ impl CudaLlama {
         ctx.synchronize().map_err(e)?;
         Ok(CudaLlama {
             dims: Dims {
+                hidden: d,
+                q_dim: qd,
+                kv_dim: kvd,
                 ff,
                 n_heads: cfg.n_heads,
                 n_kv_heads: cfg.n_kv_heads,
@@ -273,6 +302,8 @@ impl CudaLlama {
             body: Vec::new(),
             head_graph: None,
             weight_bytes,
+            chunk,
+            rows_host: Vec::new(),
         })
     }
 
@@ -308,6 +339,20 @@ impl CudaLlama {
         let pos = i32::try_from(n_past).map_err(|_| LlamaError::Request {
             message: format!("position {n_past}"),
         })?;
+        if !all && self.batched_prefill(n) {
+            self.prefill(embed, ids, n_past)?;
+            self.head_graph()?.launch().map_err(e)?;
+            self.ctx
+                .stream()
+                .memcpy_dtoh(self.b.logits.slice(), &mut logits[..vocab])
+                .map_err(|x| {
+                    e(CudaError::Driver {
+                        op: "cuMemcpyDtoH(logits)",
+                        message: format!("{x:?}"),
+                    })
+                })?;
+            return self.ctx.synchronize().map_err(e);
+        }
         self.ctx.write(&mut self.b.pos, &[pos]).map_err(e)?;
         for (i, &id) in ids.iter().enumerate() {
             embed.embed(&[id], &mut self.x_host);
