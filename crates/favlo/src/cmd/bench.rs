@@ -13,6 +13,8 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use favlo_hub::{DEFAULT_CHAT, DEFAULT_EMBEDDINGS, Home, Registry, is_pulled, progress, pull_spec};
 use favlo_runtime::device::Device;
+
+use crate::cmd::common::UsageError;
 use favlo_runtime::ledger::{Ledger, Owner};
 
 #[derive(Args, Debug)]
@@ -23,8 +25,12 @@ pub struct BenchArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum BenchWhat {
-    /// CPU kernels at realistic shapes beside copy bandwidth and f32 GEMM ceilings.
+    /// CPU kernels at realistic shapes beside copy bandwidth and f32 GEMM ceilings
+    /// (with --device cuda: the MX GEMV beside the GPU's copy bandwidth).
     Kernels(KernelBench),
+    /// Batch-1 decode of a Qwen3-8B-shaped model with random MX weights on a CUDA
+    /// GPU, tokens/s beside the HBM roofline (and PyTorch with --anchor).
+    Decode(DecodeBench),
     /// Prefill and decode tokens/s of a chat model at 1 and 2 threads.
     Chat(ChatBench),
     /// Sentences/s of an embeddings model at batch 1, 8, 32, and one-sentence latency.
@@ -39,8 +45,35 @@ pub struct KernelBench {
     /// Threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Sections to run: gemv, gemm, attn, gguf, norm (default: all).
+    /// Sections to run: gemv, gemm, attn, gguf, norm (default: all; CPU only).
     pub sections: Vec<String>,
+    /// cpu (default) or cuda / cuda:N: the MXFP8/MXFP4 GEMV table of that GPU
+    /// (8192×8192 and 4096×14336, the default kernel) instead of the CPU sections.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+}
+
+#[derive(Args, Debug)]
+pub struct DecodeBench {
+    /// cuda or cuda:N (this benchmark needs a CUDA device).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Weight storage: mxfp4 (default) or mxfp8.
+    #[arg(long, default_value = "mxfp4")]
+    pub weights: String,
+    /// Also run the PyTorch bf16 decode of the same shapes (needs python3 and torch
+    /// with CUDA) and print its tokens/s beside.
+    #[arg(long)]
+    pub anchor: bool,
+    /// Decoder layers.
+    #[arg(long, default_value_t = 36)]
+    pub layers: usize,
+    /// Tokens already in the KV cache.
+    #[arg(long, default_value_t = 1024)]
+    pub context: usize,
+    /// Timed decode steps.
+    #[arg(long, default_value_t = 32)]
+    pub steps: usize,
 }
 
 #[derive(Args, Debug)]
@@ -128,18 +161,39 @@ pub fn run_anchor(script: &str, args: &[String]) -> anyhow::Result<String> {
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.what {
         BenchWhat::Kernels(b) => kernels(b),
+        BenchWhat::Decode(b) => decode(b),
         BenchWhat::Chat(b) => chat(b),
         BenchWhat::Embeddings(b) => embeddings(b),
     }
 }
 
 fn kernels(b: KernelBench) -> anyhow::Result<ExitCode> {
+    if let Device::Cuda(n) = crate::cmd::common::device(&b.device)? {
+        return crate::cmd::bench_cuda::kernels(n);
+    }
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(b.threads.unwrap_or(0))
         .build()?;
     let sections: Vec<&str> = b.sections.iter().map(String::as_str).collect();
     pool.install(|| favlo_runtime::bench::kernels(b.quick, &sections))?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn decode(b: DecodeBench) -> anyhow::Result<ExitCode> {
+    let Device::Cuda(n) = crate::cmd::common::device(&b.device)? else {
+        return Err(UsageError(
+            "favlo bench decode needs a CUDA device: use --device cuda or cuda:N".into(),
+        )
+        .into());
+    };
+    let request = crate::cmd::bench_cuda::DecodeRequest {
+        weights: b.weights,
+        anchor: b.anchor,
+        layers: b.layers,
+        context: b.context,
+        steps: b.steps,
+    };
+    crate::cmd::bench_cuda::decode(n, &request)
 }
 
 fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {

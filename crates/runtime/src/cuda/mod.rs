@@ -9,6 +9,7 @@
 
 mod attention;
 mod attn_prefill;
+pub mod bench;
 mod compile;
 mod context;
 mod decode;

@@ -1,4 +1,4 @@
-"""PyTorch bf16 anchor for cuda_decode_bench: batch-1 decode of a Qwen3-8B-shaped
+"""PyTorch bf16 anchor for `favlo bench decode --device cuda --anchor`: batch-1 decode of a Qwen3-8B-shaped
 model written as plain torch ops (no `transformers`), same shapes and steps.
 
 Per token and layer: RMSNorm -> fused q|k|v matmul -> q/k RMSNorm -> NeoX RoPE ->
@@ -9,10 +9,13 @@ matmul + residual; then final RMSNorm and lm_head. Random bf16 weights (std
 median of CUDA-event timings, beside the bf16 roofline (weights + KV bytes over the
 device-to-device copy bandwidth measured here).
 
-Run on the GPU machine: python3 cuda_torch_anchor.py [--layers 36] [--ctx 1024]
+Run on the GPU machine: python3 tools/bench/cuda_decode_anchor.py [--layers 36]
+[--ctx 1024] [--steps 32] [--device N] [--json] (`favlo bench decode --anchor` runs it
+with `--json` and prints its figures beside its own: one JSON object on stdout).
 """
 
 import argparse
+import json
 import statistics
 
 import torch
@@ -36,8 +39,11 @@ def main():
     ap.add_argument("--layers", type=int, default=36)
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    dev, dt = "cuda", torch.bfloat16
+    torch.cuda.set_device(a.device)
+    dev, dt = f"cuda:{a.device}", torch.bfloat16
     torch.manual_seed(0)
     cap = a.ctx + 8 * a.steps + 16
 
@@ -141,6 +147,19 @@ def main():
     # SDPA over the whole (masked) cache reads every row of k and v.
     kvbytes = a.layers * 2 * NKV * cap * HD * 2
     roof = (wbytes + kvbytes) / (copy * 1e9) * 1e3
+    if a.json:
+        out = dict(
+            torch=torch.__version__,
+            device=torch.cuda.get_device_name(),
+            copy_gbps=copy,
+            bytes_per_token=wbytes + kvbytes,
+            roofline_ms=roof,
+            graph_ms=graph,
+            eager_ms=eager,
+            finite=bool(torch.isfinite(logits).all()),
+        )
+        print(json.dumps(out))
+        return
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, copy {copy:.0f} GB/s")
     print(f"finite logits: {bool(torch.isfinite(logits).all())}")
     print("| PyTorch bf16 decode | ms/token | tokens/s | % of its roofline |")

@@ -1,0 +1,231 @@
+//! `favlo bench kernels|decode --device cuda[:N]`: the CUDA benchmark tables of
+//! `favlo_runtime::cuda::bench`, printed here, and the PyTorch anchor of the decode.
+//!
+//! Key design choice: the anchor's prerequisites (python3, torch with CUDA) are checked
+//! before the GPU run starts, so a missing one is a quick, named error; the anchor
+//! runs after favlo's buffers are freed, in the same call, and prints one JSON object
+//! that is set beside favlo's figures.
+
+use std::process::ExitCode;
+
+#[cfg(feature = "cuda")]
+pub use with_cuda::{decode, kernels};
+
+/// What `favlo bench decode` was asked for (besides the device).
+#[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub struct DecodeRequest {
+    /// `mxfp4` or `mxfp8`.
+    pub weights: String,
+    pub anchor: bool,
+    pub layers: usize,
+    pub context: usize,
+    pub steps: usize,
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn kernels(_ordinal: u32) -> anyhow::Result<ExitCode> {
+    Err(
+        crate::cmd::common::UsageError("this favlo was built without the cuda feature".into())
+            .into(),
+    )
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn decode(_ordinal: u32, _r: &DecodeRequest) -> anyhow::Result<ExitCode> {
+    Err(
+        crate::cmd::common::UsageError("this favlo was built without the cuda feature".into())
+            .into(),
+    )
+}
+
+#[cfg(feature = "cuda")]
+mod with_cuda {
+    use super::{DecodeRequest, ExitCode};
+    use anyhow::{Context, bail};
+    use favlo_runtime::cuda::CudaContext;
+    use favlo_runtime::cuda::bench::{
+        DecodeBenchOptions, GemvBenchOptions, decode_bench, format_name, gemv_bench, mx_format,
+    };
+
+    fn open(ordinal: u32) -> anyhow::Result<std::sync::Arc<CudaContext>> {
+        CudaContext::open(ordinal as usize, None).map_err(|e| {
+            crate::cmd::common::UsageError(format!("--device cuda:{ordinal}: {e}")).into()
+        })
+    }
+
+    /// The MX GEMV table (default kernel) beside the copy ceiling.
+    pub fn kernels(ordinal: u32) -> anyhow::Result<ExitCode> {
+        let ctx = open(ordinal)?;
+        let opts = GemvBenchOptions::default();
+        let r = gemv_bench(&ctx, &opts, |_| {})?;
+        println!(
+            "device {}; copy ceiling {:.0} GB/s (1 GiB device-to-device, bytes read + written)",
+            r.device, r.copy_gbps
+        );
+        println!(
+            "bytes per GEMV = packed data + scales + x (f32); weights streamed from DRAM (copies ≥ 512 MB); median of 15"
+        );
+        println!(
+            "{:<6} {:>11} {:<16} {:>9} {:>9} {:>7} {:>10} {:>14}",
+            "format", "N×K", "kernel", "MB", "µs", "GB/s", "% of copy", "max rel err*"
+        );
+        for row in &r.rows {
+            let kernel = match row.kernel {
+                Some(k) => format!("{} = {k:?}", row.name),
+                None => row.name.clone(),
+            };
+            println!(
+                "{:<6} {:>11} {:<16} {:>9.1} {:>9.1} {:>7.0} {:>9.0}% {:>14.1e}",
+                format_name(row.format),
+                format!("{}×{}", row.rows, row.cols),
+                kernel,
+                row.bytes / 1e6,
+                row.us,
+                row.gbps,
+                row.of_copy,
+                row.rel_err
+            );
+        }
+        for s in &r.skipped {
+            println!("skipped: {s}");
+        }
+        println!("* max |y − ref| / max |ref| over the first 64 rows, ref = CPU f64");
+        Ok(ExitCode::SUCCESS)
+    }
+
+    /// Checks that python3 and torch with CUDA are there for the anchor.
+    fn check_anchor() -> anyhow::Result<()> {
+        let out = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)",
+            ])
+            .output()
+            .context(
+                "--anchor runs python3, which could not be started (is Python 3 installed?)",
+            )?;
+        match out.status.code() {
+            Some(0) => Ok(()),
+            Some(3) => bail!("--anchor: torch is installed but sees no CUDA device"),
+            _ => bail!(
+                "--anchor needs PyTorch with CUDA (`pip install torch`): {}",
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("python3 failed")
+            ),
+        }
+    }
+
+    /// The decode benchmark, and with `anchor` the PyTorch bf16 decode beside it.
+    pub fn decode(ordinal: u32, r: &DecodeRequest) -> anyhow::Result<ExitCode> {
+        let Some(format) = mx_format(&r.weights) else {
+            return Err(crate::cmd::common::UsageError(format!(
+                "unknown --weights {:?}: use mxfp4 (default) or mxfp8",
+                r.weights
+            ))
+            .into());
+        };
+        if r.anchor {
+            check_anchor()?;
+        }
+        let ctx = open(ordinal)?;
+        let opts = DecodeBenchOptions {
+            layers: r.layers,
+            context: r.context,
+            steps: r.steps,
+            format,
+            ..Default::default()
+        };
+        let d = decode_bench(&ctx, &opts)?;
+        drop(ctx);
+        println!(
+            "device {}; Qwen3-8B shape ({} layers, hidden 4096, 32/8 heads × 128, intermediate 12288, vocab 151936), random {} weights, f16 KV, {} tokens of context",
+            d.device,
+            opts.layers,
+            format_name(opts.format),
+            opts.context
+        );
+        println!(
+            "GEMV kernels: {}; PDL {}; setup {:.1} s, {:.2} GB on the device; logits finite: {}",
+            d.kernels,
+            if d.pdl { "on" } else { "off" },
+            d.setup_s,
+            d.live_bytes as f64 / 1e9,
+            d.logits_finite
+        );
+        if let Some((diff, max)) = d.pdl_check {
+            println!(
+                "PDL check: one step's logits vs PDL off: max |diff| {diff:.2e} (max |logit| {max:.2e})"
+            );
+        }
+        println!(
+            "roofline: {:.2} GB/token (weights {:.2} GB + KV read {:.3} GB) at the measured copy bandwidth {:.0} GB/s = {:.3} ms/token, {:.0} tokens/s",
+            d.bytes_per_token() / 1e9,
+            d.weight_bytes / 1e9,
+            d.kv_bytes / 1e9,
+            d.copy_gbps,
+            d.roofline_ms,
+            d.roofline_tok_s()
+        );
+        println!(
+            "{:<38} {:>9} {:>9} {:>14}",
+            "decode (batch 1)", "ms/token", "tokens/s", "% of roofline"
+        );
+        let line = |name: &str, ms: f64, roof: f64| {
+            println!(
+                "{name:<38} {ms:>9.3} {:>9.0} {:>13.0}%",
+                1e3 / ms,
+                100.0 * roof / ms
+            )
+        };
+        line("favlo, CUDA graph", d.graph_ms, d.roofline_ms);
+        line("favlo, plain launches", d.plain_ms, d.roofline_ms);
+        if r.anchor {
+            let args = [
+                "--layers".to_string(),
+                opts.layers.to_string(),
+                "--ctx".into(),
+                opts.context.to_string(),
+                "--steps".into(),
+                opts.steps.to_string(),
+                "--device".into(),
+                ordinal.to_string(),
+                "--json".into(),
+            ];
+            let out = crate::cmd::bench::run_anchor(
+                include_str!("../../../../tools/bench/cuda_decode_anchor.py"),
+                &args,
+            )?;
+            let json = out
+                .lines()
+                .rev()
+                .find(|l| l.trim_start().starts_with('{'))
+                .context("the PyTorch anchor printed no JSON line")?;
+            let a: serde_json::Value =
+                serde_json::from_str(json).context("reading the PyTorch anchor's JSON")?;
+            let num = |k: &str| a.get(k).and_then(serde_json::Value::as_f64);
+            let (Some(roof), Some(graph), Some(eager), Some(bytes)) = (
+                num("roofline_ms"),
+                num("graph_ms"),
+                num("eager_ms"),
+                num("bytes_per_token"),
+            ) else {
+                bail!("the PyTorch anchor's JSON lacks a figure: {json}");
+            };
+            let torch = a.get("torch").and_then(|v| v.as_str()).unwrap_or("?");
+            line(&format!("PyTorch {torch} bf16, CUDA graph"), graph, roof);
+            line(&format!("PyTorch {torch} bf16, eager"), eager, roof);
+            println!(
+                "(PyTorch's % is of its own bf16 roofline: {:.2} GB/token at its copy bandwidth {:.0} GB/s; logits finite: {})",
+                bytes / 1e9,
+                num("copy_gbps").unwrap_or(f64::NAN),
+                a.get("finite")
+                    .and_then(serde_json::Value::as_bool)
+                    .unwrap_or(false)
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}

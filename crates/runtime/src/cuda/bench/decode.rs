@@ -1,0 +1,467 @@
+//! Batch-1 decode of a Qwen3-8B-shaped model with random MX weights, in tokens/s
+//! beside the HBM roofline (bytes per token = all weights + the K and V read for the
+//! keys in the cache, over the device-to-device copy bandwidth of the same run).
+//!
+//! Shape (Qwen3-8B config): 36 layers, hidden 4096, 32 q / 8 kv heads of 128,
+//! intermediate 12288, vocab 151936, RMSNorm eps 1e-6, NeoX RoPE θ = 1e6, q/k norm.
+//! Per token and layer 10 launches: `rms_norm_prep` → q|k|v GEMV → q/k norm + RoPE +
+//! KV store → attention split → combine into the o GEMV's x prep → o GEMV (+residual)
+//! → `rms_norm_prep` → gate|up GEMV → `swiglu_prep` → down GEMV (+residual); then the
+//! final norm, lm_head and the position step.
+//!
+//! Key design choice: every kernel reads the position from device memory, so one step
+//! is captured once as a CUDA graph and replayed (the headline figure); plain stream
+//! launches are timed too. With PDL the bench first checks that one step gives the same
+//! logits with and without it, from the same state.
+
+use std::sync::Arc;
+
+use favlo_mx::{ElementFormat, MxLayout, MxView};
+use half::f16;
+
+use super::decode_parts::{DecodeParts, measure_parts};
+use super::gemv::describe;
+use super::{BenchError, Rng, random_mx};
+use crate::cuda::{
+    AttentionDecode, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps, DeviceBuffer,
+    GemvKernel, GemvMma, KvCache, MxTiled, XPrep, attn_partials_len, copy_bandwidth_gbps,
+    rope_tables, tile_mx, time_ms,
+};
+use crate::ledger::{Owner, SpanKind};
+
+pub(super) const HIDDEN: usize = 4096;
+pub(super) const NH: usize = 32;
+pub(super) const NKV: usize = 8;
+pub(super) const HD: usize = 128;
+pub(super) const INTER: usize = 12288;
+pub(super) const VOCAB: usize = 151936;
+pub(super) const EPS: f32 = 1e-6;
+
+/// What [`decode_bench`] runs.
+#[derive(Clone, Debug)]
+pub struct DecodeBenchOptions {
+    /// Decoder layers (36 for Qwen3-8B).
+    pub layers: usize,
+    /// Tokens already in the KV cache (random values) when timing starts.
+    pub context: usize,
+    /// Timed steps (plain launches; the graph replays about as many).
+    pub steps: usize,
+    /// MXFP4 (`Fp4E2M1`) or MXFP8 (`Fp8E4M3`) weights.
+    pub format: ElementFormat,
+    /// f16 KV cache (else f32).
+    pub f16_kv: bool,
+    /// Programmatic dependent launch on every decode kernel (used only on sm_90+).
+    pub pdl: bool,
+    /// The GEMV kernel (default `Auto`).
+    pub kernel: GemvKernel,
+    /// (warps, depth) of the ring kernels instead of their own choice.
+    pub ring: Option<(usize, usize)>,
+    /// Ping-pong L2 prefetch distance (0 = off).
+    pub pp_prefetch: u8,
+    /// Also time each part of the step (GEMVs, attention, the small kernels).
+    pub parts: bool,
+}
+
+impl Default for DecodeBenchOptions {
+    /// `favlo bench decode --device cuda`: the full model, 1024 tokens of context, 32
+    /// steps, MXFP4, f16 KV, PDL, the default kernels.
+    fn default() -> Self {
+        DecodeBenchOptions {
+            layers: 36,
+            context: 1024,
+            steps: 32,
+            format: ElementFormat::Fp4E2M1,
+            f16_kv: true,
+            pdl: true,
+            kernel: GemvKernel::Auto,
+            ring: None,
+            pp_prefetch: 0,
+            parts: false,
+        }
+    }
+}
+
+/// The figures of one run.
+#[derive(Clone, Debug)]
+pub struct DecodeBench {
+    pub device: String,
+    /// Device-to-device copy of 1 GiB, read + written bytes, GB/s.
+    pub copy_gbps: f64,
+    /// The GEMV kernel per matrix (`q|k|v PingPong, ...`).
+    pub kernels: String,
+    /// PDL was on.
+    pub pdl: bool,
+    /// With PDL: (max |logit difference| of one step with and without, max |logit|).
+    pub pdl_check: Option<(f32, f32)>,
+    /// Seconds to build and upload the model.
+    pub setup_s: f64,
+    /// Device bytes the run's buffers hold.
+    pub live_bytes: u64,
+    /// Weight bytes read per token (data + scales of every matrix).
+    pub weight_bytes: f64,
+    /// K and V bytes read per token (mean over the timed tokens).
+    pub kv_bytes: f64,
+    /// Milliseconds per token at the copy bandwidth.
+    pub roofline_ms: f64,
+    /// Milliseconds per token, CUDA graph replays.
+    pub graph_ms: f64,
+    /// Milliseconds per token, plain stream launches.
+    pub plain_ms: f64,
+    /// The last logits were all finite.
+    pub logits_finite: bool,
+    /// max |h| after the timed steps (the random weights keep it moderate).
+    pub max_h: f32,
+    pub parts: Option<DecodeParts>,
+}
+
+impl DecodeBench {
+    /// HBM bytes per token (weights + KV read).
+    pub fn bytes_per_token(&self) -> f64 {
+        self.weight_bytes + self.kv_bytes
+    }
+
+    /// Tokens/s of the CUDA graph (the headline figure).
+    pub fn tok_s(&self) -> f64 {
+        1e3 / self.graph_ms
+    }
+
+    /// Tokens/s at the roofline.
+    pub fn roofline_tok_s(&self) -> f64 {
+        1e3 / self.roofline_ms
+    }
+}
+
+pub(super) struct Layer {
+    pub(super) qkv: MxTiled,
+    pub(super) o: MxTiled,
+    pub(super) gate_up: MxTiled,
+    pub(super) down: MxTiled,
+    pub(super) attn_norm: DeviceBuffer<f32>,
+    pub(super) mlp_norm: DeviceBuffer<f32>,
+    pub(super) q_norm: DeviceBuffer<f32>,
+    pub(super) k_norm: DeviceBuffer<f32>,
+    pub(super) cache: KvCache,
+}
+
+pub(super) struct Bufs {
+    pub(super) h: DeviceBuffer<f32>,
+    pub(super) xn: DeviceBuffer<f32>,
+    pub(super) prep: XPrep,
+    pub(super) qkv: DeviceBuffer<f32>,
+    pub(super) q: DeviceBuffer<f32>,
+    pub(super) attn: DeviceBuffer<f32>,
+    pub(super) gu: DeviceBuffer<f32>,
+    pub(super) act: DeviceBuffer<f32>,
+    pub(super) logits: DeviceBuffer<f32>,
+    pub(super) part: DeviceBuffer<f32>,
+    pub(super) pos: DeviceBuffer<i32>,
+    pub(super) cos: DeviceBuffer<f32>,
+    pub(super) sin: DeviceBuffer<f32>,
+    pub(super) final_norm: DeviceBuffer<f32>,
+}
+
+pub(super) struct Kernels {
+    pub(super) gemv: GemvMma,
+    pub(super) attn: AttentionDecode,
+    pub(super) ops: DecodeOps,
+}
+
+/// The random model on the device and its scratch buffers.
+pub(super) struct Model {
+    pub(super) layers: Vec<Layer>,
+    pub(super) lm_head: MxTiled,
+    pub(super) b: Bufs,
+    /// KV capacity (tokens).
+    pub(super) cap: usize,
+}
+
+/// Layouts of q|k|v, o, gate|up, down and lm_head.
+fn layouts(format: ElementFormat) -> [MxLayout; 5] {
+    let l = |rows, cols| MxLayout { format, rows, cols };
+    [
+        l((NH + 2 * NKV) * HD, HIDDEN),
+        l(HIDDEN, NH * HD),
+        l(2 * INTER, HIDDEN),
+        l(HIDDEN, INTER),
+        l(VOCAB, HIDDEN),
+    ]
+}
+
+/// Runs the decode benchmark on `ctx`.
+pub fn decode_bench(
+    ctx: &Arc<CudaContext>,
+    opts: &DecodeBenchOptions,
+) -> Result<DecodeBench, BenchError> {
+    if opts.layers == 0 || opts.steps == 0 {
+        return Err(BenchError::Options("layers and steps must be ≥ 1".into()));
+    }
+    if !matches!(opts.format, ElementFormat::Fp4E2M1 | ElementFormat::Fp8E4M3) {
+        return Err(BenchError::Options(
+            "weights must be MXFP4 or MXFP8 (E4M3)".into(),
+        ));
+    }
+    let pdl = opts.pdl && ctx.compute_capability().0 >= 9;
+    let mut gemv = GemvMma::load(ctx)?;
+    gemv.kernel = opts.kernel;
+    gemv.ring_override = opts.ring;
+    gemv.pp_prefetch = opts.pp_prefetch;
+    // Auto picks the PDL run's kernels for the PDL-off check as well.
+    gemv.select_as_pdl = pdl;
+    let shapes = layouts(opts.format);
+    let names = ["q|k|v", "o", "gate|up", "down", "lm_head"];
+    let kernels = names
+        .iter()
+        .zip(&shapes)
+        .map(|(name, l)| {
+            let k = gemv.resolve(l.format, l.rows.div_ceil(32), l.data_row_bytes() / 128);
+            format!("{name} {k:?}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut k = Kernels {
+        gemv,
+        attn: AttentionDecode::load(ctx)?,
+        ops: DecodeOps::load(ctx)?,
+    };
+    let copy_gbps = copy_bandwidth_gbps(ctx, 1 << 30, 20)?;
+    let owner = Owner::mint("cuda-decode-bench");
+    let t0 = std::time::Instant::now();
+    let mut m = build(ctx, &owner, opts, &shapes)?;
+    ctx.synchronize()?;
+    let setup_s = t0.elapsed().as_secs_f64();
+    let live_bytes = ctx.ledger().snapshot().live;
+    let start = i32::try_from(opts.context)
+        .map_err(|_| BenchError::Options("context exceeds i32".into()))?;
+
+    let pdl_check = if pdl {
+        Some(check_pdl(ctx, &mut k, &mut m, start)?)
+    } else {
+        None
+    };
+
+    // Plain launches.
+    ctx.write(&mut m.b.pos, &[start])?;
+    let plain_ms = time_ms(ctx, 2, opts.steps, || step(&k, &mut m))?;
+    let logits_finite = ctx.download(&m.b.logits)?.iter().all(|v| v.is_finite());
+    let max_h = ctx
+        .download(&m.b.h)?
+        .iter()
+        .fold(0f32, |a, v| a.max(v.abs()));
+
+    // One step as a CUDA graph; each timed call replays 4 tokens.
+    ctx.write(&mut m.b.pos, &[start])?;
+    let graph = CudaGraph::capture(ctx, || step(&k, &mut m))?;
+    ctx.write(&mut m.b.pos, &[start])?;
+    let graph_ms = time_ms(ctx, 1, opts.steps / 4 + 1, || {
+        (0..4).try_for_each(|_| graph.launch())
+    })? / 4.0;
+    let pos_end = ctx.download(&m.b.pos)?.first().copied().unwrap_or(start);
+    drop(graph);
+
+    let weight_bytes = (opts.layers * shapes[..4].iter().map(MxLayout::total_bytes).sum::<usize>()
+        + shapes[4].total_bytes()) as f64;
+    let kv_elem = if opts.f16_kv { 2.0 } else { 4.0 };
+    let kv_per_key = (opts.layers * 2 * NKV * HD) as f64 * kv_elem;
+    // The timed tokens see context+1 … pos_end keys: the mean is the KV read.
+    let mean_keys = (opts.context as f64 + f64::from(pos_end)) / 2.0 + 1.0;
+    let kv_bytes = kv_per_key * mean_keys;
+    let roofline_ms = (weight_bytes + kv_bytes) / (copy_gbps * 1e9) * 1e3;
+
+    let parts = if opts.parts {
+        ctx.write(&mut m.b.pos, &[start])?;
+        Some(measure_parts(ctx, &k, &mut m, &shapes, opts)?)
+    } else {
+        None
+    };
+    drop(m);
+    ctx.sweep(&owner)?;
+    Ok(DecodeBench {
+        device: describe(ctx),
+        copy_gbps,
+        kernels,
+        pdl,
+        pdl_check,
+        setup_s,
+        live_bytes,
+        weight_bytes,
+        kv_bytes,
+        roofline_ms,
+        graph_ms,
+        plain_ms,
+        logits_finite,
+        max_h,
+        parts,
+    })
+}
+
+/// One step with PDL off, then on, from the same h and position: their logits must
+/// agree within 1e-6 of max |logit|. Leaves PDL on and h restored.
+fn check_pdl(
+    ctx: &CudaContext,
+    k: &mut Kernels,
+    m: &mut Model,
+    start: i32,
+) -> Result<(f32, f32), BenchError> {
+    let h0 = ctx.download(&m.b.h)?;
+    let once = |k: &Kernels, m: &mut Model| -> Result<Vec<f32>, CudaError> {
+        ctx.write(&mut m.b.h, &h0)?;
+        ctx.write(&mut m.b.pos, &[start])?;
+        step(k, m)?;
+        ctx.download(&m.b.logits)
+    };
+    let plain = once(k, m)?;
+    k.gemv.pdl = true;
+    k.attn.pdl = true;
+    k.ops.pdl = true;
+    let with = once(k, m)?;
+    ctx.write(&mut m.b.h, &h0)?;
+    let max = plain.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let diff = plain
+        .iter()
+        .zip(&with)
+        .fold(0f32, |a, (p, q)| a.max((p - q).abs()));
+    let rel = f64::from(diff) / f64::from(max.max(1.0));
+    if rel.is_nan() || rel > 1e-6 {
+        return Err(BenchError::Mismatch {
+            what: "one decode step with PDL vs without".into(),
+            rel_err: rel,
+            tolerance: 1e-6,
+        });
+    }
+    Ok((diff, max))
+}
+
+/// One decode step (all layers + lm_head), then `*pos += 1`.
+pub(super) fn step(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
+    let scale = 1.0 / (HD as f32).sqrt();
+    let (b, cap) = (&mut m.b, m.cap);
+    for l in m.layers.iter_mut() {
+        k.gemv.rms_norm_prep(&b.h, &l.attn_norm, EPS, &mut b.prep)?;
+        k.gemv.gemv(&l.qkv, &b.prep, &mut b.qkv, false)?;
+        k.ops.qk_norm_rope_store(
+            &b.qkv,
+            &l.q_norm,
+            &l.k_norm,
+            &b.cos,
+            &b.sin,
+            &b.pos,
+            NH,
+            NKV,
+            EPS,
+            &mut b.q,
+            &mut l.cache,
+        )?;
+        k.attn.decode(
+            &b.q,
+            &l.cache,
+            cap,
+            NH,
+            NKV,
+            &b.pos,
+            1,
+            scale,
+            &mut b.part,
+            AttnOut::Prep(&mut b.prep),
+        )?;
+        k.gemv.gemv(&l.o, &b.prep, &mut b.h, true)?;
+        k.gemv.rms_norm_prep(&b.h, &l.mlp_norm, EPS, &mut b.prep)?;
+        k.gemv.gemv(&l.gate_up, &b.prep, &mut b.gu, false)?;
+        k.gemv.swiglu_prep(&b.gu, INTER, &mut b.prep)?;
+        k.gemv.gemv(&l.down, &b.prep, &mut b.h, true)?;
+    }
+    k.gemv
+        .rms_norm_prep(&b.h, &b.final_norm, EPS, &mut b.prep)?;
+    k.gemv.gemv(&m.lm_head, &b.prep, &mut b.logits, false)?;
+    k.ops.advance_pos(&mut b.pos)
+}
+
+/// Random weights (one host matrix per kind, a device copy per layer), a KV cache
+/// prefilled with `context` random tokens, norms near 1, random h.
+fn build(
+    ctx: &Arc<CudaContext>,
+    owner: &Owner,
+    opts: &DecodeBenchOptions,
+    shapes: &[MxLayout; 5],
+) -> Result<Model, BenchError> {
+    let cap = opts.context + 4 * opts.steps + 16;
+    let mut rng = Rng::new(7);
+    // E8M0 scales that keep the activations O(1): FP4 codes have rms ≈ 2.9, E4M3
+    // codes drawn uniformly ≈ 108 (2^5 more).
+    let scales = match opts.format {
+        ElementFormat::Fp4E2M1 => (118, 120),
+        _ => (113, 115),
+    };
+    let mut tiled = Vec::with_capacity(5);
+    for l in shapes {
+        let (layout, host) = random_mx(l.format, l.rows, l.cols, scales, &mut rng);
+        tiled.push(tile_mx(MxView::new(layout, &host)?));
+    }
+    let near_one =
+        |rng: &mut Rng, n: usize| -> Vec<f32> { (0..n).map(|_| rng.uniform(0.8, 1.2)).collect() };
+    let filled = opts.context * NKV * HD;
+    let kv16: Vec<u16> = (0..cap * NKV * HD)
+        .map(|i| {
+            if i < filled {
+                f16::from_f32(rng.uniform(-2.0, 2.0)).to_bits()
+            } else {
+                0
+            }
+        })
+        .collect();
+    let mut layers = Vec::with_capacity(opts.layers);
+    for _ in 0..opts.layers {
+        let mut cache = KvCache::new(ctx, owner, opts.f16_kv, cap, NKV)?;
+        match &mut cache {
+            KvCache::F16 { k, v } => {
+                ctx.write(k, &kv16)?;
+                ctx.write(v, &kv16)?;
+            }
+            KvCache::F32 { k, v } => {
+                let kv32: Vec<f32> = kv16.iter().map(|b| f16::from_bits(*b).to_f32()).collect();
+                ctx.write(k, &kv32)?;
+                ctx.write(v, &kv32)?;
+            }
+        }
+        let norm = |rng: &mut Rng, n| ctx.upload(owner, SpanKind::Resident, &near_one(rng, n));
+        layers.push(Layer {
+            qkv: MxTiled::upload(ctx, owner, &tiled[0])?,
+            o: MxTiled::upload(ctx, owner, &tiled[1])?,
+            gate_up: MxTiled::upload(ctx, owner, &tiled[2])?,
+            down: MxTiled::upload(ctx, owner, &tiled[3])?,
+            attn_norm: norm(&mut rng, HIDDEN)?,
+            mlp_norm: norm(&mut rng, HIDDEN)?,
+            q_norm: norm(&mut rng, HD)?,
+            k_norm: norm(&mut rng, HD)?,
+            cache,
+        });
+    }
+    let lm_head = MxTiled::upload(ctx, owner, &tiled[4])?;
+    let positions: Vec<usize> = (0..cap).collect();
+    let (cos, sin) = rope_tables(&positions, HD, HD, 1_000_000.0);
+    let h0: Vec<f32> = (0..HIDDEN).map(|_| rng.uniform(-1.0, 1.0)).collect();
+    let scratch = |n: usize| ctx.alloc::<f32>(owner, SpanKind::Scratch, n);
+    let start = i32::try_from(opts.context)
+        .map_err(|_| BenchError::Options("context exceeds i32".into()))?;
+    let b = Bufs {
+        h: ctx.upload(owner, SpanKind::Scratch, &h0)?,
+        xn: scratch(HIDDEN)?,
+        prep: XPrep::new(ctx, owner, INTER)?,
+        qkv: scratch((NH + 2 * NKV) * HD)?,
+        q: scratch(NH * HD)?,
+        attn: scratch(NH * HD)?,
+        gu: scratch(2 * INTER)?,
+        act: scratch(INTER)?,
+        logits: scratch(VOCAB)?,
+        part: scratch(attn_partials_len(NH, cap))?,
+        pos: ctx.upload(owner, SpanKind::Scratch, &[start])?,
+        cos: ctx.upload(owner, SpanKind::Resident, &cos)?,
+        sin: ctx.upload(owner, SpanKind::Resident, &sin)?,
+        final_norm: ctx.upload(owner, SpanKind::Resident, &near_one(&mut rng, HIDDEN))?,
+    };
+    Ok(Model {
+        layers,
+        lm_head,
+        b,
+        cap,
+    })
+}
