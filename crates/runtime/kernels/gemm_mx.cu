@@ -21,8 +21,9 @@
 //   128 tokens, so one warpgroup's promotion overlaps the other's wgmma.
 // * Consumer loops (kernels): `gemm_mxfp8_*` serial (wgmma, wait, promote), `*_pipe`
 //   (two temporaries: step i+1 on the tensor cores while step i is promoted), `*_persist`
-//   (the pipelined loop in a persistent grid, the default); `*_probe` is a timing probe
-//   and `*_swap` a descriptor diagnostic. Measured on the H200 in docs/CUDA.md.
+//   (the pipelined loop in a persistent grid, the default), `*_w3` (three consumer warp
+//   groups, 192 weight rows per block, serial loop); `*_probe` is a timing probe and
+//   `*_swap` a descriptor diagnostic. Measured on the H200 in docs/CUDA.md.
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -444,6 +445,113 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
     }
 }
 
+// Three consumer warpgroups (192 weight rows × 128 tokens per block, 512 threads), the
+// serial loop in each: more consumer warps per scheduler to cover each one's promotion,
+// and a third less L2 traffic per FLOP than 128 × 128. The 192-row block is read as
+// three 64-row halves of the 128-row upload tiles (each 8 KB contiguous per k block);
+// halves past the last tile are not loaded (their rows are masked in the epilogue).
+// Registers: 128 per thread at entry; the producer gives back to 32 so the consumers
+// may hold 160 (3·128·160 + 128·32 = 64 K).
+#define G3_W_BYTES (3 * 8192)
+#define G3_X_OFF G3_W_BYTES
+#define G3_S_OFF (G3_X_OFF + GM_TILE_BYTES)
+#define G3_C_OFF (G3_S_OFF + 768)
+#define G3_STAGE_BYTES 41984  // 41744 rounded up to 1 KB
+#define G3_STAGES 5
+
+template <int WFMT>
+__device__ __forceinline__ void gemm_w3_body(const u8* __restrict__ w, const u8* __restrict__ ws,
+                                             const u8* __restrict__ xq,
+                                             const float* __restrict__ xc,
+                                             const float* __restrict__ xr, float* y, int m,
+                                             int n, int kblocks, int ldy, int accumulate) {
+    extern __shared__ __align__(1024) u8 gm_ring[];
+    __shared__ u64 full[G3_STAGES], empty[G3_STAGES];
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7;
+    const int mt = blockIdx.x, nb = blockIdx.y;
+    const int n_tiles = (n + GM_TILE - 1) / GM_TILE;
+    if (tid == 0) {
+        for (int s = 0; s < G3_STAGES; ++s) {
+            gm_bar_init(&full[s], 1);
+            gm_bar_init(&empty[s], 12);  // 3 consumer warpgroups x 4 warps
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
+        if (tid == 0) {
+            const u8* xsrc = xq + (size_t)mt * kblocks * GM_TILE_BYTES;
+            const float* csrc = xc + (size_t)mt * kblocks * 4;
+            u32 tx = GM_TILE_BYTES + 16;
+#pragma unroll
+            for (int c = 0; c < 3; ++c)
+                if ((192 * nb + 64 * c) / GM_TILE < n_tiles) tx += 8192 + 256;
+            for (int kb = 0; kb < kblocks; ++kb) {
+                const int s = kb % G3_STAGES;
+                if (kb >= G3_STAGES) gm_bar_wait(&empty[s], ((kb / G3_STAGES) - 1) & 1);
+                u8* st = gm_ring + s * G3_STAGE_BYTES;
+                gm_bar_expect(&full[s], tx);
+#pragma unroll
+                for (int c = 0; c < 3; ++c) {
+                    const int row = 192 * nb + 64 * c;
+                    const int tile = row / GM_TILE, half = (row % GM_TILE) / 64;
+                    if (tile >= n_tiles) continue;
+                    const size_t tk = (size_t)tile * kblocks + kb;
+                    gm_bulk(st + 8192 * c, w + tk * GM_TILE_BYTES + 8192 * half, 8192, &full[s]);
+                    gm_bulk(st + G3_S_OFF + 256 * c, ws + tk * 512 + 256 * half, 256, &full[s]);
+                }
+                gm_bulk(st + G3_X_OFF, xsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES,
+                        &full[s]);
+                gm_bulk(st + G3_C_OFF, csrc + (size_t)kb * 4, 16, &full[s]);
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
+        const int c = wg - 1;
+        const int lane = tid & 31, wq = (tid >> 5) & 3;
+        const int g = lane >> 2, t = lane & 3;
+        const int rl = 16 * wq + g;  // row within this warpgroup's 64 (and rl + 8)
+        float acc[64], tmp[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) {
+            acc[i] = 0.f;
+            tmp[i] = 0.f;
+        }
+        for (int kb = 0; kb < kblocks; ++kb) {
+            const int s = kb % G3_STAGES;
+            gm_bar_wait(&full[s], (kb / G3_STAGES) & 1);
+            const u8* st = gm_ring + s * G3_STAGE_BYTES;
+            const u32 s0 = *reinterpret_cast<const u32*>(st + G3_S_OFF + 256 * c + rl * 4);
+            const u32 s1 = *reinterpret_cast<const u32*>(st + G3_S_OFF + 256 * c + (rl + 8) * 4);
+            const float4 cv = *reinterpret_cast<const float4*>(st + G3_C_OFF);
+            const float cq[4] = {cv.x, cv.y, cv.z, cv.w};
+            const u32 a0 = gm_smem(st) + 8192 * c;
+            const u32 b0 = gm_smem(st + G3_X_OFF);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const float f0 = gm_e8m0((s0 >> (8 * q)) & 0xffu) * cq[q];
+                const float f1 = gm_e8m0((s1 >> (8 * q)) & 0xffu) * cq[q];
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                gm_wgmma<WFMT, 0>(tmp, gm_desc<0>(a0 + 256 * q), gm_desc<0>(b0 + 256 * q));
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+                for (int j = 0; j < 16; ++j) {
+                    acc[4 * j + 0] = fmaf(tmp[4 * j + 0], f0, acc[4 * j + 0]);
+                    acc[4 * j + 1] = fmaf(tmp[4 * j + 1], f0, acc[4 * j + 1]);
+                    acc[4 * j + 2] = fmaf(tmp[4 * j + 2], f1, acc[4 * j + 2]);
+                    acc[4 * j + 3] = fmaf(tmp[4 * j + 3], f1, acc[4 * j + 3]);
+                }
+            }
+            __syncwarp();
+            if (lane == 0) gm_bar_arrive(&empty[s]);
+        }
+        gm_epilogue(acc, tmp, y, xr, m, n, ldy, accumulate, mt, 0, 192 * nb + 64 * c + rl, t);
+    }
+}
+
 #define GEMM_KERNEL(name, WFMT, SWAP, PROMOTE)                                                       \
     extern "C" __global__ void __launch_bounds__(384, 1)                                    \
         name(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq, \
@@ -478,6 +586,17 @@ GEMM_PIPE_KERNEL(gemm_mxfp8_e5m2_pipe, 1, 2)
 
 GEMM_PERSIST_KERNEL(gemm_mxfp8_e4m3_persist, 0)
 GEMM_PERSIST_KERNEL(gemm_mxfp8_e5m2_persist, 1)
+
+#define GEMM_W3_KERNEL(name, WFMT)                                                          \
+    extern "C" __global__ void __launch_bounds__(512, 1)                                    \
+        name(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq, \
+             const float* __restrict__ xc, const float* __restrict__ xr, float* y, int m,     \
+             int n, int kblocks, int ldy, int accumulate) {                                 \
+        gemm_w3_body<WFMT>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate);           \
+    }
+
+GEMM_W3_KERNEL(gemm_mxfp8_e4m3_w3, 0)
+GEMM_W3_KERNEL(gemm_mxfp8_e5m2_w3, 1)
 
 
 // ---- activation quantization ----

@@ -5,7 +5,7 @@
 //! * Activation quantization: R (per row), C (per 128-token tile and 32-value block) and
 //!   every code equal a CPU replica of the rule exactly; the quantized values stay within
 //!   E4M3's half-ulp (2^-4 relative) of x, plus half the smallest subnormal step.
-//! * GEMM (every consumer loop, `GemmKernel::Persistent`, `Pipelined`, `Serial`; odd and even
+//! * GEMM (every consumer loop, `GemmKernel::Persistent`, `Wide3`, `Pipelined`, `Serial`; odd and even
 //!   numbers of 128-value k blocks): `y = xq · wᵀ` (and `y += …`) against an f64 product of the *same* quantized
 //!   activations (decoded from the device) and the favlo-mx decoded weights:
 //!   max|y − ref| / max|ref| ≤ 1e-3 (the FP8 tensor cores add the 32 exact products of a
@@ -229,6 +229,7 @@ fn check_gemm(
     let mut ys = Vec::new();
     for kernel in [
         GemmKernel::Persistent,
+        GemmKernel::Wide3,
         GemmKernel::Pipelined,
         GemmKernel::Serial,
     ] {

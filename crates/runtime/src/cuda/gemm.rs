@@ -35,6 +35,8 @@ const TILE_BYTES: usize = GEMM_TILE * GEMM_KB;
 const SCALE_TILE_BYTES: usize = GEMM_TILE * 4;
 /// Dynamic shared memory of the GEMM kernel: `GM_STAGES` × `GM_STAGE_BYTES`.
 const GEMM_SMEM: usize = 6 * 33792;
+/// Dynamic shared memory of the three-consumer kernel: `G3_STAGES` × `G3_STAGE_BYTES`.
+const GEMM_W3_SMEM: usize = 5 * 41984;
 
 fn shape(op: &'static str, detail: String) -> CudaError {
     CudaError::Shape { op, detail }
@@ -239,6 +241,9 @@ pub enum GemmKernel {
     /// The pipelined loop in a persistent grid (one block per multiprocessor walking
     /// the output tiles): the next tile's loads overlap this tile's epilogue. Default.
     Persistent,
+    /// Three consumer warpgroups per block (192 weight rows × 128 tokens, 512 threads),
+    /// the serial loop in each (experimental).
+    Wide3,
 }
 
 /// The MXFP8 GEMM kernels of one context.
@@ -250,6 +255,8 @@ pub struct GemmMx {
     e5m2_pipe: CudaFunction,
     e4m3_persist: CudaFunction,
     e5m2_persist: CudaFunction,
+    e4m3_w3: CudaFunction,
+    e5m2_w3: CudaFunction,
     sms: usize,
     e4m3_swap: CudaFunction,
     probe: CudaFunction,
@@ -282,15 +289,16 @@ impl GemmMx {
             m.load_function(n)
                 .map_err(driver_err("cuModuleGetFunction"))
         };
-        let big = |n: &str| -> Result<CudaFunction, CudaError> {
+        let big_with = |n: &str, smem: usize| -> Result<CudaFunction, CudaError> {
             let func = f(n)?;
             func.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                GEMM_SMEM as i32,
+                smem as i32,
             )
             .map_err(driver_err("cuFuncSetAttribute"))?;
             Ok(func)
         };
+        let big = |n: &str| big_with(n, GEMM_SMEM);
         Ok(GemmMx {
             ctx: Arc::clone(ctx),
             e4m3: big("gemm_mxfp8_e4m3")?,
@@ -299,6 +307,8 @@ impl GemmMx {
             e5m2_pipe: big("gemm_mxfp8_e5m2_pipe")?,
             e4m3_persist: big("gemm_mxfp8_e4m3_persist")?,
             e5m2_persist: big("gemm_mxfp8_e5m2_persist")?,
+            e4m3_w3: big_with("gemm_mxfp8_e4m3_w3", GEMM_W3_SMEM)?,
+            e5m2_w3: big_with("gemm_mxfp8_e5m2_w3", GEMM_W3_SMEM)?,
             sms: ctx
                 .raw()
                 .attribute(
@@ -447,9 +457,11 @@ impl GemmMx {
             (ElementFormat::Fp8E4M3, GemmKernel::Serial) => &self.e4m3,
             (ElementFormat::Fp8E4M3, GemmKernel::Pipelined) => &self.e4m3_pipe,
             (ElementFormat::Fp8E4M3, GemmKernel::Persistent) => &self.e4m3_persist,
+            (ElementFormat::Fp8E4M3, GemmKernel::Wide3) => &self.e4m3_w3,
             (ElementFormat::Fp8E5M2, GemmKernel::Serial) => &self.e5m2,
             (ElementFormat::Fp8E5M2, GemmKernel::Pipelined) => &self.e5m2_pipe,
             (ElementFormat::Fp8E5M2, GemmKernel::Persistent) => &self.e5m2_persist,
+            (ElementFormat::Fp8E5M2, GemmKernel::Wide3) => &self.e5m2_w3,
             (ElementFormat::Fp4E2M1, _) => {
                 return Err(shape(op, "MXFP4 has no tensor-core GEMM yet".into()));
             }
@@ -461,15 +473,22 @@ impl GemmMx {
             i32::from(accumulate),
         );
         let (mt, nt) = (m.div_ceil(GEMM_TILE), w.rows.div_ceil(GEMM_TILE));
-        let grid_dim = if kernel == GemmKernel::Persistent {
-            ((mt * nt).min(self.sms) as u32, 1, 1)
-        } else {
-            (mt as u32, nt as u32, 1)
-        };
-        let cfg = LaunchConfig {
-            grid_dim,
-            block_dim: (384, 1, 1),
-            shared_mem_bytes: GEMM_SMEM as u32,
+        let cfg = match kernel {
+            GemmKernel::Persistent => LaunchConfig {
+                grid_dim: ((mt * nt).min(self.sms) as u32, 1, 1),
+                block_dim: (384, 1, 1),
+                shared_mem_bytes: GEMM_SMEM as u32,
+            },
+            GemmKernel::Wide3 => LaunchConfig {
+                grid_dim: (mt as u32, w.rows.div_ceil(192) as u32, 1),
+                block_dim: (512, 1, 1),
+                shared_mem_bytes: GEMM_W3_SMEM as u32,
+            },
+            GemmKernel::Serial | GemmKernel::Pipelined => LaunchConfig {
+                grid_dim: (mt as u32, nt as u32, 1),
+                block_dim: (384, 1, 1),
+                shared_mem_bytes: GEMM_SMEM as u32,
+            },
         };
         let s = self.ctx.stream();
         let mut b = s.launch_builder(f);
