@@ -123,6 +123,9 @@ fn prefetch(b: *const u8) {
     unsafe { _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(PREFETCH) as *const i8) };
 }
 
+/// Bytes ahead of the current K-quant super-block to prefetch in one-row dots.
+const KQ_AHEAD: usize = 1024;
+
 /// One row: raw blocks of `ty` · quantized activations.
 ///
 /// # Safety
@@ -375,6 +378,15 @@ pub(crate) unsafe fn kquant_dots<const M: usize>(
         };
         for i in 0..nb {
             let b = wp.add(i * ts);
+            if M == 1 {
+                // Decode streams the matrix once: request every line of the super-block
+                // KQ_AHEAD bytes on (the one-row loop has no other prefetch).
+                let mut o = 0;
+                while o < ts {
+                    _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(KQ_AHEAD + o) as *const i8);
+                    o += 64;
+                }
+            }
             let mut sumi = [_mm256_setzero_si256(); M];
             if ty == GgufType::Q4_K {
                 let (sc, mn) = k4_scales(std::slice::from_raw_parts(b.add(4), 12));
