@@ -8,10 +8,10 @@
 //! repetition) and for the whole prefill's GEMMs, with and without the activation
 //! quantization before each GEMM; TFLOP/s against the H200's FP8 dense datasheet
 //! figure (1979 TFLOP/s, the "FP8 tensor-core roofline"); the probe kernel (same loads
-//! and wgmma steps, no scale promotion) splits the time; the three consumer loops
-//! (`GemmKernel::Persistent`, the default, `Pipelined` and `Serial`) are timed.
-//! `FAVLO_PREFILL_PROFILE=1` only runs each matrix's GEMM (pipelined, then the probe)
-//! once after the checks, for Nsight Compute. Before timing, 4 tokens of
+//! and wgmma steps, no scale promotion) splits the time; every consumer loop
+//! (`GemmKernel::Persistent`, the default, `Wide3`, `Pipelined` and `Serial`) is timed.
+//! `FAVLO_PREFILL_PROFILE=1` only runs each matrix's GEMM (default loop, then the
+//! probe) once after the checks, for Nsight Compute. Before timing, 4 tokens of
 //! each matrix are checked against an f64 reference (max|err|/max|ref| ≤ 1e-3).
 //! `cuda_prefill_anchor.py` times PyTorch (bf16 matmul, FP8 `_scaled_mm`) on the
 //! same shapes.
