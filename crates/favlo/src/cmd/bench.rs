@@ -11,11 +11,10 @@ use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use favlo_hub::{DEFAULT_CHAT, DEFAULT_EMBEDDINGS, Home, Registry, is_pulled, progress, pull_spec};
+use favlo_hub::{DEFAULT_EMBEDDINGS, Home, Registry, is_pulled, progress, pull_spec};
 use favlo_runtime::device::Device;
 
 use crate::cmd::common::UsageError;
-use favlo_runtime::ledger::{Ledger, Owner};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -32,7 +31,7 @@ pub enum BenchWhat {
     /// GPU, tokens/s beside the HBM roofline (and PyTorch with --anchor).
     Decode(DecodeBench),
     /// Prefill and decode tokens/s of a chat model at 1 and 2 threads.
-    Chat(ChatBench),
+    Chat(super::bench_chat::ChatBench),
     /// Sentences/s of an embeddings model at batch 1, 8, 32, and one-sentence latency.
     Embeddings(EmbBench),
 }
@@ -77,33 +76,6 @@ pub struct DecodeBench {
 }
 
 #[derive(Args, Debug)]
-pub struct ChatBench {
-    /// Registry id of a chat model.
-    #[arg(long, default_value = DEFAULT_CHAT)]
-    pub model: String,
-    /// Thread counts to measure.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 2])]
-    pub threads: Vec<usize>,
-    /// Prompt tokens for the prefill figure.
-    #[arg(long, default_value_t = 128)]
-    pub prompt: usize,
-    /// Tokens for the decode figure.
-    #[arg(long, default_value_t = 64)]
-    pub decode: usize,
-    /// Storage of the matrices: native (default: GGUF blocks as stored), f16,
-    /// mxfp8, mxfp4 or f32.
-    #[arg(long, default_value = "native")]
-    pub weights: String,
-    /// Also run llama.cpp (the `llama-cpp-python` package) on the same GGUF.
-    #[arg(long)]
-    pub anchor: bool,
-    /// cpu (default) or cuda / cuda:N (then native weights mean MXFP8; the thread
-    /// counts only size the host pool).
-    #[arg(long, env = "FAVLO_DEVICE", default_value = "cpu")]
-    pub device: String,
-}
-
-#[derive(Args, Debug)]
 pub struct EmbBench {
     /// Registry id of an embeddings model.
     #[arg(long, default_value = DEFAULT_EMBEDDINGS)]
@@ -123,7 +95,7 @@ pub struct EmbBench {
     pub anchor: bool,
 }
 
-fn model_dir(id: &str) -> anyhow::Result<std::path::PathBuf> {
+pub(crate) fn model_dir(id: &str) -> anyhow::Result<std::path::PathBuf> {
     let home = Home::from_env()?;
     let registry = Registry::load(&home)?;
     let row = registry
@@ -162,7 +134,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.what {
         BenchWhat::Kernels(b) => kernels(b),
         BenchWhat::Decode(b) => decode(b),
-        BenchWhat::Chat(b) => chat(b),
+        BenchWhat::Chat(b) => super::bench_chat::chat(b),
         BenchWhat::Embeddings(b) => embeddings(b),
     }
 }
@@ -196,81 +168,7 @@ fn decode(b: DecodeBench) -> anyhow::Result<ExitCode> {
     crate::cmd::bench_cuda::decode(n, &request)
 }
 
-fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
-    let dir = model_dir(&b.model)?;
-    let format = favlo_llama::WeightFormat::parse(&b.weights)
-        .with_context(|| format!("unknown --weights {:?}", b.weights))?;
-    let ledger = Ledger::new(Device::Cpu, None);
-    let owner = Owner::mint("bench-chat");
-    let device = crate::cmd::common::device(&b.device)?;
-    let opts = favlo_llama::OpenOptions {
-        format,
-        max_context: Some(1024),
-        device,
-        ..Default::default()
-    };
-    let mut rt = favlo_llama::open(&dir, &ledger, &owner, &opts)?;
-    let cuda = device != Device::Cpu;
-    let threads = if cuda {
-        vec![b.threads[0]]
-    } else {
-        b.threads.clone()
-    };
-    println!(
-        "model {} ({}), weights {}, device {}",
-        b.model,
-        dir.display(),
-        match (cuda, format) {
-            (true, favlo_llama::WeightFormat::Mxfp4) => "mxfp4",
-            (true, _) => "mxfp8",
-            _ => b.weights.as_str(),
-        },
-        rt.model().device_name()
-    );
-    println!(
-        "{:<10} {:>8} {:>14} {:>14} {:>12}",
-        "engine", "threads", "prefill tok/s", "decode tok/s", "decode GB/s"
-    );
-    for &t in &threads {
-        let r = favlo_llama::bench(
-            &mut rt,
-            &favlo_llama::BenchOptions {
-                prompt_tokens: b.prompt,
-                decode_tokens: b.decode,
-                threads: t,
-            },
-        )?;
-        println!(
-            "{:<10} {:>8} {:>14.1} {:>14.1} {:>12.2}",
-            if cuda { "favlo-cuda" } else { "favlo" },
-            t,
-            r.prefill_tok_s,
-            r.decode_tok_s,
-            r.decode_gb_s
-        );
-    }
-    if b.anchor {
-        let gguf = find_gguf(&dir)?;
-        for &t in &b.threads {
-            let args = [
-                gguf.display().to_string(),
-                t.to_string(),
-                b.prompt.to_string(),
-                b.decode.to_string(),
-            ];
-            let out = run_anchor(
-                include_str!("../../../../tools/bench/chat_anchor.py"),
-                &args,
-            )?;
-            print!("{out}");
-        }
-    }
-    drop(rt);
-    ledger.sweep(&owner)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn find_gguf(dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+pub(crate) fn find_gguf(dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
     for e in std::fs::read_dir(dir)? {
         let p = e?.path();
         if p.extension().is_some_and(|x| x == "gguf") {

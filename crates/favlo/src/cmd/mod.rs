@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_chat;
 pub mod bench_cuda;
 pub mod common;
 pub mod complete;
