@@ -2,15 +2,22 @@
 //! weights: K/V cached at f16 precision, q rounded to f16 before `q·k`, softmax in f32
 //! with 8-lane group sums added in f64, probabilities rounded to f16 before they weight V.
 //!
-//! Key design choice: the cache stays f32 (holding f16-representable values, so the
-//! arithmetic equals an f16 cache's) and the rounding happens where ggml converts to
-//! f16 (`mul_mat` with an f16 `src0` converts `src1`); this reproduces llama.cpp's
-//! near-tie behaviour while reusing the f32 SIMD dot/axpy. Work is split over
+//! Key design choice: the cache is f16, as ggml's is (half the bytes of f32 to stream
+//! per token), widened to f32 as it is read (`vcvtph2ps`), and the other roundings
+//! happen where ggml converts to f16 (`mul_mat` with an f16 `src0` converts `src1`);
+//! this reproduces llama.cpp's near-tie behaviour bit for bit. Work is split over
 //! (query token, head) pairs with rayon when there is enough of it.
 
 use favlo_runtime::cpu::AttnShape;
 use half::f16;
 use rayon::prelude::*;
+
+/// Store `src` as f16 (round to nearest even, as ggml's cache store).
+pub(crate) fn store_f16(src: &[f32], dst: &mut [f16]) {
+    for (d, v) in dst.iter_mut().zip(src) {
+        *d = f16::from_f32(*v);
+    }
+}
 
 /// Round every value to the nearest f16 (kept as f32).
 pub(crate) fn round_f16(x: &mut [f32]) {
@@ -117,12 +124,12 @@ enum Dot {
 
 /// `q·k` for one key row in `dot`'s accumulation order (hd % 8 == 0).
 #[inline(always)]
-fn qk(qh: &[f32], kr: &[f32], dot: Dot) -> f32 {
+fn qk(qh: &[f32], kr: &[f16], dot: Dot) -> f32 {
     if dot == Dot::Tiny {
         let mut acc = [0f32; LANES];
         for (qc, kc) in qh.chunks_exact(LANES).zip(kr.chunks_exact(LANES)) {
             for l in 0..LANES {
-                acc[l] = qc[l].mul_add(kc[l], acc[l]);
+                acc[l] = qc[l].mul_add(kc[l].to_f32(), acc[l]);
             }
         }
         return hsum8(&acc);
@@ -131,13 +138,13 @@ fn qk(qh: &[f32], kr: &[f32], dot: Dot) -> f32 {
     let mut acc = [0f32; SLOTS];
     for (qc, kc) in qh[..np].chunks_exact(SLOTS).zip(kr.chunks_exact(SLOTS)) {
         for l in 0..SLOTS {
-            acc[l] = qc[l].mul_add(kc[l], acc[l]);
+            acc[l] = qc[l].mul_add(kc[l].to_f32(), acc[l]);
         }
     }
     // Leftovers past the last full 32 are added in f64, one f32 product each.
     let mut sum = f64::from(reduce32(&acc));
     for (a, b) in qh[np..].iter().zip(&kr[np..]) {
-        sum += f64::from(a * b);
+        sum += f64::from(a * b.to_f32());
     }
     sum as f32
 }
@@ -147,19 +154,20 @@ fn qk(qh: &[f32], kr: &[f32], dot: Dot) -> f32 {
 /// slot sees the same FMAs in the same order and the result is bit-identical.
 ///
 /// # Safety
-/// AVX2 and FMA must be available; `qh.len() == kr.len()`, a multiple of 8.
+/// AVX2, FMA and F16C must be available; `qh.len() == kr.len()`, a multiple of 8.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn qk_avx2(qh: &[f32], kr: &[f32], dot: Dot) -> f32 {
+unsafe fn qk_avx2(qh: &[f32], kr: &[f16], dot: Dot) -> f32 {
     use std::arch::x86_64::*;
     let hd = qh.len().min(kr.len());
     let (q, k) = (qh.as_ptr(), kr.as_ptr());
-    // SAFETY: every load reads 8 floats at an offset + 8 ≤ hd of both rows.
+    // SAFETY: every load reads 8 values at an offset + 8 ≤ hd of both rows.
     unsafe {
+        let kv = |o: usize| _mm256_cvtph_ps(_mm_loadu_si128(k.add(o) as *const __m128i));
         if dot == Dot::Tiny {
             let mut acc = _mm256_setzero_ps();
             for c in (0..hd / LANES * LANES).step_by(LANES) {
-                acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(c)), _mm256_loadu_ps(k.add(c)), acc);
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(c)), kv(c), acc);
             }
             let mut a = [0f32; LANES];
             _mm256_storeu_ps(a.as_mut_ptr(), acc);
@@ -170,7 +178,7 @@ unsafe fn qk_avx2(qh: &[f32], kr: &[f32], dot: Dot) -> f32 {
         for c in (0..np).step_by(SLOTS) {
             for (r, a) in acc.iter_mut().enumerate() {
                 let o = c + r * LANES;
-                *a = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(o)), _mm256_loadu_ps(k.add(o)), *a);
+                *a = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(o)), kv(o), *a);
             }
         }
         let mut a = [0f32; SLOTS];
@@ -179,10 +187,50 @@ unsafe fn qk_avx2(qh: &[f32], kr: &[f32], dot: Dot) -> f32 {
         }
         let mut sum = f64::from(reduce32(&a));
         for (x, y) in qh[np..hd].iter().zip(&kr[np..hd]) {
-            sum += f64::from(x * y);
+            sum += f64::from(x * y.to_f32());
         }
         sum as f32
     }
+}
+
+/// One slot's p·V over 64 dimensions starting at `base` of each key row: keys
+/// `l, l + width, …` below `len`, each `acc = fma(p_j, v_j, acc)` in that order (the
+/// portable loop's arithmetic, with the accumulators in 8 registers).
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available; `v[j * stride + base..][..64]` must exist for
+/// every such key.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn pv_slot64_avx2(
+    p: &[f32],
+    v: &[f16],
+    stride: usize,
+    base: usize,
+    l: usize,
+    width: usize,
+    len: usize,
+) -> [f32; PV_DIMS] {
+    use std::arch::x86_64::*;
+    let mut out = [0f32; PV_DIMS];
+    // SAFETY: the caller guarantees the features and the row extents.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); PV_DIMS / 8];
+        let mut j = l;
+        while j < len {
+            let w = _mm256_set1_ps(*p.get_unchecked(j));
+            let vp = v.as_ptr().add(j * stride + base);
+            for (r, a) in acc.iter_mut().enumerate() {
+                let x = _mm256_cvtph_ps(_mm_loadu_si128(vp.add(8 * r) as *const __m128i));
+                *a = _mm256_fmadd_ps(w, x, *a);
+            }
+            j += width;
+        }
+        for (r, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(out.as_mut_ptr().add(8 * r), *a);
+        }
+    }
+    out
 }
 
 /// One query head: scores over `len` keys, softmax, weighted V, in ggml's order for `dot`.
@@ -190,8 +238,8 @@ unsafe fn qk_avx2(qh: &[f32], kr: &[f32], dot: Dot) -> f32 {
 #[inline(always)]
 fn head_body<const AVX2: bool>(
     qh: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[f16],
+    v_cache: &[f16],
     stride: usize,
     off: usize,
     len: usize,
@@ -245,18 +293,21 @@ fn head_body<const AVX2: bool>(
         while d0 < hd {
             let dn = (hd - d0).min(PV_DIMS);
             let mut acc = [0f32; PV_DIMS];
+            #[cfg(target_arch = "x86_64")]
+            if AVX2 && dn == PV_DIMS {
+                // SAFETY: AVX2 callers are `head_fma` (features detected); every key
+                // row j < len holds hd ≥ d0 + 64 values at j·stride + off.
+                acc = unsafe { pv_slot64_avx2(p, v_cache, stride, off + d0, l, width, len) };
+                lanes[l * hd + d0..l * hd + d0 + dn].copy_from_slice(&acc);
+                d0 += dn;
+                continue;
+            }
             let mut j = l;
             while j < len {
                 let w = p[j];
                 let vr = &v_cache[j * stride + off + d0..j * stride + off + d0 + dn];
-                if dn == PV_DIMS {
-                    for (a, &x) in acc.iter_mut().zip(vr) {
-                        *a = w.mul_add(x, *a);
-                    }
-                } else {
-                    for (a, &x) in acc[..dn].iter_mut().zip(vr) {
-                        *a = w.mul_add(x, *a);
-                    }
+                for (a, x) in acc[..dn].iter_mut().zip(vr) {
+                    *a = w.mul_add(x.to_f32(), *a);
                 }
                 j += width;
             }
@@ -282,12 +333,12 @@ fn head_body<const AVX2: bool>(
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn head_fma(
     qh: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[f16],
+    v_cache: &[f16],
     stride: usize,
     off: usize,
     len: usize,
@@ -302,14 +353,14 @@ unsafe fn head_fma(
     );
 }
 
-/// q, out: `[t, n_heads*hd]`; caches `[capacity, n_kv_heads*hd]` (rounded at store);
+/// q, out: `[t, n_heads*hd]`; f16 caches `[capacity, n_kv_heads*hd]`;
 /// token i sits at position `n_past + i` and sees positions `0..=n_past+i`.
 /// `hd` must be a multiple of 8 (ggml's f16 dot lanes).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_ggml(
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[f16],
+    v_cache: &[f16],
     out: &mut [f32],
     shape: AttnShape,
     n_past: usize,
@@ -321,7 +372,9 @@ pub(crate) fn attention_ggml(
     let group = (nh / shape.n_kv_heads.max(1)).max(1);
     let dot = if t >= 2 { Dot::Tiny } else { Dot::Vec };
     #[cfg(target_arch = "x86_64")]
-    let fma = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+    let fma = is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c");
     let one = |(idx, o): (usize, &mut [f32])| {
         let (i, h) = (idx / nh, idx % nh);
         let g = h / group;
@@ -332,7 +385,7 @@ pub(crate) fn attention_ggml(
         let args = (&qh[..], k_cache, v_cache, kvd, g * hd, len, scale, dot);
         #[cfg(target_arch = "x86_64")]
         if fma {
-            // SAFETY: AVX2 and FMA were detected at run time.
+            // SAFETY: AVX2, FMA and F16C were detected at run time.
             unsafe {
                 head_fma(
                     args.0, args.1, args.2, args.3, args.4, args.5, args.6, args.7, &mut p,
@@ -356,13 +409,17 @@ pub(crate) fn attention_ggml(
 #[cfg(test)]
 mod tests {
     use super::{Dot, attention_ggml, ggml_expf, qk, round_f16};
+    use half::f16;
 
     /// The AVX2 q·k equals the portable one bit for bit, in both slot orders, with
     /// and without leftovers past the last 32.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn qk_avx2_is_bit_identical() {
-        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+        if !(is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c"))
+        {
             return;
         }
         let mut s = 7u64;
@@ -375,11 +432,10 @@ mod tests {
         for hd in [64usize, 72, 128] {
             for _ in 0..50 {
                 let mut q: Vec<f32> = (0..hd).map(|_| rnd() * 3.0).collect();
-                let mut k: Vec<f32> = (0..hd).map(|_| rnd() * 3.0).collect();
+                let k: Vec<f16> = (0..hd).map(|_| f16::from_f32(rnd() * 3.0)).collect();
                 round_f16(&mut q);
-                round_f16(&mut k);
                 for dot in [Dot::Tiny, Dot::Vec] {
-                    // SAFETY: AVX2 and FMA were detected; equal lengths, multiples of 8.
+                    // SAFETY: AVX2/FMA/F16C were detected; equal lengths, multiples of 8.
                     let fast = unsafe { super::qk_avx2(&q, &k, dot) };
                     assert_eq!(fast.to_bits(), qk(&q, &k, dot).to_bits(), "hd {hd}");
                 }
@@ -406,13 +462,15 @@ mod tests {
         let mut vc: Vec<f32> = (0..cap * kvd).map(|i| val(i, 57)).collect();
         round_f16(&mut kc);
         round_f16(&mut vc);
+        let k16: Vec<f16> = kc.iter().map(|&x| f16::from_f32(x)).collect();
+        let v16: Vec<f16> = vc.iter().map(|&x| f16::from_f32(x)).collect();
         for (n_past, t) in [(0usize, 3usize), (36, 1), (40, 7), (45, 1)] {
             let q: Vec<f32> = (0..t * nh * hd)
                 .map(|i| val(i + n_past, 13) * 3.0)
                 .collect();
             let mut out = vec![0f32; t * nh * hd];
             let scale = 0.125;
-            attention_ggml(&q, &kc, &vc, &mut out, shape, n_past, t, scale);
+            attention_ggml(&q, &k16, &v16, &mut out, shape, n_past, t, scale);
             for i in 0..t {
                 for h in 0..nh {
                     let g = h / 2;

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use favlo_runtime::buffer::Buffer;
 use favlo_runtime::cpu::{self, AttnShape};
 use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
+use half::f16;
 
-use crate::attention::{attention_ggml, rms_norm_ggml, round_f16, swiglu_ggml};
+use crate::attention::{attention_ggml, rms_norm_ggml, store_f16, swiglu_ggml};
 use crate::config::LlamaConfig;
 use crate::dump;
 use crate::error::LlamaError;
@@ -31,18 +32,40 @@ struct Scratch {
     att: Buffer<f32>,
     gu: Buffer<f32>,
     act: Buffer<f32>,
+    /// The chunk's new key / value rows before they are stored in the cache.
+    kn: Buffer<f32>,
+    vn: Buffer<f32>,
+}
+
+/// The KV cache, `[n_layers, capacity, kv_dim]` each.
+enum KvStore {
+    /// Reference numerics (safetensors, f16/MX weights).
+    F32 { k: Buffer<f32>, v: Buffer<f32> },
+    /// llama.cpp numerics (native GGUF): what ggml stores, at half the bytes.
+    F16 { k: Buffer<f16>, v: Buffer<f16> },
+}
+
+/// Whether the cache holds f16 (ggml numerics with head_dim a multiple of 8, the
+/// f16 attention kernels' lane width).
+pub(crate) fn f16_kv(ggml_numerics: bool, cfg: &LlamaConfig) -> bool {
+    ggml_numerics && cfg.head_dim.is_multiple_of(8)
 }
 
 /// Bytes of KV cache per token of context.
-pub(crate) fn kv_bytes_per_token(cfg: &LlamaConfig) -> u64 {
-    (2 * cfg.n_layers * cfg.kv_dim() * 4) as u64
+pub(crate) fn kv_bytes_per_token(cfg: &LlamaConfig, f16: bool) -> u64 {
+    (2 * cfg.n_layers * cfg.kv_dim() * if f16 { 2 } else { 4 }) as u64
 }
 
 /// Bytes of the per-chunk activations.
 pub(crate) fn scratch_bytes(cfg: &LlamaConfig) -> u64 {
     let w = cfg.q_dim() + 2 * cfg.kv_dim();
-    (CHUNK * (2 * cfg.hidden + w + 2 * cfg.q_dim().max(cfg.kv_dim()) + 3 * cfg.intermediate) * 4)
-        as u64
+    (CHUNK
+        * (2 * cfg.hidden
+            + w
+            + 2 * cfg.q_dim().max(cfg.kv_dim())
+            + 3 * cfg.intermediate
+            + 2 * cfg.kv_dim())
+        * 4) as u64
 }
 
 /// A loaded model with its KV cache.
@@ -53,8 +76,7 @@ pub struct LlamaModel {
     /// ggml's RoPE arithmetic (native GGUF weights), with its per-chunk (cos, sin) table.
     ggml_rope: Option<GgmlRope>,
     rope_table: Vec<(f32, f32)>,
-    k_cache: Buffer<f32>,
-    v_cache: Buffer<f32>,
+    kv: KvStore,
     capacity: usize,
     s: Scratch,
     /// Feature `cuda`: the model resident on a GPU; `forward` runs there and the host
@@ -83,6 +105,20 @@ impl LlamaModel {
             att: a(CHUNK * qmax)?,
             gu: a(CHUNK * 2 * cfg.intermediate)?,
             act: a(CHUNK * cfg.intermediate)?,
+            kn: a(CHUNK * cfg.kv_dim())?,
+            vn: a(CHUNK * cfg.kv_dim())?,
+        };
+        let kv_store = if f16_kv(w.ggml_numerics, &cfg) {
+            let h = |n: usize| ledger.alloc::<f16>(owner, SpanKind::Scratch, n);
+            KvStore::F16 {
+                k: h(kv)?,
+                v: h(kv)?,
+            }
+        } else {
+            KvStore::F32 {
+                k: a(kv)?,
+                v: a(kv)?,
+            }
         };
         Ok(LlamaModel {
             rotary: Rotary::new(&cfg),
@@ -92,8 +128,7 @@ impl LlamaModel {
                 None
             },
             rope_table: Vec::with_capacity(CHUNK * cfg.rope_dim / 2),
-            k_cache: a(kv)?,
-            v_cache: a(kv)?,
+            kv: kv_store,
             capacity,
             cfg,
             w,
@@ -271,16 +306,14 @@ impl LlamaModel {
             }
         };
         for (li, layer) in self.w.layers.iter().enumerate() {
-            let kc = &mut self.k_cache[li * cap_l..(li + 1) * cap_l];
-            let vc = &mut self.v_cache[li * cap_l..(li + 1) * cap_l];
             // Attention block.
             norm(x, &layer.attn_norm, h);
             save("attn_norm", li, &[d], h);
             let qkv = &mut s.qkv[..t * w_qkv];
             layer.qkv.linear(h, layer.qkv_bias.as_deref(), qkv);
             let q = &mut s.q[..t * qd];
-            let kn = &mut kc[n_past * kvd..(n_past + t) * kvd];
-            let vn = &mut vc[n_past * kvd..(n_past + t) * kvd];
+            let kn = &mut s.kn[..t * kvd];
+            let vn = &mut s.vn[..t * kvd];
             for r in 0..t {
                 let row = &qkv[r * w_qkv..(r + 1) * w_qkv];
                 q[r * qd..(r + 1) * qd].copy_from_slice(&row[..qd]);
@@ -308,12 +341,21 @@ impl LlamaModel {
             save("Kcur", li, &[c.n_kv_heads, hd], kn);
             save("Vcur", li, &[c.n_kv_heads, hd], vn);
             let att = &mut s.att[..t * qd];
-            if self.w.ggml_numerics && hd.is_multiple_of(8) {
-                round_f16(kn);
-                round_f16(vn);
-                attention_ggml(q, kc, vc, att, shape, n_past, t, scale);
-            } else {
-                cpu::attention_causal(q, kc, vc, att, shape, n_past, t, scale);
+            let layer_kv = li * cap_l..(li + 1) * cap_l;
+            let new = n_past * kvd..(n_past + t) * kvd;
+            match &mut self.kv {
+                KvStore::F16 { k, v } => {
+                    let (kc, vc) = (&mut k[layer_kv.clone()], &mut v[layer_kv]);
+                    store_f16(kn, &mut kc[new.clone()]);
+                    store_f16(vn, &mut vc[new]);
+                    attention_ggml(q, kc, vc, att, shape, n_past, t, scale);
+                }
+                KvStore::F32 { k, v } => {
+                    let (kc, vc) = (&mut k[layer_kv.clone()], &mut v[layer_kv]);
+                    kc[new.clone()].copy_from_slice(kn);
+                    vc[new].copy_from_slice(vn);
+                    cpu::attention_causal(q, kc, vc, att, shape, n_past, t, scale);
+                }
             }
             save("kqv_out", li, &[qd], att);
             layer.wo.linear(att, None, h);

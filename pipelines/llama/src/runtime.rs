@@ -18,7 +18,7 @@ use favlo_runtime::ledger::{self, Ledger, Owner, SpanKind};
 use crate::checkpoint::Checkpoint;
 use crate::config::LlamaConfig;
 use crate::error::LlamaError;
-use crate::model::{LlamaModel, kv_bytes_per_token, scratch_bytes};
+use crate::model::{LlamaModel, f16_kv, kv_bytes_per_token, scratch_bytes};
 use crate::weights::{self, WeightFormat};
 
 /// Options for [`open`].
@@ -160,7 +160,7 @@ pub fn open(
     let min_ctx = options.min_context.clamp(1, max_ctx);
     let ctx = if options.device == Device::Cpu {
         let fixed = scratch_bytes(&cfg) + (2 * cfg.vocab_size * 4) as u64;
-        let per_tok = kv_bytes_per_token(&cfg);
+        let per_tok = kv_bytes_per_token(&cfg, f16_kv(w.ggml_numerics, &cfg));
         let request = format!("{name} with a {min_ctx}-token context");
         ledger::fit(ledger, &request, min_ctx, max_ctx, |c| {
             fixed + per_tok * c as u64
