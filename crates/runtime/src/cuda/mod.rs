@@ -19,6 +19,7 @@ mod graph;
 mod kernels;
 mod launch;
 mod rope_store;
+mod sample;
 mod timing;
 
 pub use attention::{
@@ -39,6 +40,7 @@ pub use gemv::{
 pub use graph::CudaGraph;
 pub use kernels::{CudaKernels, GemvDecode, MxDevice, rope_tables};
 pub use rope_store::RopeStore;
+pub use sample::{DeviceSampler, MAX_VOCAB, SAMPLE_OUT_LEN, SampleParams};
 pub use timing::{copy_bandwidth_gbps, time_ms};
 
 use crate::ledger::LedgerError;
