@@ -10,6 +10,7 @@
 mod attention;
 mod attn_prefill;
 pub mod bench;
+mod blas;
 mod compile;
 mod context;
 mod decode;
@@ -26,6 +27,7 @@ pub use attention::{
     ATTN_HEAD_DIM, ATTN_HEAD_DIMS, AttentionDecode, AttnOut, KvCache, attn_partials_len,
 };
 pub use attn_prefill::{PrefillOps, PrefillShape};
+pub use blas::{BlasLt, BlasOut};
 pub use compile::{CompiledKernel, cache_dir, compile_cubin, nvrtc_version};
 pub use context::{CudaContext, DeviceBuffer};
 pub use decode::DecodeOps;

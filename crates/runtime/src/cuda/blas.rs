@@ -1,0 +1,334 @@
+//! bf16 GEMM through cuBLASLt: `Y[m, n] = X[m, k] · W[n, k]ᵀ` (or `Y += …`), bf16
+//! operands, f32 accumulation, f32 or bf16 output, all row-major.
+//!
+//! Key design choice: like the driver and NVRTC, `libcublasLt` is loaded at run time
+//! (cudarc `cublaslt`, `dynamic-loading`); [`BlasLt::new`] checks that it can be
+//! `dlopen`ed before any call into it and otherwise returns
+//! [`CudaError::Unavailable`]. cudarc's safe wrapper is not used because it allocates
+//! its workspace outside the ledger (and unwraps); here the workspace is a ledger span
+//! like every other device buffer, and only cudarc's thin `result` layer is called.
+//!
+//! Row-major `Y = X·Wᵀ` is the column-major product `Yᵀ[n, m] = W · Xᵀ`: W's storage
+//! read column-major is `[k, n]` (transposed, `op(A) = T`), X's is `[k, m]` (`op(B) = N`),
+//! and Y's storage read column-major is `[n, m]` with leading dimension n. This "TN"
+//! form is cuBLASLt's best-supported bf16 layout. bf16 values travel as their `u16` bit
+//! patterns (`half::bf16::to_bits`), so cudarc's `f16` feature is not needed.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+use cudarc::cublaslt::result as lt;
+use cudarc::cublaslt::sys;
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+
+use super::context::{CudaContext, DeviceBuffer};
+use super::{CudaError, driver_err};
+use crate::ledger::{Owner, SpanKind};
+
+/// Workspace bytes: NVIDIA's recommendation for Hopper (32 MiB; 4 MiB on older chips).
+const WORKSPACE_HOPPER: usize = 32 << 20;
+const WORKSPACE_OTHER: usize = 4 << 20;
+/// `cublasOperation_t::CUBLAS_OP_T` (an `int`-sized enum; cudarc's cublaslt bindings
+/// do not carry the type).
+const OP_T: i32 = 1;
+const OP_N: i32 = 0;
+
+/// Element types the GEMM can write: `f32`, or bf16 as its `u16` bit pattern.
+pub trait BlasOut: sealed::Sealed + cudarc::driver::DeviceRepr {
+    /// The cuBLASLt data type of `Y`.
+    const DTYPE: sys::cudaDataType;
+    /// A name for error messages.
+    const NAME: &'static str;
+}
+impl BlasOut for f32 {
+    const DTYPE: sys::cudaDataType = sys::cudaDataType::CUDA_R_32F;
+    const NAME: &'static str = "f32";
+}
+impl BlasOut for u16 {
+    const DTYPE: sys::cudaDataType = sys::cudaDataType::CUDA_R_16BF;
+    const NAME: &'static str = "bf16";
+}
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for u16 {}
+}
+
+/// (m, n, k, output type name, accumulate).
+type AlgoKey = (usize, usize, usize, &'static str, bool);
+
+/// A cuBLASLt handle bound to a context's stream, with a workspace in its ledger.
+pub struct BlasLt {
+    handle: sys::cublasLtHandle_t,
+    stream: Arc<CudaStream>,
+    workspace: DeviceBuffer<u8>,
+    /// The heuristic's algorithm per (m, n, k, output type, accumulate).
+    algos: Mutex<HashMap<AlgoKey, sys::cublasLtMatmulAlgo_t>>,
+}
+
+// SAFETY: cuBLASLt handles may be used from several host threads (NVIDIA's cuBLAS
+// documentation: the library is thread safe); the algorithm cache is behind a mutex and
+// the stream and workspace are cudarc/ledger objects that are themselves Send + Sync.
+unsafe impl Send for BlasLt {}
+// SAFETY: as above.
+unsafe impl Sync for BlasLt {}
+
+impl std::fmt::Debug for BlasLt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlasLt")
+            .field("workspace", &self.workspace)
+            .finish()
+    }
+}
+
+fn blas_err(op: &'static str) -> impl Fn(lt::CublasError) -> CudaError {
+    move |e| CudaError::Driver {
+        op,
+        message: format!("{e:?}"),
+    }
+}
+
+fn shape(detail: String) -> CudaError {
+    CudaError::Shape {
+        op: "gemm_bf16",
+        detail,
+    }
+}
+
+/// A matrix layout that is destroyed when dropped.
+struct Layout(sys::cublasLtMatrixLayout_t);
+impl Layout {
+    fn new(dtype: sys::cudaDataType, rows: usize, cols: usize) -> Result<Layout, CudaError> {
+        let ld = i64::try_from(rows).map_err(|_| shape(format!("{rows} rows exceed i64")))?;
+        lt::create_matrix_layout(dtype, rows as u64, cols as u64, ld)
+            .map(Layout)
+            .map_err(blas_err("cublasLtMatrixLayoutCreate"))
+    }
+}
+impl Drop for Layout {
+    fn drop(&mut self) {
+        // SAFETY: created by `Layout::new`, destroyed once.
+        let _ = unsafe { lt::destroy_matrix_layout(self.0) };
+    }
+}
+
+/// A matmul descriptor (f32 compute and scale, W transposed) destroyed when dropped.
+struct Desc(sys::cublasLtMatmulDesc_t);
+impl Desc {
+    fn new() -> Result<Desc, CudaError> {
+        let d = lt::create_matmul_desc(
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            sys::cudaDataType::CUDA_R_32F,
+        )
+        .map(Desc)
+        .map_err(blas_err("cublasLtMatmulDescCreate"))?;
+        for (attr, op) in [
+            (
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                OP_T,
+            ),
+            (
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
+                OP_N,
+            ),
+        ] {
+            // SAFETY: `d.0` is live; the attribute is an int read from `op`.
+            unsafe {
+                lt::set_matmul_desc_attribute(
+                    d.0,
+                    attr,
+                    (&op as *const i32).cast::<c_void>(),
+                    std::mem::size_of::<i32>(),
+                )
+            }
+            .map_err(blas_err("cublasLtMatmulDescSetAttribute"))?;
+        }
+        Ok(d)
+    }
+}
+impl Drop for Desc {
+    fn drop(&mut self) {
+        // SAFETY: created by `Desc::new`, destroyed once.
+        let _ = unsafe { lt::destroy_matmul_desc(self.0) };
+    }
+}
+
+/// A heuristic preference capped at the workspace size, destroyed when dropped.
+struct Pref(sys::cublasLtMatmulPreference_t);
+impl Pref {
+    fn new(workspace: usize) -> Result<Pref, CudaError> {
+        let p = lt::create_matmul_pref()
+            .map(Pref)
+            .map_err(blas_err("cublasLtMatmulPreferenceCreate"))?;
+        let bytes = workspace as u64;
+        // SAFETY: `p.0` is live; the attribute is a u64 read from `bytes`.
+        unsafe {
+            lt::set_matmul_pref_attribute(
+                p.0,
+                sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                (&bytes as *const u64).cast::<c_void>(),
+                std::mem::size_of::<u64>(),
+            )
+        }
+        .map_err(blas_err("cublasLtMatmulPreferenceSetAttribute"))?;
+        Ok(p)
+    }
+}
+impl Drop for Pref {
+    fn drop(&mut self) {
+        // SAFETY: created by `Pref::new`, destroyed once.
+        let _ = unsafe { lt::destroy_matmul_pref(self.0) };
+    }
+}
+
+impl BlasLt {
+    /// Loads cuBLASLt, creates a handle and allocates the workspace under `owner`
+    /// (scratch). `Unavailable` when `libcublasLt` cannot be loaded.
+    pub fn new(ctx: &CudaContext, owner: &Owner) -> Result<BlasLt, CudaError> {
+        // SAFETY: only tries `dlopen` on candidate names.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(CudaError::Unavailable {
+                reason: "libcublasLt (cuBLASLt) was not found; add its directory (e.g. /usr/local/cuda/lib64) to LD_LIBRARY_PATH".into(),
+            });
+        }
+        let bytes = if ctx.compute_capability().0 >= 9 {
+            WORKSPACE_HOPPER
+        } else {
+            WORKSPACE_OTHER
+        };
+        let workspace = ctx.alloc::<u8>(owner, SpanKind::Scratch, bytes)?;
+        ctx.raw()
+            .bind_to_thread()
+            .map_err(driver_err("cuCtxSetCurrent"))?;
+        let handle = lt::create_handle().map_err(|e| CudaError::Unavailable {
+            reason: format!("cublasLtCreate failed: {e:?}"),
+        })?;
+        Ok(BlasLt {
+            handle,
+            stream: Arc::clone(ctx.stream()),
+            workspace,
+            algos: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Workspace bytes held in the ledger.
+    pub fn workspace_bytes(&self) -> u64 {
+        self.workspace.bytes()
+    }
+
+    /// `y[m, n] = x[m, k] · w[n, k]ᵀ`, or `y += …` when `accumulate`; x and w are bf16
+    /// bit patterns, row-major, y is f32 or bf16 (`u16` bits). Buffers may be longer than
+    /// the matrices. Queued on the context's stream (asynchronous).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_bf16<Y: BlasOut>(
+        &mut self,
+        x: &DeviceBuffer<u16>,
+        w: &DeviceBuffer<u16>,
+        y: &mut DeviceBuffer<Y>,
+        m: usize,
+        n: usize,
+        k: usize,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        if k == 0 {
+            return Err(shape("k = 0".into()));
+        }
+        for (name, len, need) in [
+            ("x", x.len(), m.checked_mul(k)),
+            ("w", w.len(), n.checked_mul(k)),
+            ("y", y.len(), m.checked_mul(n)),
+        ] {
+            match need {
+                Some(need) if len >= need => {}
+                _ => {
+                    return Err(shape(format!(
+                        "{name} holds {len} values, m={m} n={n} k={k} need more"
+                    )));
+                }
+            }
+        }
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        let bf16 = sys::cudaDataType::CUDA_R_16BF;
+        let desc = Desc::new()?;
+        let a = Layout::new(bf16, k, n)?;
+        let b = Layout::new(bf16, k, m)?;
+        let c = Layout::new(Y::DTYPE, n, m)?;
+        let algo = self.algo(&desc, &a, &b, &c, (m, n, k, Y::NAME, accumulate))?;
+        let alpha = 1f32;
+        let beta = if accumulate { 1f32 } else { 0f32 };
+        let s = &*self.stream;
+        s.context()
+            .bind_to_thread()
+            .map_err(driver_err("cuCtxSetCurrent"))?;
+        let ws_len = self.workspace.len();
+        let (wp, _g0) = w.slice().device_ptr(s);
+        let (xp, _g1) = x.slice().device_ptr(s);
+        let (yp, _g2) = y.slice_mut().device_ptr_mut(s);
+        let (tp, _g3) = self.workspace.slice_mut().device_ptr_mut(s);
+        // SAFETY: the descriptors are live; the pointers are device buffers of at least
+        // the sizes the layouts describe (checked above) and stay alive while the guards
+        // do; C and D are the same buffer with the same layout (in place, as cuBLASLt
+        // allows); the workspace is as large as the preference told the heuristic.
+        unsafe {
+            lt::matmul(
+                self.handle,
+                desc.0,
+                (&alpha as *const f32).cast::<c_void>(),
+                (&beta as *const f32).cast::<c_void>(),
+                wp as *const c_void,
+                a.0,
+                xp as *const c_void,
+                b.0,
+                yp as *const c_void,
+                c.0,
+                yp as *mut c_void,
+                c.0,
+                &algo,
+                tp as *mut c_void,
+                ws_len,
+                s.cu_stream() as sys::cudaStream_t,
+            )
+        }
+        .map_err(blas_err("cublasLtMatmul"))
+    }
+
+    /// The cached or freshly chosen algorithm for this problem.
+    fn algo(
+        &self,
+        desc: &Desc,
+        a: &Layout,
+        b: &Layout,
+        c: &Layout,
+        key: AlgoKey,
+    ) -> Result<sys::cublasLtMatmulAlgo_t, CudaError> {
+        let mut cache = self.algos.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = cache.get(&key) {
+            return Ok(*a);
+        }
+        let pref = Pref::new(self.workspace.len())?;
+        // SAFETY: every descriptor is live; the heuristic only reads them.
+        let found = unsafe {
+            lt::get_matmul_algo_heuristic(self.handle, desc.0, a.0, b.0, c.0, c.0, pref.0)
+        }
+        .map_err(|e| {
+            shape(format!(
+                "cuBLASLt has no bf16 algorithm for m={} n={} k={} out={}: {e:?}",
+                key.0, key.1, key.2, key.3
+            ))
+        })?;
+        cache.insert(key, found.algo);
+        Ok(found.algo)
+    }
+}
+
+impl Drop for BlasLt {
+    fn drop(&mut self) {
+        if !self.handle.is_null() {
+            // SAFETY: the handle was created in `new` and is destroyed once here.
+            let _ = unsafe { lt::destroy_handle(self.handle) };
+        }
+    }
+}
