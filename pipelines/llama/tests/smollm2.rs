@@ -46,6 +46,17 @@ const QWEN25: Model = Model {
     refs: "qwen25_refs.json",
 };
 
+/// The same models on 5 prompts of 124–157 tokens (one llama.cpp batch each, longer
+/// than favlo's old 64-token prefill chunk).
+const SMOLLM2_LONG: Model = Model {
+    env: "FAVLO_TEST_SMOLLM2_GGUF",
+    refs: "smollm2_long_refs.json",
+};
+const QWEN25_LONG: Model = Model {
+    env: "FAVLO_TEST_QWEN25_GGUF",
+    refs: "qwen25_long_refs.json",
+};
+
 fn cases(m: &Model) -> Vec<Case> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
@@ -218,6 +229,19 @@ fn smollm2_native_strict_4_of_5() {
 #[test]
 fn qwen25_native_strict_4_of_5() {
     assert_issue_bar(&QWEN25);
+}
+
+/// Prompts longer than 64 tokens: the prompt runs as one prefill chunk, as in
+/// llama.cpp (its batch holds up to 512 tokens), so ggml's batched f32 orders apply
+/// to the same rows.
+#[test]
+fn smollm2_long_prompts_strict_4_of_5() {
+    assert_issue_bar(&SMOLLM2_LONG);
+}
+
+#[test]
+fn qwen25_long_prompts_strict_4_of_5() {
+    assert_issue_bar(&QWEN25_LONG);
 }
 
 #[test]
