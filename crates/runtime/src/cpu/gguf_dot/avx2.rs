@@ -21,7 +21,7 @@ use super::blocks::{GgufType, k4_scales};
 /// into, and wait for, whatever register LLVM picks — measured 3× slower on Q4_1).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn h2f2(p: *const u8) -> (f32, f32) {
+pub(super) fn h2f2(p: *const u8) -> (f32, f32) {
     // SAFETY: callers pass a pointer to 4 readable bytes inside a block.
     let bits = unsafe { std::ptr::read_unaligned(p as *const u32) };
     let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
@@ -30,7 +30,7 @@ fn h2f2(p: *const u8) -> (f32, f32) {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum_ps(v: __m256) -> f32 {
+pub(super) fn hsum_ps(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -61,7 +61,7 @@ fn hsum4_i32(v: [__m256i; 4]) -> [i32; 4] {
 /// 32 nibbles of 16 bytes: low nibbles (elements 0..16) then high (16..32).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn nibbles16(p: *const u8) -> __m256i {
+pub(super) fn nibbles16(p: *const u8) -> __m256i {
     // SAFETY: p points at 16 readable bytes.
     let raw = unsafe { _mm_loadu_si128(p as *const __m128i) };
     let m4 = _mm256_set1_epi8(0x0F);
@@ -71,7 +71,7 @@ fn nibbles16(p: *const u8) -> __m256i {
 /// Q5 high bits (u32, bit j = element j) as bytes 0x10 / 0x00.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q5_bits(qh: u32) -> __m256i {
+pub(super) fn q5_bits(qh: u32) -> __m256i {
     let v = _mm256_set1_epi32(qh as i32);
     let shuf = _mm256_set_epi64x(
         0x0303_0303_0303_0303,

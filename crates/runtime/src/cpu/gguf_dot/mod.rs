@@ -123,7 +123,6 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
     let optr = SyncPtr(out.as_mut_ptr());
     let rows: Vec<act::ActRow<'_>> = (0..m).map(|i| act.row(i)).collect();
     let multi = cfg!(target_arch = "x86_64") && isa >= Isa::Avx2 && avx2::has_multi(w.ty);
-    let corr: Vec<&[i32]> = (0..m).map(|i| act.corr_row(i)).collect();
     let run = |r0: usize| {
         let r1 = (r0 + chunk).min(n);
         let mut t0 = r0;
@@ -131,7 +130,7 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
             let t1 = (t0 + TILE_ROWS).min(r1);
             let mut i0 = 0;
             if tiled && m == 1 {
-                let (a, c) = ([rows[0]], [corr[0]]);
+                let (a, c) = ([rows[0]], [act.corr_row(0)]);
                 let ahead = tile::DECODE_ROWS * w.ty.row_bytes(k);
                 let mut r = t0;
                 while r < t1 {
@@ -159,7 +158,7 @@ pub fn gguf_linear_into(x: &[f32], w: GgufMatrix<'_>, out: &mut [f32], ld: usize
             } else if tiled {
                 while i0 + tile::ROWS <= m {
                     let group = [rows[i0], rows[i0 + 1], rows[i0 + 2], rows[i0 + 3]];
-                    let cg = [corr[i0], corr[i0 + 1], corr[i0 + 2], corr[i0 + 3]];
+                    let cg: [&[i32]; tile::ROWS] = std::array::from_fn(|j| act.corr_row(i0 + j));
                     let put = |r: usize, v: &[f32; tile::ROWS]| {
                         for (j, vj) in v.iter().enumerate() {
                             // SAFETY: as below.

@@ -18,6 +18,7 @@
 use std::arch::x86_64::*;
 
 use super::act::ActRow;
+use super::avx2::{h2f2, hsum_ps, nibbles16, q5_bits};
 use super::blocks::GgufType;
 
 /// Activation rows per prefill tile.
@@ -52,35 +53,16 @@ pub(crate) fn code_offset(ty: GgufType) -> i32 {
 unsafe fn codes(ty: GgufType, b: *const u8) -> __m256i {
     // SAFETY: the caller guarantees the block and the features.
     unsafe {
-        let nib = |p: *const u8| {
-            let raw = _mm_loadu_si128(p as *const __m128i);
-            _mm256_and_si256(
-                _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
-                _mm256_set1_epi8(0x0F),
-            )
-        };
-        let high = |p: *const u8| {
-            let qh = std::ptr::read_unaligned(p as *const u32);
-            let v = _mm256_set1_epi32(qh as i32);
-            let shuf = _mm256_set_epi64x(
-                0x0303_0303_0303_0303,
-                0x0202_0202_0202_0202,
-                0x0101_0101_0101_0101,
-                0,
-            );
-            let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
-            let set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(v, shuf), bit), bit);
-            _mm256_and_si256(set, _mm256_set1_epi8(0x10))
-        };
+        let high = |at: usize| q5_bits(std::ptr::read_unaligned(b.add(at) as *const u32));
         match ty {
             GgufType::Q8_0 => _mm256_xor_si256(
                 _mm256_loadu_si256(b.add(2) as *const __m256i),
                 _mm256_set1_epi8(-128),
             ),
-            GgufType::Q4_0 => nib(b.add(2)),
-            GgufType::Q4_1 => nib(b.add(4)),
-            GgufType::Q5_0 => _mm256_or_si256(nib(b.add(6)), high(b.add(2))),
-            _ => _mm256_or_si256(nib(b.add(8)), high(b.add(4))),
+            GgufType::Q4_0 => nibbles16(b.add(2)),
+            GgufType::Q4_1 => nibbles16(b.add(4)),
+            GgufType::Q5_0 => _mm256_or_si256(nibbles16(b.add(6)), high(2)),
+            _ => _mm256_or_si256(nibbles16(b.add(8)), high(4)),
         }
     }
 }
@@ -134,10 +116,9 @@ pub(crate) unsafe fn tile_dots<const R: usize, const M: usize>(
                     _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(ahead) as *const i8);
                 }
                 q[j] = codes(ty, b);
-                let bits = std::ptr::read_unaligned(b as *const u32);
-                let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
-                dw[j] = _mm256_broadcastss_ps(v);
-                mw[j] = _mm_cvtss_f32(_mm_movehdup_ps(v));
+                let (d, m) = h2f2(b);
+                dw[j] = _mm256_set1_ps(d);
+                mw[j] = m;
             }
             for r in 0..M {
                 let y = _mm256_loadu_si256(a[r].qs.as_ptr().add(i * 32) as *const __m256i);
@@ -164,11 +145,7 @@ pub(crate) unsafe fn tile_dots<const R: usize, const M: usize>(
         }
         for j in 0..R {
             for r in 0..M {
-                let v = acc[j][r];
-                let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-                let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-                let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-                out[j][r] = _mm_cvtss_f32(s) + tail[j][r];
+                out[j][r] = hsum_ps(acc[j][r]) + tail[j][r];
             }
         }
     }
