@@ -20,13 +20,14 @@
 #![cfg(feature = "cuda")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cpu::{WeightRef, reference};
 use favlo_runtime::cuda::{
-    CudaContext, CudaError, GemvMma, KvCache, MxTiled, PrefillOps, PrefillShape, XPrep,
-    compile_cubin, tile_mx,
+    CudaContext, GemvMma, KvCache, MxTiled, PrefillOps, PrefillShape, XPrep, compile_cubin, tile_mx,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use half::f16;
@@ -34,26 +35,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 fn setup() -> Option<Arc<CudaContext>> {
-    match CudaContext::open(0, None) {
-        Ok(ctx) => Some(ctx),
-        Err(CudaError::Unavailable { reason }) => {
-            if std::env::var("FAVLO_REQUIRE_CUDA").is_ok_and(|v| v == "1") {
-                panic!("FAVLO_REQUIRE_CUDA=1 but CUDA is unavailable: {reason}");
-            }
-            eprintln!(
-                "\n**** SKIPPED: CUDA unavailable ({reason}); the CUDA prefill test did not run ****\n"
-            );
-            None
-        }
-        Err(e) => panic!("CUDA present but failed to open: {e}"),
-    }
+    common::cuda::open_or_skip("the CUDA prefill test")
 }
 
-fn rand_vec(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| (rng.random_range(-1.0f32..1.0) + 0.01) * scale)
-        .collect()
-}
+use common::rand_vec;
 
 /// (stored values as f32, the cache) for random k and v of `n` values.
 fn make_cache(

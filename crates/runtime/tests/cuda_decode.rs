@@ -10,40 +10,26 @@
 //! kernel stored, so rounding to f16 is part of the input, not of the error).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cpu::{AttnShape, RopeLayout, WeightRef, reference};
 use favlo_runtime::cuda::{
-    AttentionDecode, AttnOut, CudaContext, CudaError, DecodeOps, GemvKernel, GemvMma, KvCache,
-    MxTiled, XPrep, attn_partials_len, compile_cubin, rope_tables, tile_mx,
+    AttentionDecode, AttnOut, CudaContext, DecodeOps, GemvKernel, GemvMma, KvCache, MxTiled, XPrep,
+    attn_partials_len, compile_cubin, rope_tables, tile_mx,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use half::f16;
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 fn setup() -> Option<Arc<CudaContext>> {
-    match CudaContext::open(0, None) {
-        Ok(ctx) => Some(ctx),
-        Err(CudaError::Unavailable { reason }) => {
-            if std::env::var("FAVLO_REQUIRE_CUDA").is_ok_and(|v| v == "1") {
-                panic!("FAVLO_REQUIRE_CUDA=1 but CUDA is unavailable: {reason}");
-            }
-            eprintln!(
-                "\n**** SKIPPED: CUDA unavailable ({reason}); the CUDA decode test did not run ****\n"
-            );
-            None
-        }
-        Err(e) => panic!("CUDA present but failed to open: {e}"),
-    }
+    common::cuda::open_or_skip("the CUDA decode test")
 }
 
-fn rand_vec(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| (rng.random_range(-1.0f32..1.0) + 0.01) * scale)
-        .collect()
-}
+use common::rand_vec;
 
 fn max_rel(got: &[f32], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len());

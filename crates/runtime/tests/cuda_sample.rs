@@ -14,6 +14,8 @@
 //! `FAVLO_REQUIRE_CUDA=1`. Also prints µs per sample at vocab 151936.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 
 use favlo_runtime::cuda::{
@@ -26,19 +28,7 @@ use rand::{Rng, SeedableRng};
 const EPS: f64 = 1e-6;
 
 fn setup() -> Option<Arc<CudaContext>> {
-    match CudaContext::open(0, None) {
-        Ok(ctx) => Some(ctx),
-        Err(CudaError::Unavailable { reason }) => {
-            if std::env::var("FAVLO_REQUIRE_CUDA").is_ok_and(|v| v == "1") {
-                panic!("FAVLO_REQUIRE_CUDA=1 but CUDA is unavailable: {reason}");
-            }
-            eprintln!(
-                "\n**** SKIPPED: CUDA unavailable ({reason}); the CUDA sampler test did not run ****\n"
-            );
-            None
-        }
-        Err(e) => panic!("CUDA present but failed to open: {e}"),
-    }
+    common::cuda::open_or_skip("the CUDA sampler test")
 }
 
 /// The reference's answer: token, whether the case is ambiguous, log-probability.

@@ -2,6 +2,9 @@
 //! error measure every tolerance is stated in (max |got − want| / max |want|).
 #![allow(dead_code)]
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
+
 use rand::Rng;
 use rand::rngs::StdRng;
 
