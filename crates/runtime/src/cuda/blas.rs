@@ -1,5 +1,7 @@
-//! bf16 GEMM through cuBLASLt: `Y[m, n] = X[m, k] · W[n, k]ᵀ` (or `Y += …`), bf16
-//! operands, f32 accumulation, f32 or bf16 output, all row-major.
+//! GEMMs through cuBLASLt: `Y[m, n] = X[m, k] · W[n, k]ᵀ` (or `Y += …`), all row-major:
+//! bf16 operands with f32 accumulation and f32 or bf16 output ([`BlasLt::gemm_bf16`]),
+//! and exact f32 ([`BlasLt::gemm_f32`]: f32 operands and output, `CUBLAS_COMPUTE_32F`,
+//! which never takes the TF32 tensor-core path; that is `CUBLAS_COMPUTE_32F_FAST_TF32`).
 //!
 //! Key design choice: like the driver and NVRTC, `libcublasLt` is loaded at run time
 //! (cudarc `cublaslt`, `dynamic-loading`); [`BlasLt::new`] checks that it can be
@@ -55,15 +57,15 @@ mod sealed {
     impl Sealed for u16 {}
 }
 
-/// (m, n, k, output type name, accumulate).
-type AlgoKey = (usize, usize, usize, &'static str, bool);
+/// (m, n, k, operand type name, output type name, accumulate).
+type AlgoKey = (usize, usize, usize, &'static str, &'static str, bool);
 
 /// A cuBLASLt handle bound to a context's stream, with a workspace in its ledger.
 pub struct BlasLt {
     handle: sys::cublasLtHandle_t,
     stream: Arc<CudaStream>,
     workspace: DeviceBuffer<u8>,
-    /// The heuristic's algorithm per (m, n, k, output type, accumulate).
+    /// The heuristic's algorithm per (m, n, k, operand type, output type, accumulate).
     algos: Mutex<HashMap<AlgoKey, sys::cublasLtMatmulAlgo_t>>,
 }
 
@@ -89,18 +91,31 @@ fn blas_err(op: &'static str) -> impl Fn(lt::CublasError) -> CudaError {
     }
 }
 
-fn shape(detail: String) -> CudaError {
-    CudaError::Shape {
-        op: "gemm_bf16",
-        detail,
-    }
+fn shape_of(op: &'static str, detail: String) -> CudaError {
+    CudaError::Shape { op, detail }
+}
+
+/// The operands of one GEMM call: device addresses (kept alive by the caller's guards),
+/// their type and the buffer lengths for the size checks.
+struct Operands {
+    op: &'static str,
+    dtype: sys::cudaDataType,
+    name: &'static str,
+    x: cudarc::driver::sys::CUdeviceptr,
+    w: cudarc::driver::sys::CUdeviceptr,
+    lens: (usize, usize),
 }
 
 /// A matrix layout that is destroyed when dropped.
 struct Layout(sys::cublasLtMatrixLayout_t);
 impl Layout {
     fn new(dtype: sys::cudaDataType, rows: usize, cols: usize) -> Result<Layout, CudaError> {
-        let ld = i64::try_from(rows).map_err(|_| shape(format!("{rows} rows exceed i64")))?;
+        let ld = i64::try_from(rows).map_err(|_| {
+            shape_of(
+                "cublasLtMatrixLayoutCreate",
+                format!("{rows} rows exceed i64"),
+            )
+        })?;
         lt::create_matrix_layout(dtype, rows as u64, cols as u64, ld)
             .map(Layout)
             .map_err(blas_err("cublasLtMatrixLayoutCreate"))
@@ -231,32 +246,87 @@ impl BlasLt {
         k: usize,
         accumulate: bool,
     ) -> Result<(), CudaError> {
+        let s = Arc::clone(&self.stream);
+        let (wp, _g0) = w.slice().device_ptr(&s);
+        let (xp, _g1) = x.slice().device_ptr(&s);
+        let lens = (x.len(), w.len());
+        let operands = Operands {
+            op: "gemm_bf16",
+            dtype: sys::cudaDataType::CUDA_R_16BF,
+            name: "bf16",
+            x: xp,
+            w: wp,
+            lens,
+        };
+        self.matmul(operands, y, m, n, k, accumulate)
+    }
+
+    /// Exact f32 `y[m, n] = x[m, k] · w[n, k]ᵀ`, or `y += …` when `accumulate`: f32
+    /// operands, f32 output, `CUBLAS_COMPUTE_32F` (IEEE f32 multiply-adds, no TF32).
+    /// Row-major; buffers may be longer than the matrices. Queued on the context's
+    /// stream (asynchronous).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_f32(
+        &mut self,
+        x: &DeviceBuffer<f32>,
+        w: &DeviceBuffer<f32>,
+        y: &mut DeviceBuffer<f32>,
+        m: usize,
+        n: usize,
+        k: usize,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        let s = Arc::clone(&self.stream);
+        let (wp, _g0) = w.slice().device_ptr(&s);
+        let (xp, _g1) = x.slice().device_ptr(&s);
+        let lens = (x.len(), w.len());
+        let operands = Operands {
+            op: "gemm_f32",
+            dtype: sys::cudaDataType::CUDA_R_32F,
+            name: "f32",
+            x: xp,
+            w: wp,
+            lens,
+        };
+        self.matmul(operands, y, m, n, k, accumulate)
+    }
+
+    /// The shared body of the GEMMs: checks the sizes, picks the algorithm, queues it.
+    fn matmul<Y: BlasOut>(
+        &mut self,
+        o: Operands,
+        y: &mut DeviceBuffer<Y>,
+        m: usize,
+        n: usize,
+        k: usize,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
         if k == 0 {
-            return Err(shape("k = 0".into()));
+            return Err(shape_of(o.op, "k = 0".into()));
         }
         for (name, len, need) in [
-            ("x", x.len(), m.checked_mul(k)),
-            ("w", w.len(), n.checked_mul(k)),
+            ("x", o.lens.0, m.checked_mul(k)),
+            ("w", o.lens.1, n.checked_mul(k)),
             ("y", y.len(), m.checked_mul(n)),
         ] {
             match need {
                 Some(need) if len >= need => {}
                 _ => {
-                    return Err(shape(format!(
-                        "{name} holds {len} values, m={m} n={n} k={k} need more"
-                    )));
+                    return Err(shape_of(
+                        o.op,
+                        format!("{name} holds {len} values, m={m} n={n} k={k} need more"),
+                    ));
                 }
             }
         }
         if m == 0 || n == 0 {
             return Ok(());
         }
-        let bf16 = sys::cudaDataType::CUDA_R_16BF;
         let desc = Desc::new()?;
-        let a = Layout::new(bf16, k, n)?;
-        let b = Layout::new(bf16, k, m)?;
+        let a = Layout::new(o.dtype, k, n)?;
+        let b = Layout::new(o.dtype, k, m)?;
         let c = Layout::new(Y::DTYPE, n, m)?;
-        let algo = self.algo(&desc, &a, &b, &c, (m, n, k, Y::NAME, accumulate))?;
+        let algo = self.algo(&desc, &a, &b, &c, (m, n, k, o.name, Y::NAME, accumulate))?;
         let alpha = 1f32;
         let beta = if accumulate { 1f32 } else { 0f32 };
         let s = &*self.stream;
@@ -264,23 +334,22 @@ impl BlasLt {
             .bind_to_thread()
             .map_err(driver_err("cuCtxSetCurrent"))?;
         let ws_len = self.workspace.len();
-        let (wp, _g0) = w.slice().device_ptr(s);
-        let (xp, _g1) = x.slice().device_ptr(s);
         let (yp, _g2) = y.slice_mut().device_ptr_mut(s);
         let (tp, _g3) = self.workspace.slice_mut().device_ptr_mut(s);
         // SAFETY: the descriptors are live; the pointers are device buffers of at least
-        // the sizes the layouts describe (checked above) and stay alive while the guards
-        // do; C and D are the same buffer with the same layout (in place, as cuBLASLt
-        // allows); the workspace is as large as the preference told the heuristic.
+        // the sizes the layouts describe (checked above) and stay alive while the caller's
+        // and these guards do; C and D are the same buffer with the same layout (in place,
+        // as cuBLASLt allows); the workspace is as large as the preference told the
+        // heuristic.
         unsafe {
             lt::matmul(
                 self.handle,
                 desc.0,
                 (&alpha as *const f32).cast::<c_void>(),
                 (&beta as *const f32).cast::<c_void>(),
-                wp as *const c_void,
+                o.w as *const c_void,
                 a.0,
-                xp as *const c_void,
+                o.x as *const c_void,
                 b.0,
                 yp as *const c_void,
                 c.0,
@@ -314,10 +383,13 @@ impl BlasLt {
             lt::get_matmul_algo_heuristic(self.handle, desc.0, a.0, b.0, c.0, c.0, pref.0)
         }
         .map_err(|e| {
-            shape(format!(
-                "cuBLASLt has no bf16 algorithm for m={} n={} k={} out={}: {e:?}",
-                key.0, key.1, key.2, key.3
-            ))
+            shape_of(
+                "cublasLtMatmulAlgoGetHeuristic",
+                format!(
+                    "cuBLASLt has no {} algorithm for m={} n={} k={} out={}: {e:?}",
+                    key.3, key.0, key.1, key.2, key.4
+                ),
+            )
         })?;
         cache.insert(key, found.algo);
         Ok(found.algo)

@@ -14,23 +14,29 @@ mod blas;
 mod compile;
 mod context;
 mod decode;
+mod encoder;
 mod gemm;
 mod gemv;
 mod graph;
 mod kernels;
 mod launch;
+mod mx_gemm;
 mod rope_store;
 mod sample;
 mod timing;
 
 pub use attention::{
-    ATTN_HEAD_DIM, ATTN_HEAD_DIMS, AttentionDecode, AttnOut, KvCache, attn_partials_len,
+    ATTN_HEAD_DIM, ATTN_HEAD_DIMS, AttentionDecode, AttnKernel, AttnOut, KvCache, QkvRope,
+    attn_partials_len,
 };
 pub use attn_prefill::{PrefillOps, PrefillShape};
 pub use blas::{BlasLt, BlasOut};
 pub use compile::{CompiledKernel, cache_dir, compile_cubin, nvrtc_version};
 pub use context::{CudaContext, DeviceBuffer};
 pub use decode::DecodeOps;
+pub use encoder::{
+    ENC_MAX_HEAD_DIM, ENC_QUERY_TILE, EncAct, EncPool, EncoderOps, attention_tiles,
+};
 pub use gemm::{
     GEMM_KB, GEMM_TILE, GemmActs, GemmKernel, GemmMx, GemmWeights, GemmWeightsHost, tile_gemm,
     tile_offset,
@@ -40,6 +46,7 @@ pub use gemv::{
     tile_mx, warps_per_block,
 };
 pub use graph::CudaGraph;
+pub use mx_gemm::{MAX_TERMS, MxGemm, mx_gemm_k};
 pub use kernels::{CudaKernels, GemvDecode, MxDevice, rope_tables};
 pub use rope_store::RopeStore;
 pub use sample::{DeviceSampler, MAX_VOCAB, SAMPLE_OUT_LEN, SampleParams};
