@@ -20,14 +20,12 @@ mod gemv;
 mod graph;
 mod kernels;
 mod launch;
-mod mx_gemm;
 mod rope_store;
 mod sample;
 mod timing;
 
 pub use attention::{
-    ATTN_HEAD_DIM, ATTN_HEAD_DIMS, AttentionDecode, AttnKernel, AttnOut, KvCache, QkvRope,
-    attn_partials_len,
+    ATTN_HEAD_DIM, ATTN_HEAD_DIMS, AttentionDecode, AttnOut, KvCache, attn_partials_len,
 };
 pub use attn_prefill::{PrefillOps, PrefillShape};
 pub use blas::{BlasLt, BlasOut};
@@ -46,7 +44,6 @@ pub use gemv::{
     tile_mx, warps_per_block,
 };
 pub use graph::CudaGraph;
-pub use mx_gemm::{MAX_TERMS, MxGemm, mx_gemm_k};
 pub use kernels::{CudaKernels, GemvDecode, MxDevice, rope_tables};
 pub use rope_store::RopeStore;
 pub use sample::{DeviceSampler, MAX_VOCAB, SAMPLE_OUT_LEN, SampleParams};
