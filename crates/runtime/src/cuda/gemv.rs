@@ -162,8 +162,8 @@ pub fn tile_mx(view: MxView<'_>) -> MxTiledHost {
 /// A re-tiled MX matrix in device memory.
 pub struct MxTiled {
     pub layout: MxLayout,
-    data: DeviceBuffer<u8>,
-    scales: DeviceBuffer<u8>,
+    pub(crate) data: DeviceBuffer<u8>,
+    pub(crate) scales: DeviceBuffer<u8>,
 }
 
 impl MxTiled {

@@ -1,21 +1,25 @@
 //! Batched prefill on the GPU: the prompt runs in chunks of up to [`CHUNK`] tokens, each
 //! chunk through every layer with one launch per step for the whole chunk (RMSNorm into
 //! the x preparation, bias + RoPE + KV store, causal flash attention over the cache,
-//! SwiGLU), and the projections as the tensor-core GEMV per token of the chunk.
+//! SwiGLU), and the projections as GEMMs over the chunk's rows.
 //!
 //! Key design choices:
-//! - The projections stay on the decode path's GEMV (`GemvMma::gemv_at`, one launch per
-//!   token and matrix, ~22-bit x) rather than the FP8 GEMM (`GemmMx`): the GEMM
-//!   quantizes activations to E4M3 (3 mantissa bits), which cannot meet the 1e-4
+//! - The projections run through [`MxGemm`]: the MX weights expanded exactly to bf16
+//!   and each prepared x row split into two bf16 planes (16 significant bits), one
+//!   cuBLASLt GEMM per plane accumulating in f32. The FP8 GEMM (`GemmMx`) is not used:
+//!   it quantizes activations to E4M3 (3 mantissa bits), which cannot meet the 1e-4
 //!   agreement with the CPU path that the decode graph keeps, and it has no MXFP4.
-//!   Launches per layer fall from 10·t (token loop) to 4·t + 6.
+//!   Where cuBLASLt cannot be loaded, or with `FAVLO_CUDA_PREFILL=gemv` (for
+//!   comparisons), the projections run the decode path's GEMV once per token.
 //! - The chunk writes the same KV cache and uses the same RoPE tables as the decode
 //!   graph, and leaves the last token's hidden state in the decode buffers with
 //!   `*pos = n_past + n`, so decoding continues from it unchanged; only the last
 //!   token's logits are computed.
 //! - Models with q/k norms (Qwen3) keep the token loop (no batched q/k-norm kernel yet).
 
-use favlo_runtime::cuda::{CudaContext, CudaError, DeviceBuffer, PrefillShape, XPrep};
+use std::sync::Arc;
+
+use favlo_runtime::cuda::{CudaContext, CudaError, DeviceBuffer, MxGemm, PrefillShape, XPrep};
 use favlo_runtime::ledger::{Owner, SpanKind};
 
 use super::{CudaLlama, dev_err, padded};
@@ -24,6 +28,8 @@ use crate::weights::Matrix;
 
 /// Most prompt tokens per chunk.
 pub(crate) const CHUNK: usize = 256;
+/// bf16 planes per x row in the projection GEMMs (16 significant bits).
+const TERMS: usize = 2;
 
 /// Device buffers of one chunk (rows of the chunk's tokens).
 pub(super) struct ChunkBufs {
@@ -37,16 +43,46 @@ pub(super) struct ChunkBufs {
     q: DeviceBuffer<f32>,
     o: DeviceBuffer<f32>,
     gu: DeviceBuffer<f32>,
+    /// The projection GEMMs (None: the GEMV per token).
+    gemm: Option<MxGemm>,
+}
+
+/// (largest matrix, largest x block) in values, K padded for either MX format.
+fn gemm_sizes((d, qd, kvd, ff): (usize, usize, usize, usize)) -> (usize, usize) {
+    let (pd, pa, pf) = (padded(d), padded(qd), padded(ff));
+    let w = ((qd + 2 * kvd) * pd)
+        .max(d * pa)
+        .max(2 * ff * pd)
+        .max(d * pf);
+    (w, CHUNK * pd.max(pa).max(pf))
+}
+
+/// Whether the projections should try the GEMM (`FAVLO_CUDA_PREFILL=gemv` says no).
+fn want_gemm() -> bool {
+    std::env::var("FAVLO_CUDA_PREFILL").map_or(true, |v| v != "gemv")
 }
 
 impl ChunkBufs {
     /// Scratch for chunks of a model of these widths.
     pub(super) fn new(
-        ctx: &CudaContext,
+        ctx: &Arc<CudaContext>,
         owner: &Owner,
         (d, qd, kvd, ff): (usize, usize, usize, usize),
     ) -> Result<ChunkBufs, LlamaError> {
         let e = dev_err;
+        let gemm = if want_gemm() {
+            let (mw, mx) = gemm_sizes((d, qd, kvd, ff));
+            match MxGemm::new(ctx, owner, mw, mx, TERMS) {
+                Ok(g) => Some(g),
+                Err(CudaError::Unavailable { reason }) => {
+                    tracing::warn!("prefill projections run per token: {reason}");
+                    None
+                }
+                Err(x) => return Err(e(x)),
+            }
+        } else {
+            None
+        };
         let scratch = |n: usize| ctx.alloc::<f32>(owner, SpanKind::Scratch, n).map_err(e);
         Ok(ChunkBufs {
             h: scratch(CHUNK * d)?,
@@ -57,6 +93,7 @@ impl ChunkBufs {
             q: scratch(CHUNK * qd)?,
             o: scratch(CHUNK * qd)?,
             gu: scratch(CHUNK * 2 * ff)?,
+            gemm,
         })
     }
 }
@@ -65,7 +102,13 @@ impl ChunkBufs {
 pub(super) fn chunk_bytes(d: usize, qd: usize, kvd: usize, ff: usize) -> u64 {
     let prep = |k: usize| CHUNK * padded(k) * 2 * 2 + CHUNK * padded(k) / 32 * 4;
     let f32s = CHUNK * (d + (qd + 2 * kvd) + 2 * qd + 2 * ff);
-    (prep(d) + prep(qd) + prep(ff) + f32s * 4) as u64
+    let gemm = if want_gemm() {
+        let (mw, mx) = gemm_sizes((d, qd, kvd, ff));
+        MxGemm::bytes_for(mw, mx, TERMS)
+    } else {
+        0
+    };
+    (prep(d) + prep(qd) + prep(ff) + f32s * 4) as u64 + gemm
 }
 
 impl CudaLlama {
@@ -111,11 +154,14 @@ impl CudaLlama {
                 let p = &k.prefill;
                 p.rms_norm_prep(&cb.h, d, t, &l.attn_norm, dm.eps, pd, &mut cb.prep_d)
                     .map_err(e)?;
-                for i in 0..t {
-                    k.gemv
-                        .gemv_at(&l.qkv, &cb.prep_d, i * pd, &mut cb.qkv, i * nqkv, false)
-                        .map_err(e)?;
+                match cb.gemm.as_mut() {
+                    Some(g) => g.run(&l.qkv, &cb.prep_d, t, pd, &mut cb.qkv, false),
+                    None => (0..t).try_for_each(|i| {
+                        k.gemv
+                            .gemv_at(&l.qkv, &cb.prep_d, i * pd, &mut cb.qkv, i * nqkv, false)
+                    }),
                 }
+                .map_err(e)?;
                 p.bias_rope_store(
                     &cb.qkv,
                     nqkv,
@@ -133,16 +179,20 @@ impl CudaLlama {
                     .map_err(e)?;
                 p.prep_rows(&cb.o, qd, t, qd, pa, &mut cb.prep_a)
                     .map_err(e)?;
-                for i in 0..t {
-                    k.gemv
-                        .gemv_at(&l.o, &cb.prep_a, i * pa, &mut cb.h, i * d, true)
-                        .map_err(e)?;
+                match cb.gemm.as_mut() {
+                    Some(g) => g.run(&l.o, &cb.prep_a, t, pa, &mut cb.h, true),
+                    None => (0..t).try_for_each(|i| {
+                        k.gemv
+                            .gemv_at(&l.o, &cb.prep_a, i * pa, &mut cb.h, i * d, true)
+                    }),
                 }
+                .map_err(e)?;
                 p.rms_norm_prep(&cb.h, d, t, &l.ffn_norm, dm.eps, pd, &mut cb.prep_d)
                     .map_err(e)?;
-                for i in 0..t {
-                    k.gemv
-                        .gemv_at(
+                match cb.gemm.as_mut() {
+                    Some(g) => g.run(&l.gate_up, &cb.prep_d, t, pd, &mut cb.gu, false),
+                    None => (0..t).try_for_each(|i| {
+                        k.gemv.gemv_at(
                             &l.gate_up,
                             &cb.prep_d,
                             i * pd,
@@ -150,15 +200,19 @@ impl CudaLlama {
                             i * 2 * ff,
                             false,
                         )
-                        .map_err(e)?;
+                    }),
                 }
+                .map_err(e)?;
                 p.swiglu_prep(&cb.gu, 2 * ff, t, ff, pf, &mut cb.prep_f)
                     .map_err(e)?;
-                for i in 0..t {
-                    k.gemv
-                        .gemv_at(&l.down, &cb.prep_f, i * pf, &mut cb.h, i * d, true)
-                        .map_err(e)?;
+                match cb.gemm.as_mut() {
+                    Some(g) => g.run(&l.down, &cb.prep_f, t, pf, &mut cb.h, true),
+                    None => (0..t).try_for_each(|i| {
+                        k.gemv
+                            .gemv_at(&l.down, &cb.prep_f, i * pf, &mut cb.h, i * d, true)
+                    }),
                 }
+                .map_err(e)?;
             }
         }
         // The last token's residual row becomes the decode step's h.

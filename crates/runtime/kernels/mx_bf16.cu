@@ -1,0 +1,126 @@
+// MX matrices and prepared x rows as bf16 operands for cuBLASLt (`cuda/mx_bf16.rs`).
+//
+// `mx_tiled_to_bf16`: a matrix re-tiled for the tensor-core GEMV (`tile_mx`) back to
+// row-major bf16 [rows, kp] with its E8M0 block scales applied. Exact: an E4M3 code has
+// at most 4 significant bits and an E2M1 code 2, bf16 keeps 8 and f32's exponent range.
+//
+// `xprep_split_bf16`: rows of an x preparation ((hi + lo)·2^-e per 32-value block,
+// hi/lo f16 in the k order 0,2,4,6,1,3,5,7 per 8 values) to `terms` bf16 planes whose
+// sum is the row: plane 0 = bf16(v), plane 1 = bf16(v - plane 0), ... Two planes carry
+// 16 significant bits, three all 24 of an f32 (v itself has at most 22: hi + lo).
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+__device__ __forceinline__ float e8m0(u8 s) {
+    if (s == 255) return __int_as_float(0x7fc00000);
+    if (s == 0) return 5.877471754111438e-39f;  // 2^-127 (subnormal)
+    return __int_as_float(((u32)s) << 23);
+}
+
+__device__ __forceinline__ float e4m3(u8 b) {
+    const u32 e = (b >> 3) & 15u, m = b & 7u;
+    float v;
+    if (e == 0) {
+        v = (float)m * 0.001953125f;  // m · 2^-9
+    } else if (e == 15 && m == 7) {
+        v = __int_as_float(0x7fc00000);
+    } else {
+        v = __int_as_float(((e + 120u) << 23) | (m << 20));  // (1 + m/8) · 2^(e-7)
+    }
+    return (b & 0x80) ? -v : v;
+}
+
+__device__ __forceinline__ float e2m1(u32 c) {
+    const u32 e = (c >> 1) & 3u, m = c & 1u;
+    const float v = e == 0 ? 0.5f * (float)m : __int_as_float(((e + 126u) << 23) | (m << 22));
+    return (c & 8u) ? -v : v;
+}
+
+// Round to nearest even; NaN stays NaN.
+__device__ __forceinline__ u16 bf16_bits(float f) {
+    const u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);
+    return (u16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+__device__ __forceinline__ float f16_float(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ float bf16_float(u16 b) {
+    return __uint_as_float(((u32)b) << 16);
+}
+
+// One thread per data byte of the row-major matrix (FP4: two values, FP8: one).
+// Tiled layout (gemv.rs `tile_mx`): per (32-row tile T, 128-byte chunk c) 4096 bytes
+// [i 4][j 2][lane 32][16 B] with lane = 4g + t holding row 32T + g + 8i, bytes
+// 128c + 64j + 16t; then per (T, c) the scale tile: FP4 8 bytes per lane [i][j]
+// (block 8c + 4j + t), FP8 8 bytes per lane pair p = lane/2 [i][j] (block 4c + 2j + p%2).
+extern "C" __global__ void mx_tiled_to_bf16(const u8* __restrict__ data,
+                                            const u8* __restrict__ scales,
+                                            u16* __restrict__ out, int rows, int chunks,
+                                            int fp4) {
+    const long long row_bytes = (long long)chunks * 128;
+    const long long total = (long long)rows * row_bytes;
+    const int per = fp4 ? 2 : 1;
+    const long long kp = row_bytes * per;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const int r = (int)(idx / row_bytes);
+        const int b = (int)(idx % row_bytes);
+        const int tile = r >> 5, in_tile = r & 31;
+        const int i = in_tile >> 3, g = in_tile & 7;
+        const int c = b >> 7, bb = b & 127;
+        const int j = bb >> 6, t = (bb & 63) >> 4, o = bb & 15;
+        const int lane = 4 * g + t;
+        const long long tc = (long long)tile * chunks + c;
+        const u8 byte = data[(tc * 8 + i * 2 + j) * 512 + lane * 16 + o];
+        u16* dst = out + (long long)r * kp + (long long)b * per;
+        if (fp4) {
+            const float s = e8m0(scales[tc * 256 + lane * 8 + i * 2 + j]);
+            dst[0] = bf16_bits(e2m1(byte) * s);
+            dst[1] = bf16_bits(e2m1(byte >> 4) * s);
+        } else {
+            const int p = lane >> 1;
+            const float s = e8m0(scales[tc * 128 + p * 8 + i * 2 + j]);
+            dst[0] = bf16_bits(e4m3(byte) * s);
+        }
+    }
+}
+
+// x rows: row r's preparation starts at value r·stride (hl at 2·r·stride u16 values: per
+// 32-value block 32 hi then 32 lo; xs at r·stride/32). Writes `terms` planes of
+// [rows, k] bf16 (1 to 3: out0, out1, out2; planes past `terms` are not touched).
+extern "C" __global__ void xprep_split_bf16(const u16* __restrict__ hl,
+                                            const float* __restrict__ xs,
+                                            u16* __restrict__ out0, u16* __restrict__ out1,
+                                            u16* __restrict__ out2, int rows, int stride,
+                                            int k, int terms) {
+    const long long total = (long long)rows * k;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const int r = (int)(idx / k);
+        const int col = (int)(idx % k);
+        const int blk = col >> 5, kk = col & 31;
+        const int jj = kk & 7;
+        const int pos = (kk - jj) + ((jj & 1) ? 4 + (jj >> 1) : (jj >> 1));
+        const long long base = (long long)r * stride * 2 + (long long)blk * 64;
+        const float hi = f16_float(hl[base + pos]);
+        const float lo = f16_float(hl[base + 32 + pos]);
+        // hi + lo is exact in f32 (two f16 of <= 11 bits, lo below hi's last bit).
+        float v = (hi + lo) * xs[(long long)r * (stride >> 5) + blk];
+        u16* const outs[3] = {out0, out1, out2};
+#pragma unroll
+        for (int p = 0; p < 3; ++p) {
+            if (p < terms) {
+                const u16 b = bf16_bits(v);
+                outs[p][idx] = b;
+                v -= bf16_float(b);
+            }
+        }
+    }
+}
