@@ -9,6 +9,7 @@ pub mod bench;
 pub mod buffer;
 pub mod cpu;
 pub mod device;
+pub mod device_ledgers;
 pub mod ledger;
 
 #[cfg(feature = "cuda")]

@@ -469,11 +469,36 @@ async fn embeddings_float_base64_dimensions_and_errors() {
 #[tokio::test]
 async fn memory_metrics_health() {
     let app = app();
+    // A device ledger (as a CUDA context registers its own) shows under `devices`
+    // while it lives, with its owner's bytes.
+    let dev = favlo_runtime::ledger::Ledger::with_fixed_budget(
+        favlo_runtime::device::Device::Cuda(5),
+        8 << 30,
+        None,
+    );
+    favlo_runtime::device_ledgers::register(&dev);
+    let owner = favlo_runtime::ledger::Owner::mint("memory-test-gpu-model");
+    let span = dev
+        .span(&owner, favlo_runtime::ledger::SpanKind::Resident, 3 << 20)
+        .unwrap();
     let (s, t) = call(&app, "GET", "/v1/memory", None, None).await;
     assert_eq!(s, StatusCode::OK);
     let v: Value = serde_json::from_str(&t).unwrap();
     assert_eq!(v["budget"], 1u64 << 30);
     assert_eq!(v["device"], "cpu");
+    let gpu = v["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["device"] == "cuda:5")
+        .unwrap_or_else(|| panic!("no cuda:5 in {v}"));
+    assert_eq!(gpu["budget"], 8u64 << 30);
+    assert_eq!(gpu["live"], 3u64 << 20);
+    assert_eq!(gpu["owners"][0]["kinds"]["resident"], 3u64 << 20);
+    drop(span);
+    drop(dev);
+    let (_, t) = call(&app, "GET", "/v1/memory", None, None).await;
+    assert!(!t.contains("cuda:5"), "{t}");
     let (s, t) = call(&app, "GET", "/metrics", None, None).await;
     assert_eq!(s, StatusCode::OK);
     assert!(

@@ -100,6 +100,8 @@ impl CudaContext {
         let free = Arc::new(move || probe_ctx.mem_get_info().map_or(0, |(f, _)| f as u64));
         let device = Device::Cuda(u32::try_from(ordinal).unwrap_or(u32::MAX));
         let ledger = Ledger::with_free_source(device, free, max_memory);
+        // Shown beside the host ledger (`GET /v1/memory`) while the context lives.
+        crate::device_ledgers::register(&ledger);
         Ok(Arc::new(CudaContext {
             ordinal,
             name,

@@ -15,9 +15,26 @@ use crate::AppState;
 use crate::media::JobStatus;
 use crate::media::store::{StoreError, kind_dir, kind_of_dir};
 
-/// The memory ledger as JSON (what `/v1/memory` shows).
+/// The memory ledger as JSON (what `/v1/memory` shows): the host ledger's figures at the
+/// top level, and under `devices` the ledger of every accelerator a model holds open
+/// (same fields each).
 pub(crate) fn memory_json(state: &AppState) -> Value {
-    let s = state.ledger.snapshot();
+    let mut v = ledger_json(&state.ledger.snapshot());
+    let devices: Vec<Value> = favlo_runtime::device_ledgers::snapshots()
+        .iter()
+        .map(ledger_json)
+        .collect();
+    let r = state.scheduler.residency();
+    if let Value::Object(m) = &mut v {
+        m.insert("devices".into(), Value::Array(devices));
+        m.insert("resident".into(), json!(r.resident));
+        m.insert("embeddings".into(), json!(r.embeddings));
+    }
+    v
+}
+
+/// One ledger's figures and owners.
+fn ledger_json(s: &favlo_runtime::ledger::LedgerSnapshot) -> Value {
     let owners: Vec<Value> = s
         .owners
         .iter()
@@ -30,11 +47,9 @@ pub(crate) fn memory_json(state: &AppState) -> Value {
             json!({"owner": o.owner, "bytes": o.bytes, "spans": o.spans, "kinds": kinds})
         })
         .collect();
-    let r = state.scheduler.residency();
     json!({
         "device": s.device.to_string(), "budget": s.budget, "cap": s.cap, "live": s.live,
         "pending": s.pending, "room": s.room, "owners": owners,
-        "resident": r.resident, "embeddings": r.embeddings,
     })
 }
 
