@@ -3,12 +3,13 @@
 //! (`favlo bench decode --device cuda` prints the default configuration's figures).
 //!
 //! Run: `cuda_decode_bench [--layers 36] [--ctx 1024] [--steps 32] [--f32-kv] [--mxfp8]
-//! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]`.
+//! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
+//! [--attn two|one|fused] [--compare-attn]`.
 
 use favlo_mx::ElementFormat;
 use favlo_runtime::cuda::CudaContext;
 use favlo_runtime::cuda::GemvKernel;
-use favlo_runtime::cuda::bench::{DecodeBenchOptions, decode_bench};
+use favlo_runtime::cuda::bench::{AttnMode, DecodeBenchOptions, decode_bench};
 
 fn arg(argv: &[String], name: &str) -> Option<String> {
     argv.iter()
@@ -47,6 +48,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ring: flag("--ring").then(|| (num(&argv, "--ring", 8), 2)),
         pp_prefetch: num(&argv, "--pp-prefetch", 0).min(3) as u8,
         parts: true,
+        attn: match arg(&argv, "--attn").as_deref() {
+            Some("two") => AttnMode::TwoPass,
+            Some("one") => AttnMode::OnePass,
+            _ => AttnMode::Fused,
+        },
+        compare_attn: flag("--compare-attn"),
     };
     let ctx = match CudaContext::open(0, None) {
         Ok(c) => c,
@@ -57,8 +64,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let d = decode_bench(&ctx, &opts)?;
     println!(
-        "device {}; GEMV kernels: {}; PDL {}",
-        d.device, d.kernels, d.pdl
+        "device {}; GEMV kernels: {}; PDL {}; attention {:?}",
+        d.device, d.kernels, d.pdl, d.attn
     );
     if let Some((diff, max)) = d.pdl_check {
         println!(
@@ -100,6 +107,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             p.graph_small_ms,
             p.graph_gemv_ms + p.graph_attn_ms + p.graph_small_ms
         );
+        for (mode, ms) in &p.graph_attn_modes {
+            println!("attention step {mode:?} as a graph: {ms:.3} ms per token");
+        }
     }
     println!("\n| decode | ms/token | tokens/s | % of roofline |");
     println!("|---|---:|---:|---:|");
@@ -113,6 +123,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (name, ms) in [("CUDA graph", d.graph_ms), ("plain launches", d.plain_ms)] {
         println!(
             "| {name} | {ms:.3} | {:.0} | {:.0}% |",
+            1e3 / ms,
+            100.0 * d.roofline_ms / ms
+        );
+    }
+    for (mode, ms) in &d.attn_modes {
+        println!(
+            "| CUDA graph, attention {mode:?} | {ms:.3} | {:.0} | {:.0}% |",
             1e3 / ms,
             100.0 * d.roofline_ms / ms
         );

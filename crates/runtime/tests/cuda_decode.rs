@@ -17,8 +17,8 @@ use std::sync::Arc;
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cpu::{AttnShape, RopeLayout, WeightRef, reference};
 use favlo_runtime::cuda::{
-    AttentionDecode, AttnOut, CudaContext, DecodeOps, GemvKernel, GemvMma, KvCache, MxTiled, XPrep,
-    attn_partials_len, compile_cubin, rope_tables, tile_mx,
+    AttentionDecode, AttnKernel, AttnOut, CudaContext, DecodeOps, GemvKernel, GemvMma, KvCache,
+    MxTiled, XPrep, attn_partials_len, compile_cubin, rope_tables, tile_mx,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use half::f16;
@@ -68,7 +68,8 @@ fn decode_kernels_compile_with_nvrtc_for_sm90a() {
             "attention",
             concat!(
                 include_str!("../kernels/prep32.cuh"),
-                include_str!("../kernels/attention.cu")
+                include_str!("../kernels/attention.cu"),
+                include_str!("../kernels/attention_onepass.cu")
             ),
         ),
         (
@@ -286,7 +287,10 @@ fn check_attention(
     )
     .unwrap();
     let e = max_abs_scaled(&ctx.download(&out).unwrap(), &want);
-    eprintln!("attn decode f16={f16_cache} {nh}/{nkv} len {len} cap {cap}: {e:.3e}");
+    eprintln!(
+        "attn decode {:?} f16={f16_cache} {nh}/{nkv} len {len} cap {cap}: {e:.3e}",
+        a.kernel
+    );
     assert!(e <= 1e-5, "attention {nh}/{nkv} len {len}: {e:.3e}");
     // The same, combined straight into the next GEMV's x preparation.
     let mut prep = XPrep::new(ctx, &owner, nh * hd).unwrap();
@@ -313,9 +317,15 @@ fn check_attention(
 fn attention_decode_matches_reference() {
     let Some(ctx) = setup() else { return };
     let mut a = AttentionDecode::load(&ctx).unwrap();
-    // Plain launches, then programmatic dependent launch (both kernels wait first).
-    for (f16_cache, pdl) in [(true, false), (false, false), (true, true), (false, true)] {
+    // Plain launches, then programmatic dependent launch (the kernels wait first); the
+    // two-pass kernel, then the one-pass default (more cases: `cuda_attn_onepass`).
+    for (f16_cache, pdl, kernel) in [false, true].into_iter().flat_map(|pdl| {
+        [AttnKernel::TwoPass, AttnKernel::OnePass]
+            .into_iter()
+            .flat_map(move |k| [(true, pdl, k), (false, pdl, k)])
+    }) {
         a.pdl = pdl;
+        a.kernel = kernel;
         check_attention(&ctx, &a, f16_cache, 32, 8, 1024, 1024, 1);
         check_attention(&ctx, &a, f16_cache, 32, 8, 1, 64, 2);
         check_attention(&ctx, &a, f16_cache, 8, 8, 37, 100, 3);

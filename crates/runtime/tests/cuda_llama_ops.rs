@@ -16,8 +16,8 @@ use std::sync::Arc;
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cpu::{AttnShape, WeightRef, reference};
 use favlo_runtime::cuda::{
-    AttentionDecode, AttnOut, CudaContext, CudaError, GemvMma, KvCache, MxTiled, RopeStore, XPrep,
-    attn_partials_len, compile_cubin, tile_mx,
+    AttentionDecode, AttnKernel, AttnOut, CudaContext, CudaError, GemvMma, KvCache, MxTiled,
+    RopeStore, XPrep, attn_partials_len, compile_cubin, tile_mx,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use half::f16;
@@ -70,7 +70,8 @@ fn rope_store_compiles_with_nvrtc_for_sm90a() {
             "attention",
             concat!(
                 include_str!("../kernels/prep32.cuh"),
-                include_str!("../kernels/attention.cu")
+                include_str!("../kernels/attention.cu"),
+                include_str!("../kernels/attention_onepass.cu")
             ),
         ),
     ] {
@@ -136,8 +137,14 @@ fn attention_decode_head_dim_64_and_odd_groups() {
         (128, 9, 3, 300, 320),
         (128, 14, 2, 65, 70),
     ];
-    for pdl in [false, true] {
+    for (pdl, kernel) in [
+        (false, AttnKernel::TwoPass),
+        (true, AttnKernel::TwoPass),
+        (false, AttnKernel::OnePass),
+        (true, AttnKernel::OnePass),
+    ] {
         a.pdl = pdl;
+        a.kernel = kernel;
         for (ci, &(hd, nh, nkv, len, cap)) in cases.iter().enumerate() {
             for f16_cache in [true, false] {
                 let mut rng = StdRng::seed_from_u64(ci as u64 * 7 + u64::from(f16_cache));
@@ -182,7 +189,9 @@ fn attention_decode_head_dim_64_and_odd_groups() {
                 )
                 .unwrap();
                 let e = max_abs_scaled(&ctx.download(&out).unwrap(), &want);
-                eprintln!("attn hd {hd} {nh}/{nkv} len {len} f16 {f16_cache} pdl {pdl}: {e:.3e}");
+                eprintln!(
+                    "attn {kernel:?} hd {hd} {nh}/{nkv} len {len} f16 {f16_cache} pdl {pdl}: {e:.3e}"
+                );
                 assert!(e <= 1e-5, "attention hd {hd} {nh}/{nkv} len {len}: {e:.3e}");
                 let mut prep = XPrep::new(&ctx, &owner, nh * hd).unwrap();
                 a.decode_hd(

@@ -1,10 +1,14 @@
 //! Attention decode (one query token, GQA groups 1..8, head size 64 or 128) over a
-//! contiguous KV cache (`kernels/attention.cu`), and the KV cache buffers it reads.
+//! contiguous KV cache (`kernels/attention.cu`, `kernels/attention_onepass.cu`), and the
+//! KV cache buffers it reads.
 //!
-//! Key design choice: split-K over blocks of 32 keys so a 1k-token cache spreads over
-//! ~all multiprocessors, then one small combine launch; the key count is read on the
-//! device (`len = *lenp + len_add`) so a decode step captured as a CUDA graph stays
-//! valid as the position advances, with the grid sized for the cache's capacity.
+//! Key design choice: the key count is read on the device (`len = *lenp + len_add`) so
+//! a decode step captured as a CUDA graph stays valid as the position advances. Two
+//! kernels ([`AttnKernel`]): the default `OnePass` splits the keys over about one wave of
+//! blocks and the last block of each kv head merges the partials (one launch; it can
+//! also do the q/k norm, RoPE and KV store first, [`AttentionDecode::decode_qkv`]);
+//! `TwoPass` is the first version (blocks of 32 keys over the whole capacity, then a
+//! combine launch), kept for comparison.
 
 use std::sync::Arc;
 
@@ -18,9 +22,14 @@ use super::launch::{arg_ptr, launch_ex};
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
+mod onepass;
+
+pub use onepass::QkvRope;
+
 const SRC: &str = concat!(
     include_str!("../../kernels/prep32.cuh"),
-    include_str!("../../kernels/attention.cu")
+    include_str!("../../kernels/attention.cu"),
+    include_str!("../../kernels/attention_onepass.cu")
 );
 /// The head size of [`AttentionDecode::decode`] and [`KvCache::new`]
 /// ([`AttentionDecode::decode_hd`] and [`KvCache::with_head_dim`] also take 64).
@@ -30,6 +39,19 @@ pub const ATTN_HEAD_DIMS: [usize; 2] = [128, 64];
 const KEYS_PER_BLOCK: usize = 32;
 /// Most splits the combine kernel's shared weights hold (`cw[1024]`): 32768 keys.
 const MAX_SPLITS: usize = 1024;
+/// u32 counters (one per kv head) at the end of the partials buffer, for `OnePass`.
+const COUNTERS: usize = 256;
+
+/// Which attention decode kernel [`AttentionDecode`] launches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AttnKernel {
+    /// One launch: keys split over about one wave of blocks, the last block of each kv
+    /// head merges (the default).
+    #[default]
+    OnePass,
+    /// The first version: blocks of 32 keys over the capacity, then a combine launch.
+    TwoPass,
+}
 
 /// A contiguous KV cache [capacity, n_kv_heads, head_dim] for one layer, f16 (bits) or f32.
 pub enum KvCache {
@@ -103,8 +125,16 @@ impl KvCache {
 /// The attention decode kernels of one context.
 pub struct AttentionDecode {
     ctx: Arc<CudaContext>,
-    /// Launch both kernels with programmatic dependent launch (default off).
+    /// Launch the kernels with programmatic dependent launch (default off).
     pub pdl: bool,
+    /// The kernel [`Self::decode`] uses (default `OnePass`; [`Self::decode_qkv`] is
+    /// always `OnePass`).
+    pub kernel: AttnKernel,
+    /// `OnePass`: fewest keys per block (default 64), so short contexts use few blocks.
+    pub min_keys: usize,
+    /// `OnePass`: blocks per kv head instead of the occupancy-derived one wave (≤ 64).
+    pub splits: Option<usize>,
+    one: onepass::OnePass,
     /// [head dim 64?][f16?][group - 1] split kernels.
     split: [[[CudaFunction; 8]; 2]; 2],
     /// [head dim 64?] combine kernels (f32 out, x-prep out).
@@ -128,9 +158,10 @@ fn shape(detail: String) -> CudaError {
 }
 
 /// Scratch for the split partials of up to `n_heads` heads over `capacity` keys (any
-/// head size up to 128).
+/// head size up to 128), and the one-pass kernel's counters at its end. The buffer must
+/// start zeroed ([`CudaContext::alloc`] does) and serve one stream.
 pub fn attn_partials_len(n_heads: usize, capacity: usize) -> usize {
-    n_heads * capacity.div_ceil(KEYS_PER_BLOCK) * (ATTN_HEAD_DIM + 4)
+    n_heads * capacity.div_ceil(KEYS_PER_BLOCK) * (ATTN_HEAD_DIM + 4) + COUNTERS
 }
 
 impl AttentionDecode {
@@ -165,7 +196,11 @@ impl AttentionDecode {
                 f("attn_decode_combine_prep".into())?,
                 f("attn_decode_combine_prep_hd64".into())?,
             ],
+            one: onepass::OnePass::load(ctx, &m)?,
             pdl: false,
+            kernel: AttnKernel::OnePass,
+            min_keys: 64,
+            splits: None,
             ctx: Arc::clone(ctx),
         })
     }
@@ -254,6 +289,17 @@ impl AttentionDecode {
                 q.len(),
                 partials.len()
             )));
+        }
+        if self.kernel == AttnKernel::OnePass {
+            let dims = onepass::Dims {
+                capacity,
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                len_add,
+                scale,
+            };
+            return self.onepass_q(q, cache, dims, lenp, partials, out);
         }
         let nkv = i32::try_from(n_kv_heads).map_err(|_| shape("n_kv_heads".into()))?;
         let cap = i32::try_from(capacity).map_err(|_| shape("capacity".into()))?;

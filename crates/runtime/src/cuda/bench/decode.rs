@@ -4,10 +4,12 @@
 //!
 //! Shape (Qwen3-8B config): 36 layers, hidden 4096, 32 q / 8 kv heads of 128,
 //! intermediate 12288, vocab 151936, RMSNorm eps 1e-6, NeoX RoPE θ = 1e6, q/k norm.
-//! Per token and layer 10 launches: `rms_norm_prep` → q|k|v GEMV → q/k norm + RoPE +
-//! KV store → attention split → combine into the o GEMV's x prep → o GEMV (+residual)
-//! → `rms_norm_prep` → gate|up GEMV → `swiglu_prep` → down GEMV (+residual); then the
-//! final norm, lm_head and the position step.
+//! Per token and layer 8 launches by default: `rms_norm_prep` → q|k|v GEMV → (q/k
+//! norm, RoPE, KV store and attention) into the o GEMV's x prep (one launch,
+//! [`AttnMode::Fused`]) → o GEMV (+residual) → `rms_norm_prep` → gate|up GEMV →
+//! `swiglu_prep` → down GEMV (+residual); then the final norm, lm_head and the position
+//! step. The earlier attention steps stay selectable ([`AttnMode`]) and, with
+//! `compare_attn`, are timed in the same run.
 //!
 //! Key design choice: every kernel reads the position from device memory, so one step
 //! is captured once as a CUDA graph and replayed (the headline figure); plain stream
@@ -23,9 +25,9 @@ use super::decode_parts::{DecodeParts, measure_parts};
 use super::gemv::describe;
 use super::{BenchError, Rng, random_mx};
 use crate::cuda::{
-    AttentionDecode, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps, DeviceBuffer,
-    GemvKernel, GemvMma, KvCache, MxTiled, XPrep, attn_partials_len, copy_bandwidth_gbps,
-    rope_tables, tile_mx, time_ms,
+    AttentionDecode, AttnKernel, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps,
+    DeviceBuffer, GemvKernel, GemvMma, KvCache, MxTiled, QkvRope, XPrep, attn_partials_len,
+    copy_bandwidth_gbps, rope_tables, tile_mx, time_ms,
 };
 use crate::ledger::{Owner, SpanKind};
 
@@ -36,6 +38,23 @@ pub(super) const HD: usize = 128;
 pub(super) const INTER: usize = 12288;
 pub(super) const VOCAB: usize = 151936;
 pub(super) const EPS: f32 = 1e-6;
+
+/// How a layer's step from the q|k|v projection to the o projection's x prep runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AttnMode {
+    /// `qk_norm_rope_store`, then the two-pass attention (split + combine): 3 launches.
+    TwoPass,
+    /// `qk_norm_rope_store`, then the one-pass attention: 2 launches.
+    OnePass,
+    /// The one-pass attention with the q/k norm, RoPE and KV store in its prologue
+    /// (`AttentionDecode::decode_qkv`): 1 launch.
+    #[default]
+    Fused,
+}
+
+impl AttnMode {
+    pub const ALL: [AttnMode; 3] = [AttnMode::TwoPass, AttnMode::OnePass, AttnMode::Fused];
+}
 
 /// What [`decode_bench`] runs.
 #[derive(Clone, Debug)]
@@ -60,6 +79,10 @@ pub struct DecodeBenchOptions {
     pub pp_prefetch: u8,
     /// Also time each part of the step (GEMVs, attention, the small kernels).
     pub parts: bool,
+    /// The attention step (default `Fused`).
+    pub attn: AttnMode,
+    /// Also time the whole step (CUDA graph) with every other [`AttnMode`].
+    pub compare_attn: bool,
 }
 
 impl Default for DecodeBenchOptions {
@@ -77,6 +100,8 @@ impl Default for DecodeBenchOptions {
             ring: None,
             pp_prefetch: 0,
             parts: false,
+            attn: AttnMode::Fused,
+            compare_attn: false,
         }
     }
 }
@@ -112,6 +137,11 @@ pub struct DecodeBench {
     /// max |h| after the timed steps (the random weights keep it moderate).
     pub max_h: f32,
     pub parts: Option<DecodeParts>,
+    /// The attention step timed (`opts.attn`).
+    pub attn: AttnMode,
+    /// With `compare_attn`: ms/token of the CUDA graph with each attention step, from
+    /// the same state, in this run (the headline's own mode included).
+    pub attn_modes: Vec<(AttnMode, f64)>,
 }
 
 impl DecodeBench {
@@ -164,6 +194,18 @@ pub(super) struct Kernels {
     pub(super) gemv: GemvMma,
     pub(super) attn: AttentionDecode,
     pub(super) ops: DecodeOps,
+    pub(super) mode: AttnMode,
+}
+
+impl Kernels {
+    pub(super) fn set_mode(&mut self, mode: AttnMode) {
+        self.mode = mode;
+        self.attn.kernel = if mode == AttnMode::TwoPass {
+            AttnKernel::TwoPass
+        } else {
+            AttnKernel::OnePass
+        };
+    }
 }
 
 /// The random model on the device and its scratch buffers.
@@ -222,7 +264,9 @@ pub fn decode_bench(
         gemv,
         attn: AttentionDecode::load(ctx)?,
         ops: DecodeOps::load(ctx)?,
+        mode: opts.attn,
     };
+    k.set_mode(opts.attn);
     let copy_gbps = copy_bandwidth_gbps(ctx, 1 << 30, 20)?;
     let owner = Owner::mint("cuda-decode-bench");
     let t0 = std::time::Instant::now();
@@ -257,6 +301,20 @@ pub fn decode_bench(
     })? / 4.0;
     let pos_end = ctx.download(&m.b.pos)?.first().copied().unwrap_or(start);
     drop(graph);
+    let mut attn_modes = Vec::new();
+    if opts.compare_attn {
+        for mode in AttnMode::ALL {
+            k.set_mode(mode);
+            ctx.write(&mut m.b.pos, &[start])?;
+            let graph = CudaGraph::capture(ctx, || step(&k, &mut m))?;
+            ctx.write(&mut m.b.pos, &[start])?;
+            let ms = time_ms(ctx, 1, opts.steps / 4 + 1, || {
+                (0..4).try_for_each(|_| graph.launch())
+            })? / 4.0;
+            attn_modes.push((mode, ms));
+        }
+        k.set_mode(opts.attn);
+    }
 
     let weight_bytes = (opts.layers * shapes[..4].iter().map(MxLayout::total_bytes).sum::<usize>()
         + shapes[4].total_bytes()) as f64;
@@ -269,7 +327,7 @@ pub fn decode_bench(
 
     let parts = if opts.parts {
         ctx.write(&mut m.b.pos, &[start])?;
-        Some(measure_parts(ctx, &k, &mut m, &shapes, opts)?)
+        Some(measure_parts(ctx, &mut k, &mut m, &shapes, opts)?)
     } else {
         None
     };
@@ -291,6 +349,8 @@ pub fn decode_bench(
         logits_finite,
         max_h,
         parts,
+        attn: opts.attn,
+        attn_modes,
     })
 }
 
@@ -338,31 +398,7 @@ pub(super) fn step(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
     for l in m.layers.iter_mut() {
         k.gemv.rms_norm_prep(&b.h, &l.attn_norm, EPS, &mut b.prep)?;
         k.gemv.gemv(&l.qkv, &b.prep, &mut b.qkv, false)?;
-        k.ops.qk_norm_rope_store(
-            &b.qkv,
-            &l.q_norm,
-            &l.k_norm,
-            &b.cos,
-            &b.sin,
-            &b.pos,
-            NH,
-            NKV,
-            EPS,
-            &mut b.q,
-            &mut l.cache,
-        )?;
-        k.attn.decode(
-            &b.q,
-            &l.cache,
-            cap,
-            NH,
-            NKV,
-            &b.pos,
-            1,
-            scale,
-            &mut b.part,
-            AttnOut::Prep(&mut b.prep),
-        )?;
+        attention(k, l, b, cap, scale, true)?;
         k.gemv.gemv(&l.o, &b.prep, &mut b.h, true)?;
         k.gemv.rms_norm_prep(&b.h, &l.mlp_norm, EPS, &mut b.prep)?;
         k.gemv.gemv(&l.gate_up, &b.prep, &mut b.gu, false)?;
@@ -373,6 +409,70 @@ pub(super) fn step(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
         .rms_norm_prep(&b.h, &b.final_norm, EPS, &mut b.prep)?;
     k.gemv.gemv(&m.lm_head, &b.prep, &mut b.logits, false)?;
     k.ops.advance_pos(&mut b.pos)
+}
+
+/// One layer's q|k|v → (q/k norm + RoPE + KV store) → attention, as `k.mode` says,
+/// into the o projection's x prep (`prep`) or f32 `b.attn`.
+pub(super) fn attention(
+    k: &Kernels,
+    l: &mut Layer,
+    b: &mut Bufs,
+    cap: usize,
+    scale: f32,
+    prep: bool,
+) -> Result<(), CudaError> {
+    let out = if prep {
+        AttnOut::Prep(&mut b.prep)
+    } else {
+        AttnOut::F32(&mut b.attn)
+    };
+    if k.mode == AttnMode::Fused {
+        let src = QkvRope {
+            qkv: &b.qkv,
+            bias: None,
+            qk_norm: Some((&l.q_norm, &l.k_norm, EPS)),
+            cos: &b.cos,
+            sin: &b.sin,
+            interleaved: false,
+        };
+        return k.attn.decode_qkv(
+            &src,
+            &mut l.cache,
+            cap,
+            NH,
+            NKV,
+            HD,
+            &b.pos,
+            scale,
+            &mut b.part,
+            out,
+        );
+    }
+    k.ops.qk_norm_rope_store(
+        &b.qkv,
+        &l.q_norm,
+        &l.k_norm,
+        &b.cos,
+        &b.sin,
+        &b.pos,
+        NH,
+        NKV,
+        EPS,
+        &mut b.q,
+        &mut l.cache,
+    )?;
+    k.attn.decode(
+        &b.q,
+        &l.cache,
+        cap,
+        NH,
+        NKV,
+        &b.pos,
+        1,
+        scale,
+        &mut b.part,
+        out,
+    )
 }
 
 /// Random weights (one host matrix per kind, a device copy per layer), a KV cache

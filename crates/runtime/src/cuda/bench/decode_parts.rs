@@ -1,7 +1,7 @@
-//! Where a decode step's time goes: each GEMV kind and the attention timed over all
-//! layers with plain launches, and the step's three groups of kernels (GEMVs,
-//! attention, the small norm/prep/RoPE/SwiGLU kernels) each captured as a graph of one
-//! token's worth.
+//! Where a decode step's time goes: each GEMV kind and the attention step (q/k norm +
+//! RoPE + KV store + attention, in every [`AttnMode`]) timed over all layers with plain
+//! launches, and the step's three groups of kernels (GEMVs, the attention step, the
+//! small norm/prep/SwiGLU kernels) each captured as a graph of one token's worth.
 //!
 //! Key design choice: the parts run on the bench's own model and buffers (their
 //! outputs are scratch; only the time matters), so the bytes and shapes are exactly
@@ -10,8 +10,9 @@
 use favlo_mx::MxLayout;
 
 use super::BenchError;
-use super::decode::{DecodeBenchOptions, EPS, HD, HIDDEN, INTER, Kernels, Model, NH, NKV};
-use crate::cuda::{AttnOut, CudaContext, CudaError, CudaGraph, time_ms};
+use super::decode::attention;
+use super::decode::{AttnMode, DecodeBenchOptions, EPS, HD, HIDDEN, INTER, Kernels, Model, NKV};
+use crate::cuda::{CudaContext, CudaError, CudaGraph, time_ms};
 
 /// One part, over all layers.
 #[derive(Clone, Debug)]
@@ -25,12 +26,16 @@ pub struct PartRow {
 /// The split of one decode step.
 #[derive(Clone, Debug)]
 pub struct DecodeParts {
-    /// q|k|v, o, gate|up, down (all layers), lm_head, attention (all layers).
+    /// q|k|v, o, gate|up, down (all layers), lm_head, the attention step in each mode
+    /// (all layers).
     pub rows: Vec<PartRow>,
-    /// Per token as graphs: all GEMVs, attention, the small kernels (ms).
+    /// Per token as graphs: all GEMVs, the attention step (the run's mode), the small
+    /// kernels (RMSNorm and SwiGLU x preps; ms).
     pub graph_gemv_ms: f64,
     pub graph_attn_ms: f64,
     pub graph_small_ms: f64,
+    /// The attention step's graph in every mode (ms per token).
+    pub graph_attn_modes: Vec<(AttnMode, f64)>,
 }
 
 /// Milliseconds per replay of a graph of what `f` launches (GPU time, no host cost).
@@ -45,7 +50,7 @@ fn graph_ms(
 
 pub(super) fn measure_parts(
     ctx: &CudaContext,
-    k: &Kernels,
+    k: &mut Kernels,
     m: &mut Model,
     shapes: &[MxLayout; 5],
     opts: &DecodeBenchOptions,
@@ -92,29 +97,39 @@ pub(super) fn measure_parts(
         k.gemv.gemv(&m.lm_head, &b.prep, &mut b.logits, false)
     })?;
     row("lm_head GEMV", shapes[4].total_bytes() as f64, t);
-    let t = time_ms(ctx, 1, 5, || {
-        layers.iter().try_for_each(|l| {
-            k.attn.decode(
-                &b.q,
-                &l.cache,
-                cap,
-                NH,
-                NKV,
-                &b.pos,
-                1,
-                scale,
-                &mut b.part,
-                AttnOut::F32(&mut b.attn),
-            )
-        })
-    })?;
     let keys = (opts.context + 1) as f64;
     let kv_elem = if opts.f16_kv { 2.0 } else { 4.0 };
-    row(
-        &format!("attention ({} keys)", opts.context + 1),
-        n * keys * (2 * NKV * HD) as f64 * kv_elem,
-        t,
-    );
+    let mode0 = k.mode;
+    let mut graph_attn_modes = Vec::new();
+    for mode in AttnMode::ALL {
+        k.set_mode(mode);
+        let kk: &Kernels = k;
+        let t = time_ms(ctx, 1, 5, || {
+            layers
+                .iter_mut()
+                .try_for_each(|l| attention(kk, l, b, cap, scale, false))
+        })?;
+        row(
+            &format!(
+                "q/k norm + RoPE + store + attention, {mode:?} ({} keys)",
+                opts.context + 1
+            ),
+            n * keys * (2 * NKV * HD) as f64 * kv_elem,
+            t,
+        );
+        let g = graph_ms(ctx, 10, || {
+            layers
+                .iter_mut()
+                .try_for_each(|l| attention(kk, l, b, cap, scale, true))
+        })?;
+        graph_attn_modes.push((mode, g));
+    }
+    k.set_mode(mode0);
+    let k: &Kernels = k;
+    let graph_attn_ms = graph_attn_modes
+        .iter()
+        .find(|(md, _)| *md == mode0)
+        .map_or(f64::NAN, |(_, g)| *g);
 
     let graph_gemv_ms = graph_ms(ctx, 10, || {
         for l in layers.iter() {
@@ -125,38 +140,9 @@ pub(super) fn measure_parts(
         }
         k.gemv.gemv(&m.lm_head, &b.prep, &mut b.logits, false)
     })?;
-    let graph_attn_ms = graph_ms(ctx, 10, || {
-        layers.iter().try_for_each(|l| {
-            k.attn.decode(
-                &b.q,
-                &l.cache,
-                cap,
-                NH,
-                NKV,
-                &b.pos,
-                1,
-                scale,
-                &mut b.part,
-                AttnOut::Prep(&mut b.prep),
-            )
-        })
-    })?;
     let graph_small_ms = graph_ms(ctx, 10, || {
-        for l in layers.iter_mut() {
+        for l in layers.iter() {
             k.gemv.rms_norm_prep(&b.h, &l.attn_norm, EPS, &mut b.prep)?;
-            k.ops.qk_norm_rope_store(
-                &b.qkv,
-                &l.q_norm,
-                &l.k_norm,
-                &b.cos,
-                &b.sin,
-                &b.pos,
-                NH,
-                NKV,
-                EPS,
-                &mut b.q,
-                &mut l.cache,
-            )?;
             k.gemv.rms_norm_prep(&b.h, &l.mlp_norm, EPS, &mut b.prep)?;
             k.gemv.swiglu_prep(&b.gu, INTER, &mut b.prep)?;
         }
@@ -167,5 +153,6 @@ pub(super) fn measure_parts(
         graph_gemv_ms,
         graph_attn_ms,
         graph_small_ms,
+        graph_attn_modes,
     })
 }

@@ -13,7 +13,7 @@ mod decode;
 mod decode_parts;
 mod gemv;
 
-pub use decode::{DecodeBench, DecodeBenchOptions, decode_bench};
+pub use decode::{AttnMode, DecodeBench, DecodeBenchOptions, decode_bench};
 pub use decode_parts::{DecodeParts, PartRow};
 pub use gemv::{GemvBench, GemvBenchOptions, GemvCase, GemvRow, GemvVariant, gemv_bench};
 

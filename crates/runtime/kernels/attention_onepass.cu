@@ -1,0 +1,446 @@
+// Favlo CUDA kernels: one-launch attention decode (one query token), optionally fused
+// with the q/k RMSNorm, bias, RoPE and KV-cache store that precede it.
+//
+// Appended to attention.cu (same module; prep32.cuh in front). Layouts as there: k, v
+// caches [cap, n_kv, HD] f16 (raw bits) or f32, q and out f32 [n_heads, HD], query
+// head h reads kv head h / G. HD = 64 or 128 and G = 1..8 are template parameters.
+//
+// Grid (S, n_kv), 256 threads (8 warps). The key count len = *lenp + len_add is read on
+// the device (graph replay); block s of kv head g takes keys [s·chunk, (s+1)·chunk) with
+// chunk = max(min_keys, ceil(len / S)) rounded to the block's key step, so blocks past
+// the real length exit at once and short contexts use few blocks. Each warp loads K
+// and V rows with 16-byte loads (a row spans HD·sizeof(T)/16 lanes, so a warp load
+// covers 32 / that many keys), U rows of each in flight per lane before any is used,
+// and keeps an online softmax per lane group for all G query heads of the kv head, so
+// every K/V byte is read once per token. The warps' states merge in shared memory.
+// With one active block it writes the output directly; otherwise every block writes
+// its (max, sum, unnormalized out) partial, and the last block to finish (a device
+// counter per kv head, `atomicInc` wraps it back to 0 so a captured graph replays)
+// merges them. Output f32 or straight into the next GEMV's x preparation.
+//
+// Fused prologue (qkv != null): every block RMSNorms (qw / kw, when non-null) and
+// rotates its G q heads from the fused q|k|v projection (+ bias when non-null; NeoX or
+// interleaved pairs, cos/sin tables [cap, HD/2]); the block holding the new key
+// (position len - 1) also builds k and v, stores them in cache row len - 1 and uses the
+// stored (rounded) values for that key from shared memory. All arithmetic is f32,
+// softmax with precise expf.
+
+#define A1_WARPS 8
+#define A1_THREADS 256
+#define A1_MAX_SPLITS 64
+
+// 16 bytes of a cache row, kept raw until used (f16: 8 values in 4 words).
+template <typename T>
+struct A1Raw;
+template <>
+struct A1Raw<unsigned short> {
+    unsigned w[4];
+    __device__ __forceinline__ void load(const unsigned short* p) {
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
+    }
+    __device__ __forceinline__ void zero() { w[0] = w[1] = w[2] = w[3] = 0u; }
+    __device__ __forceinline__ void widen(float* v) const {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) h2f2(w[e], v[2 * e], v[2 * e + 1]);
+    }
+};
+template <>
+struct A1Raw<float> {
+    float w[4];
+    __device__ __forceinline__ void load(const float* p) {
+        asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];"
+                     : "=f"(w[0]), "=f"(w[1]), "=f"(w[2]), "=f"(w[3]) : "l"(p));
+    }
+    __device__ __forceinline__ void zero() { w[0] = w[1] = w[2] = w[3] = 0.f; }
+    __device__ __forceinline__ void widen(float* v) const {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[e] = w[e];
+    }
+};
+
+// Stores v in the cache and returns the value the cache now holds.
+__device__ __forceinline__ float a1_store(unsigned short* p, float v) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    *p = h;
+    float r;
+    asm("{.reg .b16 t;\n\tmov.b16 t, %1;\n\tcvt.f32.f16 %0, t;}" : "=f"(r) : "h"(h));
+    return r;
+}
+__device__ __forceinline__ float a1_store(float* p, float v) {
+    *p = v;
+    return v;
+}
+
+template <int HD, int G, typename T>
+__device__ __forceinline__ void attn_onepass(
+    const float* __restrict__ q, const float* __restrict__ qkv, const float* __restrict__ bias,
+    const float* __restrict__ qw, const float* __restrict__ kw, const float* __restrict__ cos_t,
+    const float* __restrict__ sin_t, T* __restrict__ kc, T* __restrict__ vc,
+    float* __restrict__ part, unsigned* __restrict__ cnt, const int* __restrict__ lenp,
+    int len_add, int cap, int n_kv, int interleaved, int min_keys, float eps, float scale,
+    float* __restrict__ out, unsigned short* __restrict__ xhl, float* __restrict__ xs) {
+    constexpr int NW = A1_WARPS;
+    constexpr int VEC = 16 / (int)sizeof(T);  // values per 16-byte load
+    constexpr int LPR = HD / VEC;             // lanes per cache row
+    constexpr int KPW = 32 / LPR;             // keys per warp load
+    constexpr int U = G <= 4 ? 8 : 4;         // K (and V) loads in flight per lane
+    constexpr int STEP = NW * KPW;            // keys per block per load slot
+    constexpr int P = HD / 32;                // prologue: dims per lane
+    __shared__ __align__(16) float qs[G][HD];
+    __shared__ __align__(16) float knew[HD];
+    __shared__ __align__(16) float vnew[HD];
+    __shared__ float wm[NW][G], wl[NW][G];
+    __shared__ __align__(16) float wo[NW][G][HD];
+    __shared__ __align__(16) float fo[G * HD];
+    __shared__ float cw[G][A1_MAX_SPLITS];
+    __shared__ float cinv[G];
+    __shared__ int last_flag;
+    const float NEG_INF = __int_as_float(0xff800000);
+
+    pdl_trigger();
+    pdl_wait();  // q / qkv, the cache and *lenp come from earlier kernels
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int s = blockIdx.x, g = blockIdx.y, S = gridDim.x;
+    const int len = max(1, min(*lenp + len_add, cap));
+    int chunk = max((len + S - 1) / S, min_keys);
+    chunk = (chunk + STEP - 1) / STEP * STEP;
+    const int nact = (len + chunk - 1) / chunk;
+    if (s >= nact) return;
+    const int k0 = s * chunk, k1 = min(len, k0 + chunk);
+    const bool fused = qkv != nullptr;
+    const int pos = len - 1;
+    const bool owns_new = fused && s == nact - 1;
+    const int kend = owns_new ? k1 - 1 : k1;
+    const int nh = n_kv * G;
+
+    if (fused) {
+        // Virtual heads: i < G the q heads, G the k head, G + 1 the v head.
+        const int nvh = owns_new ? G + 2 : G;
+        for (int i = warp; i < nvh; i += NW) {
+            const int hab = i < G ? g * G + i : (i == G ? nh + g : nh + n_kv + g);
+            float x[P];
+#pragma unroll
+            for (int e = 0; e < P; ++e) {
+                const int d = lane * P + e;
+                x[e] = qkv[hab * HD + d];
+                if (bias != nullptr) x[e] += bias[hab * HD + d];
+            }
+            if (i == G + 1) {
+                T* row = vc + ((long long)pos * n_kv + g) * HD;
+#pragma unroll
+                for (int e = 0; e < P; ++e) vnew[lane * P + e] = a1_store(row + lane * P + e, x[e]);
+                continue;
+            }
+            const float* w = i < G ? qw : kw;
+            if (w != nullptr) {
+                float ss = 0.f;
+#pragma unroll
+                for (int e = 0; e < P; ++e) ss = fmaf(x[e], x[e], ss);
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+                const float inv = 1.0f / sqrtf(ss / (float)HD + eps);
+#pragma unroll
+                for (int e = 0; e < P; ++e) x[e] = x[e] * inv * w[lane * P + e];
+            }
+            float r[P];
+            constexpr int half = HD / 2;
+            if (interleaved) {
+#pragma unroll
+                for (int e = 0; e < P; e += 2) {
+                    const int ti = (lane * P + e) >> 1;
+                    const float c = cos_t[(long long)pos * half + ti];
+                    const float sn = sin_t[(long long)pos * half + ti];
+                    r[e] = x[e] * c - x[e + 1] * sn;
+                    r[e + 1] = x[e] * sn + x[e + 1] * c;
+                }
+            } else {
+                const bool first = lane < 16;  // dims < HD/2; the partner is lane ^ 16
+#pragma unroll
+                for (int e = 0; e < P; ++e) {
+                    const float xo = __shfl_xor_sync(0xffffffffu, x[e], 16);
+                    const int ti = (lane * P + e) & (half - 1);
+                    const float c = cos_t[(long long)pos * half + ti];
+                    const float sn = sin_t[(long long)pos * half + ti];
+                    const float x0 = first ? x[e] : xo, x1 = first ? xo : x[e];
+                    r[e] = first ? x0 * c - x1 * sn : x0 * sn + x1 * c;
+                }
+            }
+            if (i < G) {
+#pragma unroll
+                for (int e = 0; e < P; ++e) qs[i][lane * P + e] = r[e] * scale;
+            } else {
+                T* row = kc + ((long long)pos * n_kv + g) * HD;
+#pragma unroll
+                for (int e = 0; e < P; ++e) knew[lane * P + e] = a1_store(row + lane * P + e, r[e]);
+            }
+        }
+    } else {
+        for (int t = threadIdx.x; t < G * HD; t += A1_THREADS)
+            qs[t / HD][t % HD] = q[(long long)g * G * HD + t] * scale;
+    }
+    __syncthreads();
+
+    const int sub = lane / LPR, li = lane % LPR;
+    float qr[G][VEC];
+#pragma unroll
+    for (int i = 0; i < G; ++i)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) qr[i][e] = qs[i][li * VEC + e];
+    float m[G], l[G], o[G][VEC];
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        m[i] = NEG_INF;
+        l[i] = 0.f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) o[i][e] = 0.f;
+    }
+    const long long rstride = (long long)n_kv * HD;
+    const T* kb = kc + (long long)g * HD + li * VEC;
+    const T* vb = vc + (long long)g * HD + li * VEC;
+    for (int wb = k0 + warp * KPW; wb < kend; wb += U * STEP) {
+        A1Raw<T> kr[U], vr[U];
+        bool valid[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int j = wb + u * STEP + sub;
+            valid[u] = j < kend;
+            if (valid[u]) {
+                kr[u].load(kb + j * rstride);
+                vr[u].load(vb + j * rstride);
+            } else {
+                kr[u].zero();
+                vr[u].zero();
+            }
+        }
+        float sc[G][U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+        {
+            float kf[VEC];
+            kr[u].widen(kf);
+#pragma unroll
+            for (int i = 0; i < G; ++i) {
+                float d = qr[i][0] * kf[0];
+#pragma unroll
+                for (int e = 1; e < VEC; ++e) d = fmaf(qr[i][e], kf[e], d);
+                sc[i][u] = d;
+            }
+        }
+#pragma unroll
+        for (int x = LPR / 2; x > 0; x >>= 1)
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int i = 0; i < G; ++i) sc[i][u] += __shfl_xor_sync(0xffffffffu, sc[i][u], x);
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            float mt = m[i];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (valid[u]) mt = fmaxf(mt, sc[i][u]);
+            if (mt != NEG_INF) {
+                const float corr = expf(m[i] - mt);  // 0 while m = -inf
+                l[i] *= corr;
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) o[i][e] *= corr;
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const float p = valid[u] ? expf(sc[i][u] - mt) : 0.f;
+                    l[i] += p;
+                    float vf[VEC];
+                    vr[u].widen(vf);
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) o[i][e] = fmaf(p, vf[e], o[i][e]);
+                }
+                m[i] = mt;
+            }
+        }
+    }
+    // Merge the warp's lane groups (they hold different keys).
+#pragma unroll
+    for (int x = LPR; x < 32; x <<= 1) {
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            const float mo = __shfl_xor_sync(0xffffffffu, m[i], x);
+            const float lo = __shfl_xor_sync(0xffffffffu, l[i], x);
+            float oo[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) oo[e] = __shfl_xor_sync(0xffffffffu, o[i][e], x);
+            const float mn = fmaxf(m[i], mo);
+            if (mn != NEG_INF) {
+                const float c1 = expf(m[i] - mn), c2 = expf(mo - mn);
+                l[i] = l[i] * c1 + lo * c2;
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) o[i][e] = o[i][e] * c1 + oo[e] * c2;
+                m[i] = mn;
+            }
+        }
+    }
+    // The new key (fused, last block): warp 0 takes it from shared memory.
+    if (owns_new && warp == 0) {
+        float kk[VEC], vv[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            kk[e] = knew[li * VEC + e];
+            vv[e] = vnew[li * VEC + e];
+        }
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            float d = qr[i][0] * kk[0];
+#pragma unroll
+            for (int e = 1; e < VEC; ++e) d = fmaf(qr[i][e], kk[e], d);
+#pragma unroll
+            for (int x = LPR / 2; x > 0; x >>= 1) d += __shfl_xor_sync(0xffffffffu, d, x);
+            const float mn = fmaxf(m[i], d);
+            const float c = expf(m[i] - mn), p = expf(d - mn);
+            l[i] = l[i] * c + p;
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) o[i][e] = fmaf(p, vv[e], o[i][e] * c);
+            m[i] = mn;
+        }
+    }
+    if (sub == 0) {
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) wo[warp][i][li * VEC + e] = o[i][e];
+            if (li == 0) {
+                wm[warp][i] = m[i];
+                wl[warp][i] = l[i];
+            }
+        }
+    }
+    __syncthreads();
+    // The block's result per (head, dim): out directly, or this block's partial.
+    // part: [n_heads][S][HD + 4]: out[HD], max, sum, 2 pad (16-byte rows).
+    for (int t = threadIdx.x; t < G * HD; t += A1_THREADS) {
+        const int i = t / HD, d = t % HD;
+        float M = NEG_INF;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) M = fmaxf(M, wm[w][i]);
+        float L = 0.f, O = 0.f;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+            const float c = expf(wm[w][i] - M);  // 0 for a warp without keys
+            L = fmaf(wl[w][i], c, L);
+            O = fmaf(wo[w][i][d], c, O);
+        }
+        if (nact == 1) {
+            fo[t] = O / L;
+        } else {
+            float* pp = part + ((long long)(g * G + i) * S + s) * (HD + 4);
+            pp[d] = O;
+            if (d == 0) {
+                pp[HD] = M;
+                pp[HD + 1] = L;
+            }
+        }
+    }
+    if (nact > 1) {
+        __threadfence();  // this block's partial is visible before the count
+        __syncthreads();
+        if (threadIdx.x == 0)
+            last_flag = atomicInc(cnt + g, (unsigned)(nact - 1)) == (unsigned)(nact - 1);
+        __syncthreads();
+        if (!last_flag) return;
+        __threadfence();
+        for (int i = warp; i < G; i += NW) {
+            const float* ph = part + (long long)(g * G + i) * S * (HD + 4);
+            float mv[2], lv[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int si = lane + 32 * r;
+                mv[r] = si < nact ? __ldcg(ph + si * (HD + 4) + HD) : NEG_INF;
+                lv[r] = si < nact ? __ldcg(ph + si * (HD + 4) + HD + 1) : 0.f;
+            }
+            float M = fmaxf(mv[0], mv[1]);
+#pragma unroll
+            for (int x = 16; x > 0; x >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, x));
+            float L = 0.f;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int si = lane + 32 * r;
+                const float c = si < nact ? expf(mv[r] - M) : 0.f;
+                if (si < nact) cw[i][si] = c;
+                L = fmaf(lv[r], c, L);
+            }
+#pragma unroll
+            for (int x = 16; x > 0; x >>= 1) L += __shfl_xor_sync(0xffffffffu, L, x);
+            if (lane == 0) cinv[i] = 1.0f / L;
+        }
+        __syncthreads();
+        for (int t = threadIdx.x; t < G * HD / 4; t += A1_THREADS) {
+            const int i = t / (HD / 4), d4 = t % (HD / 4);
+            const float* pb = part + (long long)(g * G + i) * S * (HD + 4) + d4 * 4;
+            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+            int si = 0;
+            for (; si + 8 <= nact; si += 8) {
+                float4 v[8];
+#pragma unroll
+                for (int r = 0; r < 8; ++r)
+                    v[r] = __ldcg(reinterpret_cast<const float4*>(pb + (si + r) * (HD + 4)));
+#pragma unroll
+                for (int r = 0; r < 8; ++r) {
+                    const float c = cw[i][si + r];
+                    acc.x = fmaf(v[r].x, c, acc.x);
+                    acc.y = fmaf(v[r].y, c, acc.y);
+                    acc.z = fmaf(v[r].z, c, acc.z);
+                    acc.w = fmaf(v[r].w, c, acc.w);
+                }
+            }
+            for (; si < nact; ++si) {
+                const float4 v = __ldcg(reinterpret_cast<const float4*>(pb + si * (HD + 4)));
+                const float c = cw[i][si];
+                acc.x = fmaf(v.x, c, acc.x);
+                acc.y = fmaf(v.y, c, acc.y);
+                acc.z = fmaf(v.z, c, acc.z);
+                acc.w = fmaf(v.w, c, acc.w);
+            }
+            const float iv = cinv[i];
+            float* f = fo + i * HD + d4 * 4;
+            f[0] = acc.x * iv;
+            f[1] = acc.y * iv;
+            f[2] = acc.z * iv;
+            f[3] = acc.w * iv;
+        }
+    }
+    __syncthreads();
+    if (xhl == nullptr) {
+        for (int t = threadIdx.x; t < G * HD; t += A1_THREADS)
+            out[(long long)g * G * HD + t] = fo[t];
+    } else {
+        // Head h's HD values are the x preparation's blocks (HD/32)·h ..
+        for (int b = warp; b < G * HD / 32; b += NW)
+            prep32_store(fo[b * 32 + lane], lane, (long long)g * G * HD / 32 + b, xhl, xs);
+    }
+}
+
+// Kernel names: attn1_{f16,f32}_g{G}_hd{HD}.
+#define A1_KERNEL(HD, G, TN, T)                                                                \
+    extern "C" __global__ void __launch_bounds__(A1_THREADS) attn1_##TN##_g##G##_hd##HD(       \
+        const float* q, const float* qkv, const float* bias, const float* qw, const float* kw, \
+        const float* cos_t, const float* sin_t, T* kc, T* vc, float* part, unsigned* cnt,      \
+        const int* lenp, int len_add, int cap, int n_kv, int interleaved, int min_keys,        \
+        float eps, float scale, float* out, unsigned short* xhl, float* xs) {                  \
+        attn_onepass<HD, G, T>(q, qkv, bias, qw, kw, cos_t, sin_t, kc, vc, part, cnt, lenp,    \
+                               len_add, cap, n_kv, interleaved, min_keys, eps, scale, out, xhl, \
+                               xs);                                                            \
+    }
+
+#define A1_GROUPS(HD, TN, T) \
+    A1_KERNEL(HD, 1, TN, T)  \
+    A1_KERNEL(HD, 2, TN, T)  \
+    A1_KERNEL(HD, 3, TN, T)  \
+    A1_KERNEL(HD, 4, TN, T)  \
+    A1_KERNEL(HD, 5, TN, T)  \
+    A1_KERNEL(HD, 6, TN, T)  \
+    A1_KERNEL(HD, 7, TN, T)  \
+    A1_KERNEL(HD, 8, TN, T)
+
+A1_GROUPS(128, f16, unsigned short)
+A1_GROUPS(128, f32, float)
+A1_GROUPS(64, f16, unsigned short)
+A1_GROUPS(64, f32, float)
