@@ -18,7 +18,7 @@ use favlo_server::{Catalog, CatalogRow};
 pub struct Factory {
     /// Storage of language-model matrices.
     pub llama_format: favlo_llama::WeightFormat,
-    /// Where language models run (`--device`).
+    /// Where language and embeddings models run (`--device`).
     pub device: favlo_runtime::device::Device,
 }
 
@@ -54,7 +54,12 @@ impl PipelineFactory for Factory {
     ) -> Result<Arc<dyn EmbeddingsPipeline>, PipelineError> {
         match spec.family.as_str() {
             "bert" => {
-                let p = favlo_bert::open_embeddings(spec, Arc::clone(ledger), owner.clone())?;
+                let p = favlo_bert::open_embeddings(
+                    spec,
+                    Arc::clone(ledger),
+                    owner.clone(),
+                    self.device,
+                )?;
                 Ok(Arc::from(p))
             }
             other => Err(unknown_family(spec, other)),

@@ -42,6 +42,8 @@ pub struct BenchOptions {
     pub latency_runs: usize,
     /// Weights: f32 as stored or int8.
     pub format: WeightFormat,
+    /// Where the encoder runs (`Device::Cuda(n)` needs the `cuda` feature).
+    pub device: Device,
 }
 
 impl Default for BenchOptions {
@@ -52,6 +54,7 @@ impl Default for BenchOptions {
             sentences: 1024,
             latency_runs: 200,
             format: WeightFormat::AsStored,
+            device: Device::Cpu,
         }
     }
 }
@@ -138,6 +141,7 @@ pub fn bench_embeddings(
         Owner::mint("bench-embeddings"),
         OpenOptions {
             format: options.format,
+            device: options.device,
         },
     )?;
     let texts = corpus();
@@ -174,8 +178,8 @@ pub fn bench_embeddings(
             p50_ms: pct(0.5),
             p90_ms: pct(0.9),
             threads: options.threads.max(1),
-            int8: model.encoder().is_int8(),
-            weights: model.encoder().weights_kind(),
+            int8: model.is_int8(),
+            weights: model.weights_kind(),
         })
     })
 }

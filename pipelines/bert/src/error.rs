@@ -35,6 +35,9 @@ pub enum BertError {
     /// The memory ledger refused an allocation.
     #[error("memory ledger refused {what}: {reason}")]
     Ledger { what: String, reason: String },
+    /// The device cannot run the encoder (CUDA missing, unusable, or a driver call failed).
+    #[error("{message}")]
+    Device { message: String },
     /// The tokenizer failed to load or encode.
     #[error("tokenizer: {reason}")]
     Tokenizer { reason: String },

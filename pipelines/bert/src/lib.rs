@@ -10,10 +10,14 @@
 //!   [`dense`]), except the int8 linear ([`int8`]) and the fused bias + GELU pass ([`epilogue`]).
 //! - Tokenization ignores the padding/truncation a `tokenizer.json` configures and truncates at
 //!   the model's own limit, reporting it ([`tokenize`]).
+//! - With the `cuda` feature, `OpenOptions::device = Device::Cuda(n)` runs the same packed
+//!   forward on an NVIDIA GPU in exact f32 (`cuda`, module present only with the feature).
 
 pub mod attention;
 pub mod bench;
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod dense;
 pub mod epilogue;
 pub mod error;
@@ -31,6 +35,6 @@ pub use config::{EncoderConfig, Family, Pooling, SentenceConfig};
 pub use error::BertError;
 pub use favlo_runtime::cpu::amx::Precision;
 pub use model::{Encoder, Hidden};
-pub use pipeline::{BertEmbeddings, OpenOptions, open_embeddings};
+pub use pipeline::{BertEmbeddings, OpenOptions, check_device, open_embeddings};
 pub use quantize::{QuantizeReport, quantize_int8, quantize_int8_grouped};
 pub use weights::{DEFAULT_AMX, WeightFormat};

@@ -124,29 +124,7 @@ impl Encoder {
     pub fn forward(&self, seqs: &[&[u32]]) -> Result<Hidden, BertError> {
         let cfg = &self.cfg;
         let h = cfg.hidden_size;
-        let mut offsets = Vec::with_capacity(seqs.len() + 1);
-        offsets.push(0usize);
-        for s in seqs {
-            if s.len() > cfg.max_positions() {
-                return Err(BertError::Config {
-                    field: "max_position_embeddings",
-                    reason: format!(
-                        "a sequence of {} tokens exceeds {}",
-                        s.len(),
-                        cfg.max_positions()
-                    ),
-                });
-            }
-            if let Some(bad) = s.iter().find(|&&id| id as usize >= cfg.vocab_size) {
-                return Err(BertError::Tokenizer {
-                    reason: format!(
-                        "token id {bad} is outside the vocabulary of {}",
-                        cfg.vocab_size
-                    ),
-                });
-            }
-            offsets.push(offsets[offsets.len() - 1] + s.len());
-        }
+        let offsets = packed_offsets(cfg, seqs)?;
         let t = offsets[seqs.len()];
         let mut x = self.scratch(t * h)?;
         let mut tmp = self.scratch(t * h)?;
@@ -233,4 +211,36 @@ impl Encoder {
             x,
         );
     }
+}
+
+/// Row offsets of `seqs` laid end to end (`offsets[i]..offsets[i+1]` is sequence `i`),
+/// after checking every sequence fits the position table and every id the vocabulary.
+pub(crate) fn packed_offsets(
+    cfg: &EncoderConfig,
+    seqs: &[&[u32]],
+) -> Result<Vec<usize>, BertError> {
+    let mut offsets = Vec::with_capacity(seqs.len() + 1);
+    offsets.push(0usize);
+    for s in seqs {
+        if s.len() > cfg.max_positions() {
+            return Err(BertError::Config {
+                field: "max_position_embeddings",
+                reason: format!(
+                    "a sequence of {} tokens exceeds {}",
+                    s.len(),
+                    cfg.max_positions()
+                ),
+            });
+        }
+        if let Some(bad) = s.iter().find(|&&id| id as usize >= cfg.vocab_size) {
+            return Err(BertError::Tokenizer {
+                reason: format!(
+                    "token id {bad} is outside the vocabulary of {}",
+                    cfg.vocab_size
+                ),
+            });
+        }
+        offsets.push(offsets[offsets.len() - 1] + s.len());
+    }
+    Ok(offsets)
 }

@@ -239,61 +239,41 @@ impl Reader {
     }
 }
 
-/// Loads tensors into ledger buffers for one owner.
-pub(crate) struct Loader<'a> {
-    pub reader: &'a Reader,
-    pub ledger: &'a Arc<Ledger>,
-    pub owner: &'a Owner,
-    pub format: WeightFormat,
-}
-
-impl Loader<'_> {
-    fn put<T: favlo_runtime::buffer::Element>(
-        &self,
-        data: &[T],
-        what: &str,
-    ) -> Result<Buffer<T>, BertError> {
-        self.ledger
-            .alloc_from(self.owner, SpanKind::Resident, data)
-            .map_err(|e| BertError::ledger(what, e))
-    }
-
-    fn vec(&self, name: &str, shape: &[usize]) -> Result<Buffer<f32>, BertError> {
-        let data = self.reader.f32(name, shape)?;
-        self.put(&data, name)
-    }
-
-    fn norm(&self, base: &str, h: usize) -> Result<Norm, BertError> {
-        // Old TF-converted checkpoints call them gamma/beta.
-        let (w, b) = if self.reader.has(&format!("{base}.weight")) {
+impl Reader {
+    /// A LayerNorm's (weight, bias); old TF-converted checkpoints call them gamma/beta.
+    pub fn read_norm(&self, base: &str, h: usize) -> Result<(Vec<f32>, Vec<f32>), BertError> {
+        let (w, b) = if self.has(&format!("{base}.weight")) {
             ("weight", "bias")
         } else {
             ("gamma", "beta")
         };
-        Ok(Norm {
-            weight: self.vec(&format!("{base}.{w}"), &[h])?,
-            bias: self.vec(&format!("{base}.{b}"), &[h])?,
-        })
+        Ok((
+            self.f32(&format!("{base}.{w}"), &[h])?,
+            self.f32(&format!("{base}.{b}"), &[h])?,
+        ))
     }
 
-    /// Rows of one or more linears stacked along n (for the fused QKV).
-    fn linear(&self, bases: &[String], n_each: usize, k: usize) -> Result<Linear, BertError> {
-        let stored_int8 = bases
-            .iter()
-            .all(|b| self.reader.has(&format!("{b}.weight_scale")));
+    /// The linears `bases` (each `[n_each, k]`) stacked along n, as stored: f32 (from any
+    /// float dtype) or Favlo int8 (detected by every base having a `weight_scale`).
+    pub fn read_linear(
+        &self,
+        bases: &[String],
+        n_each: usize,
+        k: usize,
+    ) -> Result<HostLinear, BertError> {
+        let stored_int8 = bases.iter().all(|b| self.has(&format!("{b}.weight_scale")));
         let mut bias = Vec::with_capacity(n_each * bases.len());
         for b in bases {
-            bias.extend(self.reader.f32(&format!("{b}.bias"), &[n_each])?);
+            bias.extend(self.f32(&format!("{b}.bias"), &[n_each])?);
         }
         let n = n_each * bases.len();
-        let what = format!("{} (+{} fused)", bases[0], bases.len() - 1);
         let w = if stored_int8 {
             let mut q = Vec::with_capacity(n * k);
             let mut scales = Vec::new();
             let mut group = None;
             for b in bases {
                 let name = format!("{b}.weight");
-                for v in self.reader.f32(&name, &[n_each, k])? {
+                for v in self.f32(&name, &[n_each, k])? {
                     if v.fract() != 0.0 || !(-128.0..=127.0).contains(&v) {
                         return Err(BertError::tensor(
                             &name,
@@ -312,58 +292,27 @@ impl Loader<'_> {
                 }
                 group = Some(g);
                 let groups = k.div_ceil(g);
-                let shape = self.reader.shape(&scale_name).unwrap_or_default();
+                let shape = self.shape(&scale_name).unwrap_or_default();
                 let want: Vec<usize> = if shape.len() == 1 {
                     vec![n_each]
                 } else {
                     vec![n_each, groups]
                 };
-                scales.extend(self.reader.f32(&scale_name, &want)?);
+                scales.extend(self.f32(&scale_name, &want)?);
             }
-            LinearWeights::Int8 {
-                q: self.put(&q, &what)?,
-                scales: self.put(&scales, &what)?,
+            HostWeights::Int8 {
+                q,
+                scales,
                 group: group.unwrap_or(k.max(1)),
             }
         } else {
             let mut w = Vec::with_capacity(n * k);
             for b in bases {
-                w.extend(self.reader.f32(&format!("{b}.weight"), &[n_each, k])?);
+                w.extend(self.f32(&format!("{b}.weight"), &[n_each, k])?);
             }
-            let amx_precision = match self.format {
-                WeightFormat::AsStored if amx::available() => Some(DEFAULT_AMX),
-                WeightFormat::Amx(p) => Some(p),
-                _ => None,
-            };
-            match self.format {
-                _ if amx_precision.is_some() => {
-                    let precision = amx_precision.unwrap_or(DEFAULT_AMX);
-                    let mut packed = vec![0u16; amx::packed_len(n, k, precision)];
-                    amx::pack_b_into(&w, BLayout::Nk, n, k, precision, &mut packed);
-                    LinearWeights::Amx {
-                        packed: self.put(&packed, &what)?,
-                        precision,
-                    }
-                }
-                WeightFormat::AsStored | WeightFormat::F32 | WeightFormat::Amx(_) => {
-                    LinearWeights::Packed(self.put(&dense::pack(&w, n, k), &what)?)
-                }
-                WeightFormat::Int8 => {
-                    let (q, scales) = int8::quantize_groups(&w, n, k, int8::GROUP);
-                    LinearWeights::Int8 {
-                        q: self.put(&q, &what)?,
-                        scales: self.put(&scales, &what)?,
-                        group: int8::effective_group(k, int8::GROUP),
-                    }
-                }
-            }
+            HostWeights::F32(w)
         };
-        Ok(Linear {
-            w,
-            bias: self.put(&bias, &what)?,
-            n,
-            k,
-        })
+        Ok(HostLinear { w, bias, n, k })
     }
 
     /// Group size of a stored scale tensor: `[n]` is the old per-row format (one group of
@@ -371,14 +320,13 @@ impl Loader<'_> {
     /// without it, `k / G` when that divides exactly.
     fn scale_group(&self, scale_name: &str, n: usize, k: usize) -> Result<usize, BertError> {
         let shape = self
-            .reader
             .shape(scale_name)
             .ok_or_else(|| BertError::tensor(scale_name, "not found"))?;
         let bad = |reason: String| BertError::tensor(scale_name, reason);
         match shape.as_slice() {
             [rows] if *rows == n => Ok(k.max(1)),
             [rows, groups] if *rows == n && *groups >= 1 => {
-                let group = match self.reader.metadata(int8_meta::GROUP_SIZE_KEY) {
+                let group = match self.metadata(int8_meta::GROUP_SIZE_KEY) {
                     Some(text) => text.trim().parse::<usize>().map_err(|_| {
                         bad(format!(
                             "metadata {} = {text:?} is not a number",
@@ -406,6 +354,132 @@ impl Loader<'_> {
                 k.div_ceil(int8::GROUP)
             ))),
         }
+    }
+}
+
+/// A linear layer's weights as the checkpoint stores them, before they are laid out.
+pub(crate) enum HostWeights {
+    F32(Vec<f32>),
+    Int8 {
+        q: Vec<i8>,
+        scales: Vec<f32>,
+        group: usize,
+    },
+}
+
+/// `y = x W^T + b` as read: `W[n, k]` row-major, `bias[n]`.
+pub(crate) struct HostLinear {
+    pub w: HostWeights,
+    pub bias: Vec<f32>,
+    pub n: usize,
+    pub k: usize,
+}
+
+impl HostLinear {
+    /// `W` as f32 values: stored int8 widened to `scale · q` (the values the CPU's int8
+    /// kernels multiply by, rounded once to f32); f32 as stored, or with `quantize` first
+    /// through the load-time group-int8 quantization ([`WeightFormat::Int8`]). Used by the
+    /// CUDA path, which runs every linear in f32.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub fn widened(self, quantize: bool) -> Vec<f32> {
+        let (n, k) = (self.n, self.k);
+        let (q, scales, group) = match self.w {
+            HostWeights::F32(w) if !quantize => return w,
+            HostWeights::F32(w) => {
+                let (q, s) = int8::quantize_groups(&w, n, k, int8::GROUP);
+                (q, s, int8::effective_group(k, int8::GROUP))
+            }
+            HostWeights::Int8 { q, scales, group } => (q, scales, group),
+        };
+        let groups = k.div_ceil(group.max(1));
+        let mut w = vec![0f32; n * k];
+        for (j, row) in w.chunks_exact_mut(k.max(1)).enumerate().take(n) {
+            for (c, v) in row.iter_mut().enumerate() {
+                *v = scales[j * groups + c / group] * f32::from(q[j * k + c]);
+            }
+        }
+        w
+    }
+}
+
+/// Loads tensors into ledger buffers for one owner.
+pub(crate) struct Loader<'a> {
+    pub reader: &'a Reader,
+    pub ledger: &'a Arc<Ledger>,
+    pub owner: &'a Owner,
+    pub format: WeightFormat,
+}
+
+impl Loader<'_> {
+    fn put<T: favlo_runtime::buffer::Element>(
+        &self,
+        data: &[T],
+        what: &str,
+    ) -> Result<Buffer<T>, BertError> {
+        self.ledger
+            .alloc_from(self.owner, SpanKind::Resident, data)
+            .map_err(|e| BertError::ledger(what, e))
+    }
+
+    fn vec(&self, name: &str, shape: &[usize]) -> Result<Buffer<f32>, BertError> {
+        let data = self.reader.f32(name, shape)?;
+        self.put(&data, name)
+    }
+
+    fn norm(&self, base: &str, h: usize) -> Result<Norm, BertError> {
+        let (w, b) = self.reader.read_norm(base, h)?;
+        Ok(Norm {
+            weight: self.put(&w, base)?,
+            bias: self.put(&b, base)?,
+        })
+    }
+
+    /// Rows of one or more linears stacked along n (for the fused QKV).
+    fn linear(&self, bases: &[String], n_each: usize, k: usize) -> Result<Linear, BertError> {
+        let HostLinear { w, bias, n, k } = self.reader.read_linear(bases, n_each, k)?;
+        let what = format!("{} (+{} fused)", bases[0], bases.len() - 1);
+        let w = match w {
+            HostWeights::Int8 { q, scales, group } => LinearWeights::Int8 {
+                q: self.put(&q, &what)?,
+                scales: self.put(&scales, &what)?,
+                group,
+            },
+            HostWeights::F32(w) => {
+                let amx_precision = match self.format {
+                    WeightFormat::AsStored if amx::available() => Some(DEFAULT_AMX),
+                    WeightFormat::Amx(p) => Some(p),
+                    _ => None,
+                };
+                match self.format {
+                    _ if amx_precision.is_some() => {
+                        let precision = amx_precision.unwrap_or(DEFAULT_AMX);
+                        let mut packed = vec![0u16; amx::packed_len(n, k, precision)];
+                        amx::pack_b_into(&w, BLayout::Nk, n, k, precision, &mut packed);
+                        LinearWeights::Amx {
+                            packed: self.put(&packed, &what)?,
+                            precision,
+                        }
+                    }
+                    WeightFormat::AsStored | WeightFormat::F32 | WeightFormat::Amx(_) => {
+                        LinearWeights::Packed(self.put(&dense::pack(&w, n, k), &what)?)
+                    }
+                    WeightFormat::Int8 => {
+                        let (q, scales) = int8::quantize_groups(&w, n, k, int8::GROUP);
+                        LinearWeights::Int8 {
+                            q: self.put(&q, &what)?,
+                            scales: self.put(&scales, &what)?,
+                            group: int8::effective_group(k, int8::GROUP),
+                        }
+                    }
+                }
+            }
+        };
+        Ok(Linear {
+            w,
+            bias: self.put(&bias, &what)?,
+            n,
+            k,
+        })
     }
 
     pub fn load(&self, cfg: &EncoderConfig) -> Result<Weights, BertError> {

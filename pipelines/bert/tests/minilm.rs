@@ -38,7 +38,10 @@ fn open(dir: &Path, format: WeightFormat) -> BertEmbeddings {
         dir,
         ledger,
         Owner::mint("minilm-test"),
-        OpenOptions { format },
+        OpenOptions {
+            format,
+            ..OpenOptions::default()
+        },
     )
     .unwrap()
 }
@@ -111,7 +114,7 @@ fn minilm_matches_sentence_transformers() {
         println!(
             "MiniLM {format:?} ({}) vs sentence-transformers: min cosine over 64 = {min:.7} \
              (1 - min = {:.1e}), mean {mean:.7}, truncated long text {c_long:.7}",
-            model.encoder().weights_kind(),
+            model.weights_kind(),
             1.0 - min
         );
         // The issue's bar holds for the serving default and every ≈f32 path; plain bf16
@@ -130,7 +133,7 @@ fn minilm_matches_sentence_transformers() {
 
     // int8 weights vs f32 on the same inputs.
     let int8 = open(&dir, WeightFormat::Int8);
-    assert!(int8.encoder().is_int8());
+    assert!(int8.is_int8());
     let q = int8.embed_batch(&sentences).unwrap();
     let cos: Vec<f64> = q
         .iter()
@@ -155,7 +158,7 @@ fn minilm_matches_sentence_transformers() {
     let tmp = tempfile::tempdir().unwrap();
     favlo_bert::quantize_int8(&dir, tmp.path()).unwrap();
     let from_file = open(tmp.path(), WeightFormat::AsStored);
-    assert!(from_file.encoder().is_int8());
+    assert!(from_file.is_int8());
     let f = from_file.embed_batch(&sentences[..8]).unwrap();
     for (a, b) in f.iter().zip(&q) {
         assert!(cosine(&a.vector, &b.vector) >= 0.999_999);

@@ -147,7 +147,16 @@ fn tiny_xlm_roberta_matches_transformers() {
 
 fn open(dir: &Path, format: WeightFormat) -> BertEmbeddings {
     let ledger = Ledger::new(Device::Cpu, None);
-    BertEmbeddings::open(dir, ledger, Owner::mint("test"), OpenOptions { format }).unwrap()
+    BertEmbeddings::open(
+        dir,
+        ledger,
+        Owner::mint("test"),
+        OpenOptions {
+            format,
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap()
 }
 
 #[test]
@@ -226,7 +235,7 @@ fn int8_writer_round_trips_and_stays_close() {
     assert!(tmp.path().join("tokenizer.json").is_file());
     assert!(tmp.path().join("1_Pooling/config.json").is_file());
     let from_file = open(tmp.path(), WeightFormat::AsStored);
-    assert!(from_file.encoder().is_int8());
+    assert!(from_file.is_int8());
     let on_the_fly = open(&dir, WeightFormat::Int8);
     let f32_model = open(&dir, WeightFormat::F32);
     let texts = [
