@@ -117,6 +117,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cases: cases(),
         one_copy: true,
         prep_x: true,
+        pdl_chain: false,
     };
     let r = gemv_bench(&ctx, &opts, |row| println!("{}", line(row)))?;
     println!(

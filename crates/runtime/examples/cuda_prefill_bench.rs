@@ -13,7 +13,7 @@
 //! `FAVLO_PREFILL_PROFILE=1` only runs each matrix's GEMM (default loop, then the
 //! probe) once after the checks, for Nsight Compute. Before timing, 4 tokens of
 //! each matrix are checked against an f64 reference (max|err|/max|ref| ≤ 1e-3).
-//! `cuda_prefill_anchor.py` times PyTorch (bf16 matmul, FP8 `_scaled_mm`) on the
+//! `tools/bench/cuda_prefill_anchor.py` times PyTorch (bf16 matmul, FP8 `_scaled_mm`) on the
 //! same shapes.
 //!
 //! Run: `cargo run --release -p favlo-runtime --features cuda --example cuda_prefill_bench`

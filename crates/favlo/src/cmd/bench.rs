@@ -30,6 +30,10 @@ pub enum BenchWhat {
     /// Batch-1 decode of a Qwen3-8B-shaped model with random MX weights on a CUDA
     /// GPU, tokens/s beside the HBM roofline (and PyTorch with --anchor).
     Decode(DecodeBench),
+    /// The prefill GEMMs of a Qwen3-8B-shaped model with random MXFP8 weights on a CUDA
+    /// GPU (the FP8 tensor-core GEMM and the chat path's exact GEMM), TFLOP/s beside the
+    /// FP8 tensor-core rate (and PyTorch with --anchor).
+    Prefill(PrefillBench),
     /// Prefill and decode tokens/s of a chat model at 1 and 2 threads.
     Chat(super::bench_chat::ChatBench),
     /// Sentences/s of an embeddings model at batch 1, 8, 32, and one-sentence latency.
@@ -73,6 +77,23 @@ pub struct DecodeBench {
     /// Timed decode steps.
     #[arg(long, default_value_t = 32)]
     pub steps: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct PrefillBench {
+    /// cuda or cuda:N (this benchmark needs a CUDA device).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Also run PyTorch's bf16 and FP8 GEMMs on the same shapes (needs python3 and
+    /// torch with CUDA) and print them beside.
+    #[arg(long)]
+    pub anchor: bool,
+    /// Prompt tokens (rows of every GEMM).
+    #[arg(long, default_value_t = 2048)]
+    pub tokens: usize,
+    /// Decoder layers (distinct weight copies per matrix).
+    #[arg(long, default_value_t = 36)]
+    pub layers: usize,
 }
 
 #[derive(Args, Debug)]
@@ -134,6 +155,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.what {
         BenchWhat::Kernels(b) => kernels(b),
         BenchWhat::Decode(b) => decode(b),
+        BenchWhat::Prefill(b) => prefill(b),
         BenchWhat::Chat(b) => super::bench_chat::chat(b),
         BenchWhat::Embeddings(b) => embeddings(b),
     }
@@ -166,6 +188,24 @@ fn decode(b: DecodeBench) -> anyhow::Result<ExitCode> {
         steps: b.steps,
     };
     crate::cmd::bench_cuda::decode(n, &request)
+}
+
+fn prefill(b: PrefillBench) -> anyhow::Result<ExitCode> {
+    let Device::Cuda(n) = crate::cmd::common::device(&b.device)? else {
+        return Err(UsageError(
+            "favlo bench prefill needs a CUDA device: use --device cuda or cuda:N".into(),
+        )
+        .into());
+    };
+    if b.tokens == 0 || b.layers == 0 {
+        return Err(UsageError("--tokens and --layers must be at least 1".into()).into());
+    }
+    let request = crate::cmd::bench_cuda::PrefillRequest {
+        anchor: b.anchor,
+        tokens: b.tokens,
+        layers: b.layers,
+    };
+    crate::cmd::bench_cuda::prefill(n, &request)
 }
 
 pub(crate) fn find_gguf(dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {

@@ -1,5 +1,6 @@
-//! `favlo bench kernels|decode --device cuda[:N]`: the CUDA benchmark tables of
-//! `favlo_runtime::cuda::bench`, printed here, and the PyTorch anchor of the decode.
+//! `favlo bench kernels|decode|prefill --device cuda[:N]`: the CUDA benchmark tables of
+//! `favlo_runtime::cuda::bench`, printed here, and the PyTorch anchors of the decode
+//! and the prefill.
 //!
 //! Key design choice: the anchor's prerequisites (python3, torch with CUDA) are checked
 //! before the GPU run starts, so a missing one is a quick, named error; the anchor
@@ -9,7 +10,16 @@
 use std::process::ExitCode;
 
 #[cfg(feature = "cuda")]
-pub use with_cuda::{decode, kernels};
+pub use with_cuda::{decode, kernels, prefill};
+
+/// What `favlo bench prefill` was asked for (besides the device).
+#[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub struct PrefillRequest {
+    pub anchor: bool,
+    pub tokens: usize,
+    pub layers: usize,
+}
 
 /// What `favlo bench decode` was asked for (besides the device).
 #[derive(Debug, Clone)]
@@ -39,13 +49,22 @@ pub fn decode(_ordinal: u32, _r: &DecodeRequest) -> anyhow::Result<ExitCode> {
     )
 }
 
+#[cfg(not(feature = "cuda"))]
+pub fn prefill(_ordinal: u32, _r: &PrefillRequest) -> anyhow::Result<ExitCode> {
+    Err(
+        crate::cmd::common::UsageError("this favlo was built without the cuda feature".into())
+            .into(),
+    )
+}
+
 #[cfg(feature = "cuda")]
 mod with_cuda {
-    use super::{DecodeRequest, ExitCode};
+    use super::{DecodeRequest, ExitCode, PrefillRequest};
     use anyhow::{Context, bail};
     use favlo_runtime::cuda::CudaContext;
     use favlo_runtime::cuda::bench::{
-        DecodeBenchOptions, GemvBenchOptions, decode_bench, format_name, gemv_bench, mx_format,
+        DecodeBenchOptions, FP8_PEAK_TFLOPS, GemvBenchOptions, PrefillBenchOptions, decode_bench,
+        format_name, gemv_bench, mx_format, prefill_bench, tflops,
     };
 
     fn open(ordinal: u32) -> anyhow::Result<std::sync::Arc<CudaContext>> {
@@ -67,16 +86,24 @@ mod with_cuda {
             "bytes per GEMV = packed data + scales + x (f32); weights streamed from DRAM (copies ≥ 512 MB); median of 15"
         );
         println!(
-            "{:<6} {:>11} {:<16} {:>9} {:>9} {:>7} {:>10} {:>14}",
-            "format", "N×K", "kernel", "MB", "µs", "GB/s", "% of copy", "max rel err*"
+            "{:<6} {:>11} {:<16} {:>9} {:>9} {:>7} {:>10} {:>14}   chained with PDL†: µs, % of copy",
+            "format", "N×K", "kernel", "MB", "µs", "GB/s", "% of copy", "max rel err*",
         );
         for row in &r.rows {
             let kernel = match row.kernel {
                 Some(k) => format!("{} = {k:?}", row.name),
                 None => row.name.clone(),
             };
+            let chained = match (row.us_pdl, row.kernel_pdl) {
+                (Some(us), k) => {
+                    let pct = 100.0 * row.bytes / (us * 1e-6) / 1e9 / r.copy_gbps;
+                    let k = k.map(|k| format!(" ({k:?})")).unwrap_or_default();
+                    format!("{us:.1}, {pct:.0}%{k}")
+                }
+                (None, _) => "-".into(),
+            };
             println!(
-                "{:<6} {:>11} {:<16} {:>9.1} {:>9.1} {:>7.0} {:>9.0}% {:>14.1e}",
+                "{:<6} {:>11} {:<16} {:>9.1} {:>9.1} {:>7.0} {:>9.0}% {:>14.1e}   {chained}",
                 format_name(row.format),
                 format!("{}×{}", row.rows, row.cols),
                 kernel,
@@ -91,6 +118,9 @@ mod with_cuda {
             println!("skipped: {s}");
         }
         println!("* max |y − ref| / max |ref| over the first 64 rows, ref = CPU f64");
+        println!(
+            "† the same back-to-back GEMVs over distinct weights launched with programmatic dependent launch, as the decode step chains them: each GEMV requests its first weights before it waits for the one before (output checked again)"
+        );
         Ok(ExitCode::SUCCESS)
     }
 
@@ -224,6 +254,120 @@ mod with_cuda {
                 a.get("finite")
                     .and_then(serde_json::Value::as_bool)
                     .unwrap_or(false)
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+
+    /// The prefill GEMMs on both paths, and with `anchor` PyTorch's on the same shapes.
+    pub fn prefill(ordinal: u32, r: &PrefillRequest) -> anyhow::Result<ExitCode> {
+        if r.anchor {
+            check_anchor()?;
+        }
+        let ctx = open(ordinal)?;
+        let opts = PrefillBenchOptions {
+            tokens: r.tokens,
+            layers: r.layers,
+        };
+        let p = prefill_bench(&ctx, &opts)?;
+        drop(ctx);
+        println!(
+            "device {}; Qwen3-8B-shaped prefill GEMMs, {} tokens × {} layers of distinct random MXFP8 weights ({:.2} GB as wgmma tiles, {:.2} GB as GEMV tiles)",
+            p.device,
+            p.tokens,
+            p.layers,
+            p.fp8_weight_bytes as f64 / 1e9,
+            p.exact_weight_bytes as f64 / 1e9
+        );
+        println!(
+            "TFLOP/s of 2·m·n·k against the dense FP8 tensor-core rate {FP8_PEAK_TFLOPS:.0} TFLOP/s (datasheet); CUDA events, median of 7"
+        );
+        println!(
+            "{:<9} {:>11} {:>10} {:>8} {:>7} {:>10} {:>12} {:>8} {:>7} {:>10}",
+            "GEMM",
+            "n×k",
+            "FP8 ms",
+            "TFLOP/s",
+            "% FP8",
+            "rel err*",
+            "exact ms",
+            "TFLOP/s",
+            "% FP8",
+            "rel err†"
+        );
+        for row in &p.rows {
+            let (a, b) = (tflops(row.flop, row.fp8_ms), tflops(row.flop, row.exact_ms));
+            println!(
+                "{:<9} {:>11} {:>10.3} {:>8.0} {:>6.1}% {:>10.1e} {:>12.3} {:>8.0} {:>6.1}% {:>10.1e}",
+                row.name,
+                format!("{}×{}", row.n, row.k),
+                row.fp8_ms,
+                a,
+                100.0 * a / FP8_PEAK_TFLOPS,
+                row.fp8_err,
+                row.exact_ms,
+                b,
+                100.0 * b / FP8_PEAK_TFLOPS,
+                row.exact_err
+            );
+        }
+        let flop = p.flop();
+        let line = |name: &str, ms: f64| {
+            let t = tflops(flop, ms);
+            println!(
+                "{name:<56} {ms:>9.3} ms {t:>6.0} TFLOP/s {:>5.1}% of FP8 peak",
+                100.0 * t / FP8_PEAK_TFLOPS
+            );
+        };
+        println!("all GEMMs of the prefill, layer by layer:");
+        line("favlo MXFP8 wgmma GEMM (GemmMx)", p.fp8_total_ms);
+        line(
+            "  + E4M3 activation quantization before each",
+            p.fp8_quant_total_ms,
+        );
+        line(
+            "favlo exact-operand GEMM (MxGemm, the chat path)",
+            p.exact_total_ms,
+        );
+        println!(
+            "* GemmMx vs the f64 product of its E4M3-quantized activations (bound 1e-3); † MxGemm vs the f64 product of the f32 activations (bound 3e-5); 4 tokens, all columns"
+        );
+        if r.anchor {
+            let args = [
+                "--tokens".to_string(),
+                p.tokens.to_string(),
+                "--layers".into(),
+                p.layers.to_string(),
+                "--device".into(),
+                ordinal.to_string(),
+                "--json".into(),
+            ];
+            let out = crate::cmd::bench::run_anchor(
+                include_str!("../../../../tools/bench/cuda_prefill_anchor.py"),
+                &args,
+            )?;
+            let json = out
+                .lines()
+                .rev()
+                .find(|l| l.trim_start().starts_with('{'))
+                .context("the PyTorch anchor printed no JSON line")?;
+            let a: serde_json::Value =
+                serde_json::from_str(json).context("reading the PyTorch anchor's JSON")?;
+            let num = |k: &str| a.get(k).and_then(serde_json::Value::as_f64);
+            let (Some(bf16), Some(fp8), Some(row), Some(ceil)) = (
+                num("bf16_ms"),
+                num("fp8_ms"),
+                num("fp8_rowwise_ms"),
+                num("fp8_ceiling_tflops"),
+            ) else {
+                bail!("the PyTorch anchor's JSON lacks a figure: {json}");
+            };
+            let torch = a.get("torch").and_then(|v| v.as_str()).unwrap_or("?");
+            line(&format!("PyTorch {torch} bf16 matmul"), bf16);
+            line("PyTorch FP8 _scaled_mm, per-tensor scales", fp8);
+            line("PyTorch FP8 _scaled_mm, row-wise scales", row);
+            println!(
+                "(PyTorch FP8 _scaled_mm at 8192³: {ceil:.0} TFLOP/s; no per-32 block scales in either PyTorch FP8 GEMM)"
             );
         }
         Ok(ExitCode::SUCCESS)

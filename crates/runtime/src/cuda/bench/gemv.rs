@@ -78,6 +78,9 @@ pub struct GemvBenchOptions {
     pub one_copy: bool,
     /// Also time the x preparation alone, per shape.
     pub prep_x: bool,
+    /// Also time each tensor-core case with programmatic dependent launch between the
+    /// back-to-back GEMVs (as the decode graph chains them): `GemvRow::us_pdl`.
+    pub pdl_chain: bool,
 }
 
 impl Default for GemvBenchOptions {
@@ -94,6 +97,7 @@ impl Default for GemvBenchOptions {
             cases: vec![GemvCase::auto()],
             one_copy: false,
             prep_x: false,
+            pdl_chain: true,
         }
     }
 }
@@ -120,6 +124,10 @@ pub struct GemvRow {
     pub rel_err_all: f64,
     /// µs per GEMV over one copy (with `one_copy`).
     pub us_one_copy: Option<f64>,
+    /// µs per GEMV with PDL between consecutive launches (`pdl_chain`), and the
+    /// kernel `Auto` picks then.
+    pub us_pdl: Option<f64>,
+    pub kernel_pdl: Option<GemvKernel>,
 }
 
 /// The table and its ceiling.
@@ -171,6 +179,18 @@ pub fn gemv_bench(
             match shape.run_case(ctx, &kernels, &mut mma, case, opts, &mut first)? {
                 Ok(mut row) => {
                     row.of_copy = 100.0 * row.gbps / copy_gbps;
+                    if opts.pdl_chain && matches!(case.variant, GemvVariant::Mma { .. }) {
+                        // The same launches chained with PDL, as the decode step runs
+                        // them (checked again: the output must not change).
+                        mma.pdl = true;
+                        let chained =
+                            shape.run_case(ctx, &kernels, &mut mma, case, opts, &mut first);
+                        mma.pdl = false;
+                        if let Ok(r) = chained? {
+                            row.us_pdl = Some(r.us);
+                            row.kernel_pdl = r.kernel;
+                        }
+                    }
                     each(&row);
                     out.rows.push(row);
                 }
@@ -372,6 +392,8 @@ impl Shape {
             rel_err,
             rel_err_all,
             us_one_copy,
+            us_pdl: None,
+            kernel_pdl: None,
         }))
     }
 

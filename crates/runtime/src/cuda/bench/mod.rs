@@ -1,7 +1,8 @@
-//! The CUDA benchmarks behind `favlo bench kernels|decode --device cuda`: the MX GEMV
-//! beside the device-to-device copy ceiling ([`gemv_bench`]) and the batch-1 decode of
-//! a Qwen3-8B-shaped model with random MX weights beside its HBM roofline
-//! ([`decode_bench`]).
+//! The CUDA benchmarks behind `favlo bench kernels|decode|prefill --device cuda`: the
+//! MX GEMV beside the device-to-device copy ceiling ([`gemv_bench`]), the batch-1 decode
+//! of a Qwen3-8B-shaped model with random MX weights beside its HBM roofline
+//! ([`decode_bench`]) and that model's prefill GEMMs beside the FP8 tensor-core rate
+//! ([`prefill_bench`]).
 //!
 //! Key design choice: every figure is set against a ceiling measured in the same run
 //! on the same device (the copy bandwidth, read + written bytes), and every kernel is
@@ -12,10 +13,14 @@
 mod decode;
 mod decode_parts;
 mod gemv;
+mod prefill;
 
 pub use decode::{AttnMode, DecodeBench, DecodeBenchOptions, decode_bench};
 pub use decode_parts::{DecodeParts, PartRow};
 pub use gemv::{GemvBench, GemvBenchOptions, GemvCase, GemvRow, GemvVariant, gemv_bench};
+pub use prefill::{
+    FP8_PEAK_TFLOPS, PrefillBench, PrefillBenchOptions, PrefillRow, prefill_bench, tflops,
+};
 
 use super::CudaError;
 use favlo_mx::{ElementFormat, MxError, MxLayout};

@@ -1,24 +1,34 @@
-"""PyTorch anchor for cuda_prefill_bench: the same four Qwen3-8B GEMM shapes at a
-2048-token prefill over 36 layers of distinct weights, timed with CUDA events (median
-of 7 after 2 warm-ups), as
+"""PyTorch anchor of `favlo bench prefill --device cuda --anchor` (and of the
+`cuda_prefill_bench` example): the same four Qwen3-8B GEMM shapes at a 2048-token
+prefill over 36 layers of distinct weights, timed with CUDA events (median of 7 after
+2 warm-ups), as
 
 * bf16 `torch.matmul(x, w.T)` (the PyTorch prefill path), and
 * FP8 E4M3 `torch._scaled_mm` with per-tensor scales and with row-wise scales
   (cuBLASLt's FP8 GEMM: the FP8 ceiling on these shapes),
 
 plus a large square bf16 and FP8 product for the chip's ceilings. Inputs are random
-normal (not zeros). Usage: python3 cuda_prefill_anchor.py [tokens]
+normal (not zeros). With --json the last line is one JSON object of the totals.
+Usage: python3 cuda_prefill_anchor.py [--tokens 2048] [--layers 36] [--device 0] [--json]
 """
 
-import sys
+import argparse
+import json
 
 import torch
 
-M = int(sys.argv[1]) if len(sys.argv) > 1 else 2048
-LAYERS = 36
+ap = argparse.ArgumentParser()
+ap.add_argument("--tokens", type=int, default=2048)
+ap.add_argument("--layers", type=int, default=36)
+ap.add_argument("--device", type=int, default=0)
+ap.add_argument("--json", action="store_true")
+ARGS = ap.parse_args()
+M = ARGS.tokens
+LAYERS = ARGS.layers
 SHAPES = [("q|k|v", 6144, 4096), ("o", 4096, 4096), ("gate|up", 24576, 4096), ("down", 4096, 12288)]
 FP8_PEAK = 1979.0
-dev = "cuda"
+dev = f"cuda:{ARGS.device}"
+torch.cuda.set_device(ARGS.device)
 torch.manual_seed(0)
 
 
@@ -98,7 +108,13 @@ def main():
     b8 = b16.to(torch.float8_e4m3fn).T.contiguous().T
     one = torch.tensor(1.0, device=dev)
     t = median_ms(lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16), reps=10)
-    print(f"ceiling FP8 _scaled_mm 8192^3: {tf(2.0 * s**3, t):.0f} TFLOP/s ({100 * tf(2.0 * s**3, t) / FP8_PEAK:.1f}% of {FP8_PEAK:.0f})")
+    fp8_ceiling = tf(2.0 * s**3, t)
+    print(f"ceiling FP8 _scaled_mm 8192^3: {fp8_ceiling:.0f} TFLOP/s ({100 * fp8_ceiling / FP8_PEAK:.1f}% of {FP8_PEAK:.0f})")
+    if ARGS.json:
+        print(json.dumps({
+            "torch": torch.__version__, "flop": flops_all, "bf16_ms": a,
+            "fp8_ms": b, "fp8_rowwise_ms": c, "fp8_ceiling_tflops": fp8_ceiling,
+        }))
 
 
 if __name__ == "__main__":

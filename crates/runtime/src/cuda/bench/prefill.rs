@@ -1,0 +1,291 @@
+//! The prefill GEMMs of a Qwen3-8B-shaped model (`favlo bench prefill --device cuda`):
+//! per layer q|k|v 6144×4096, o 4096×4096 (`y +=`), gate|up 24576×4096 and down
+//! 4096×12288 (`y +=`) over `layers` distinct random MXFP8 weight copies (~7 GB, no L2
+//! reuse) at `tokens` tokens, on two paths:
+//! - the MXFP8 tensor-core GEMM (`GemmMx`, wgmma, E4M3 activations with a per-row and
+//!   per-(tile, block) power-of-two scale, the per-32 weight scales promoted per k step),
+//!   with and without its activation quantization;
+//! - the exact-operand GEMM the chat prefill runs (`MxGemm`: weights expanded to bf16,
+//!   activations in two bf16 planes, cuBLASLt).
+//!
+//! Key design choice: the figures are TFLOP/s of 2·m·n·k against the dense FP8
+//! datasheet rate (the "FP8 tensor-core roofline"), and each path is checked against
+//! an f64 product on a few tokens before it is timed (GemmMx against its own quantized
+//! activations ≤ 1e-3; MxGemm against the f32 activations ≤ 3e-5).
+
+use std::sync::Arc;
+
+use favlo_mx::{ElementFormat, MxView};
+
+use super::gemv::describe;
+use super::{BenchError, Rng, random_mx};
+use crate::cuda::{
+    CudaContext, GemmActs, GemmMx, GemmWeights, MxGemm, MxTiled, PrefillOps, XPrep, mx_gemm_k,
+    tile_gemm, tile_mx, time_ms,
+};
+use crate::ledger::{Owner, SpanKind};
+
+/// The H200's (and H100's) dense FP8 tensor-core rate from the datasheet, TFLOP/s.
+pub const FP8_PEAK_TFLOPS: f64 = 1979.0;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct PrefillBenchOptions {
+    /// Prompt tokens (rows of every GEMM).
+    pub tokens: usize,
+    /// Decoder layers (distinct weight copies per matrix).
+    pub layers: usize,
+}
+
+impl Default for PrefillBenchOptions {
+    fn default() -> Self {
+        PrefillBenchOptions {
+            tokens: 2048,
+            layers: 36,
+        }
+    }
+}
+
+/// One matrix of the layer, summed over the layers.
+#[derive(Clone, Debug)]
+pub struct PrefillRow {
+    pub name: &'static str,
+    pub n: usize,
+    pub k: usize,
+    /// 2·m·n·k over the layers.
+    pub flop: f64,
+    /// `GemmMx` (activations already quantized), ms.
+    pub fp8_ms: f64,
+    /// `MxGemm` (expansion, split and the bf16 GEMMs), ms.
+    pub exact_ms: f64,
+    /// Max relative error of the checks (GemmMx, MxGemm).
+    pub fp8_err: f64,
+    pub exact_err: f64,
+}
+
+/// The figures of one run.
+#[derive(Clone, Debug)]
+pub struct PrefillBench {
+    pub device: String,
+    pub tokens: usize,
+    pub layers: usize,
+    pub rows: Vec<PrefillRow>,
+    /// All GEMMs layer by layer: GemmMx alone, GemmMx with the activation quantization
+    /// before each GEMM, MxGemm (ms).
+    pub fp8_total_ms: f64,
+    pub fp8_quant_total_ms: f64,
+    pub exact_total_ms: f64,
+    /// Weight bytes on the device for each path.
+    pub fp8_weight_bytes: u64,
+    pub exact_weight_bytes: u64,
+}
+
+impl PrefillBench {
+    /// FLOPs of all the GEMMs.
+    pub fn flop(&self) -> f64 {
+        self.rows.iter().map(|r| r.flop).sum()
+    }
+}
+
+/// TFLOP/s of `flop` in `ms`.
+pub fn tflops(flop: f64, ms: f64) -> f64 {
+    flop / (ms * 1e-3) / 1e12
+}
+
+struct Mat {
+    name: &'static str,
+    n: usize,
+    k: usize,
+    /// 0: k = 4096, 1: k = 12288.
+    xin: usize,
+    accumulate: bool,
+    fp8: Vec<GemmWeights>,
+    exact: Vec<MxTiled>,
+    wf: Vec<f32>,
+}
+
+/// max |y − ref| / max |ref| over the first `toks` rows, all columns.
+fn check(x: &[f32], wf: &[f32], y: &[f32], n: usize, k: usize, toks: usize) -> f64 {
+    let (mut err, mut max) = (0f64, 0f64);
+    for t in 0..toks {
+        for c in 0..n {
+            let want: f64 = x[t * k..(t + 1) * k]
+                .iter()
+                .zip(&wf[c * k..(c + 1) * k])
+                .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                .sum();
+            max = max.max(want.abs());
+            err = err.max((f64::from(y[t * n + c]) - want).abs());
+        }
+    }
+    err / max.max(1e-30)
+}
+
+fn mismatch(what: String, rel_err: f64, tolerance: f64) -> BenchError {
+    BenchError::Mismatch {
+        what,
+        rel_err,
+        tolerance,
+    }
+}
+
+/// Runs the prefill GEMM benchmark on `ctx`.
+pub fn prefill_bench(
+    ctx: &Arc<CudaContext>,
+    opts: &PrefillBenchOptions,
+) -> Result<PrefillBench, BenchError> {
+    let (m, layers) = (opts.tokens, opts.layers);
+    if m == 0 || layers == 0 {
+        return Err(BenchError::Options("tokens and layers must be ≥ 1".into()));
+    }
+    let owner = Owner::mint("cuda-prefill-bench");
+    let g = GemmMx::load(ctx)?;
+    let ops = PrefillOps::load(ctx)?;
+    let mut rng = Rng::new(5);
+    let mut mats = Vec::new();
+    for (name, n, k, xin, accumulate) in [
+        ("q|k|v", 6144, 4096, 0, false),
+        ("o", 4096, 4096, 0, true),
+        ("gate|up", 24576, 4096, 0, false),
+        ("down", 4096, 12288, 1, true),
+    ] {
+        let (layout, packed) = random_mx(ElementFormat::Fp8E4M3, n, k, (117, 123), &mut rng);
+        let view = MxView::new(layout, &packed)?;
+        let w0 = GemmWeights::upload(ctx, &owner, &tile_gemm(view)?)?;
+        let mut fp8 = vec![w0];
+        for _ in 1..layers {
+            fp8.push(fp8[0].duplicate(ctx, &owner)?);
+        }
+        let tiled = tile_mx(view);
+        let exact = (0..layers)
+            .map(|_| MxTiled::upload(ctx, &owner, &tiled))
+            .collect::<Result<Vec<_>, _>>()?;
+        mats.push(Mat {
+            name,
+            n,
+            k,
+            xin,
+            accumulate,
+            fp8,
+            exact,
+            wf: view.dequantize(),
+        });
+    }
+    let fp8_weight_bytes = mats
+        .iter()
+        .flat_map(|mm| mm.fp8.iter().map(GemmWeights::device_bytes))
+        .sum();
+    let exact_weight_bytes = mats
+        .iter()
+        .flat_map(|mm| mm.exact.iter().map(MxTiled::device_bytes))
+        .sum();
+
+    // Activations (k = 4096 and 12288): f32 rows, their E4M3 quantization, their x prep.
+    let mut xs = Vec::new();
+    let mut acts = Vec::new();
+    let mut preps = Vec::new();
+    let mut xhost = Vec::new();
+    for k in [4096usize, 12288] {
+        let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-1.0, 1.0) + 0.01).collect();
+        let xd = ctx.upload(&owner, SpanKind::Scratch, &x)?;
+        let mut a = GemmActs::new(ctx, &owner, m, k)?;
+        g.quantize(&xd, m, k, k, &mut a)?;
+        let mut p = XPrep::new(ctx, &owner, m * k)?;
+        ops.prep_rows(&xd, k, m, k, k, &mut p)?;
+        xs.push(xd);
+        acts.push(a);
+        preps.push(p);
+        xhost.push(x);
+    }
+    let nmax = mats.iter().map(|mm| mm.n).max().unwrap_or(0);
+    let wmax = mats
+        .iter()
+        .map(|mm| mm.n * mx_gemm_k(&mm.exact[0]))
+        .max()
+        .unwrap_or(0);
+    let mut exact = MxGemm::new(ctx, &owner, wmax, m * 12288, 2)?;
+    let mut y = ctx.alloc::<f32>(&owner, SpanKind::Scratch, m * nmax)?;
+
+    // Checks before timing (4 tokens, all columns).
+    let toks = m.min(4);
+    let mut errs = Vec::new();
+    for mm in &mats {
+        g.gemm(&acts[mm.xin], &mm.fp8[0], &mut y, false)?;
+        let xq = acts[mm.xin].values(ctx)?;
+        let e8 = check(&xq, &mm.wf, &ctx.download(&y)?, mm.n, mm.k, toks);
+        if e8.is_nan() || e8 > 1e-3 {
+            return Err(mismatch(format!("GemmMx {}", mm.name), e8, 1e-3));
+        }
+        exact.run(&mm.exact[0], &preps[mm.xin], m, mm.k, &mut y, false)?;
+        let ex = check(&xhost[mm.xin], &mm.wf, &ctx.download(&y)?, mm.n, mm.k, toks);
+        if ex.is_nan() || ex > 3e-5 {
+            return Err(mismatch(format!("MxGemm {}", mm.name), ex, 3e-5));
+        }
+        errs.push((e8, ex));
+    }
+
+    let (warm, reps) = (2, 7);
+    let mut rows = Vec::new();
+    for (mm, (fp8_err, exact_err)) in mats.iter().zip(errs) {
+        let a = &acts[mm.xin];
+        let fp8_ms = time_ms(ctx, warm, reps, || {
+            mm.fp8
+                .iter()
+                .try_for_each(|w| g.gemm(a, w, &mut y, mm.accumulate))
+        })?;
+        let p = &preps[mm.xin];
+        let exact_ms = time_ms(ctx, warm, reps, || {
+            mm.exact
+                .iter()
+                .try_for_each(|w| exact.run(w, p, m, mm.k, &mut y, mm.accumulate))
+        })?;
+        rows.push(PrefillRow {
+            name: mm.name,
+            n: mm.n,
+            k: mm.k,
+            flop: 2.0 * (m * mm.n * mm.k) as f64 * layers as f64,
+            fp8_ms,
+            exact_ms,
+            fp8_err,
+            exact_err,
+        });
+    }
+    let fp8_total_ms = time_ms(ctx, warm, reps, || {
+        for l in 0..layers {
+            for mm in &mats {
+                g.gemm(&acts[mm.xin], &mm.fp8[l], &mut y, mm.accumulate)?;
+            }
+        }
+        Ok(())
+    })?;
+    let fp8_quant_total_ms = time_ms(ctx, warm, reps, || {
+        for l in 0..layers {
+            for mm in &mats {
+                g.quantize(&xs[mm.xin], m, mm.k, mm.k, &mut acts[mm.xin])?;
+                g.gemm(&acts[mm.xin], &mm.fp8[l], &mut y, mm.accumulate)?;
+            }
+        }
+        Ok(())
+    })?;
+    let exact_total_ms = time_ms(ctx, warm, reps, || {
+        for l in 0..layers {
+            for mm in &mats {
+                exact.run(&mm.exact[l], &preps[mm.xin], m, mm.k, &mut y, mm.accumulate)?;
+            }
+        }
+        Ok(())
+    })?;
+    drop((mats, xs, acts, preps, y, exact));
+    ctx.sweep(&owner)?;
+    Ok(PrefillBench {
+        device: describe(ctx),
+        tokens: m,
+        layers,
+        rows,
+        fp8_total_ms,
+        fp8_quant_total_ms,
+        exact_total_ms,
+        fp8_weight_bytes,
+        exact_weight_bytes,
+    })
+}
