@@ -5,7 +5,8 @@
 //! `tools/bench/embeddings_corpus.py`) is compiled in, so the CLI and the PyTorch anchor
 //! (`tools/bench/embeddings_anchor.py`) time exactly the same text; the run happens inside a
 //! dedicated rayon pool of `threads` threads. Tokenization is part of the timed work, as it is
-//! for `sentence-transformers`' `encode`.
+//! for `sentence-transformers`' `encode` (in parallel over the inputs of a batch, as the
+//! pipeline's `embed_texts` does).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use std::time::Instant;
 
 use favlo_runtime::device::Device;
 use favlo_runtime::ledger::{Ledger, Owner};
+use rayon::prelude::*;
 
 use crate::error::BertError;
 use crate::pipeline::{BertEmbeddings, OpenOptions};
@@ -185,10 +187,11 @@ pub fn bench_embeddings(
 }
 
 fn run(model: &BertEmbeddings, texts: &[&str], batch: usize) -> Result<(), BertError> {
-    let mut encoded = Vec::with_capacity(texts.len());
-    for t in texts {
-        encoded.push(model.tokenize(t)?);
-    }
+    // Tokenized in parallel, as `BertEmbeddings::embed_texts` does.
+    let encoded = texts
+        .par_iter()
+        .map(|t| model.tokenize(t))
+        .collect::<Result<Vec<_>, _>>()?;
     model.embed_encoded(&encoded, Some(batch))?;
     Ok(())
 }

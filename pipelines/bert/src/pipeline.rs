@@ -17,6 +17,7 @@ use std::sync::Arc;
 use favlo_pipeline::{Embedding, EmbeddingsPipeline, ModelSpec, PipelineError};
 use favlo_runtime::device::Device;
 use favlo_runtime::ledger::{Ledger, Owner, fit};
+use rayon::prelude::*;
 
 use crate::config::{EncoderConfig, SentenceConfig};
 use crate::error::BertError;
@@ -298,16 +299,19 @@ impl BertEmbeddings {
         texts: &[&str],
         batch: Option<usize>,
     ) -> Result<Vec<Embedding>, PipelineError> {
-        let mut encoded = Vec::with_capacity(texts.len());
-        for text in texts {
-            if text.trim().is_empty() {
-                return Err(PipelineError::invalid(
-                    "input must be a string",
-                    Some("input"),
-                ));
-            }
-            encoded.push(self.tokenize(text).map_err(to_pipeline_error)?);
+        if texts.iter().any(|t| t.trim().is_empty()) {
+            return Err(PipelineError::invalid(
+                "input must be a string",
+                Some("input"),
+            ));
         }
+        // Tokenization in parallel: on a GPU it is most of a request's host time
+        // (~110 µs per MiniLM sentence against ~50 µs of device forward in batches).
+        let encoded = texts
+            .par_iter()
+            .map(|t| self.tokenize(t))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(to_pipeline_error)?;
         self.embed_encoded(&encoded, batch)
             .map_err(to_pipeline_error)
     }
