@@ -86,8 +86,9 @@ pub struct BertEmbeddings {
 }
 
 /// Whether `device` can run this pipeline here: `Ok` for the CPU; for `Device::Cuda(n)`
-/// the build must have the `cuda` feature and the driver, NVRTC and device `n` must
-/// answer. The error ("CUDA is unavailable: …") says why not.
+/// the build must have the `cuda` feature and the driver, NVRTC, cuBLASLt and device `n`
+/// must answer. The error ("CUDA is unavailable: …") says why not; the binary can call
+/// this at start-up beside `favlo_llama::check_device`.
 pub fn check_device(device: Device) -> Result<(), BertError> {
     match device {
         Device::Cpu => Ok(()),

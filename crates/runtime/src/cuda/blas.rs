@@ -198,15 +198,23 @@ impl Drop for Pref {
 }
 
 impl BlasLt {
+    /// Whether `libcublasLt` can be loaded here (no device needed): `Unavailable`
+    /// with the reason otherwise. For checks before anything is opened.
+    pub fn available() -> Result<(), CudaError> {
+        // SAFETY: only tries `dlopen` on candidate names.
+        if unsafe { sys::is_culib_present() } {
+            Ok(())
+        } else {
+            Err(CudaError::Unavailable {
+                reason: "libcublasLt (cuBLASLt) was not found; add its directory (e.g. /usr/local/cuda/lib64) to LD_LIBRARY_PATH".into(),
+            })
+        }
+    }
+
     /// Loads cuBLASLt, creates a handle and allocates the workspace under `owner`
     /// (scratch). `Unavailable` when `libcublasLt` cannot be loaded.
     pub fn new(ctx: &CudaContext, owner: &Owner) -> Result<BlasLt, CudaError> {
-        // SAFETY: only tries `dlopen` on candidate names.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(CudaError::Unavailable {
-                reason: "libcublasLt (cuBLASLt) was not found; add its directory (e.g. /usr/local/cuda/lib64) to LD_LIBRARY_PATH".into(),
-            });
-        }
+        Self::available()?;
         let bytes = if ctx.compute_capability().0 >= 9 {
             WORKSPACE_HOPPER
         } else {

@@ -38,9 +38,11 @@ pub(crate) fn dev_err(e: CudaError) -> BertError {
     }
 }
 
-/// Whether `ordinal` can be opened here: `Ok(())` or the reason ("CUDA is unavailable: …").
+/// Whether `ordinal` can be opened here (driver, NVRTC, cuBLASLt, the device): `Ok(())`
+/// or the reason ("CUDA is unavailable: …").
 pub(crate) fn probe(ordinal: usize) -> Result<(), BertError> {
     let count = CudaContext::probe().map_err(dev_err)?;
+    BlasLt::available().map_err(dev_err)?;
     if ordinal >= count {
         return Err(BertError::Device {
             message: format!(
