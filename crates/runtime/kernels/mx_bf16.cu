@@ -55,39 +55,62 @@ __device__ __forceinline__ float bf16_float(u16 b) {
     return __uint_as_float(((u32)b) << 16);
 }
 
-// One thread per data byte of the row-major matrix (FP4: two values, FP8: one).
+// One thread per 16-byte piece of the tiled data (a lane's piece of one row: FP4 one
+// 32-value block, FP8 half a block), so each thread reads 16 contiguous bytes and one
+// scale and writes 32 (FP4) or 16 (FP8) contiguous bf16 values with 16-byte stores.
 // Tiled layout (gemv.rs `tile_mx`): per (32-row tile T, 128-byte chunk c) 4096 bytes
 // [i 4][j 2][lane 32][16 B] with lane = 4g + t holding row 32T + g + 8i, bytes
 // 128c + 64j + 16t; then per (T, c) the scale tile: FP4 8 bytes per lane [i][j]
 // (block 8c + 4j + t), FP8 8 bytes per lane pair p = lane/2 [i][j] (block 4c + 2j + p%2).
+// pieces = rows * chunks * 8 < 2^31 (checked by the caller).
 extern "C" __global__ void mx_tiled_to_bf16(const u8* __restrict__ data,
                                             const u8* __restrict__ scales,
                                             u16* __restrict__ out, int rows, int chunks,
                                             int fp4) {
-    const long long row_bytes = (long long)chunks * 128;
-    const long long total = (long long)rows * row_bytes;
-    const int per = fp4 ? 2 : 1;
-    const long long kp = row_bytes * per;
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (long long)gridDim.x * blockDim.x) {
-        const int r = (int)(idx / row_bytes);
-        const int b = (int)(idx % row_bytes);
-        const int tile = r >> 5, in_tile = r & 31;
-        const int i = in_tile >> 3, g = in_tile & 7;
-        const int c = b >> 7, bb = b & 127;
-        const int j = bb >> 6, t = (bb & 63) >> 4, o = bb & 15;
-        const int lane = 4 * g + t;
-        const long long tc = (long long)tile * chunks + c;
-        const u8 byte = data[(tc * 8 + i * 2 + j) * 512 + lane * 16 + o];
-        u16* dst = out + (long long)r * kp + (long long)b * per;
+    const u32 per_row = (u32)chunks * 8u;
+    const u32 total = (u32)rows * per_row;
+    const u32 kp = (u32)chunks * 128u * (fp4 ? 2u : 1u);
+    for (u32 idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += gridDim.x * blockDim.x) {
+        const u32 r = idx / per_row, p = idx - r * per_row;
+        const u32 tile = r >> 5, in_tile = r & 31u;
+        const u32 i = in_tile >> 3, g = in_tile & 7u;
+        const u32 c = p >> 3, j = (p >> 2) & 1u, t = p & 3u;
+        const u32 lane = 4u * g + t;
+        const unsigned long long tc = (unsigned long long)tile * chunks + c;
+        const uint4 v = *reinterpret_cast<const uint4*>(data + (tc * 8 + i * 2 + j) * 512 +
+                                                        lane * 16);
+        const u32 w[4] = {v.x, v.y, v.z, v.w};
+        uint4* dst = reinterpret_cast<uint4*>(out + (unsigned long long)r * kp +
+                                              (unsigned long long)p * (fp4 ? 32u : 16u));
         if (fp4) {
             const float s = e8m0(scales[tc * 256 + lane * 8 + i * 2 + j]);
-            dst[0] = bf16_bits(e2m1(byte) * s);
-            dst[1] = bf16_bits(e2m1(byte >> 4) * s);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                // Word q: 8 codes, low nibble first, values 8q .. 8q + 7.
+                u32 o[4];
+#pragma unroll
+                for (int h = 0; h < 4; ++h) {
+                    const u32 b = (w[q] >> (8 * h)) & 0xffu;
+                    o[h] = (u32)bf16_bits(e2m1(b) * s) |
+                           ((u32)bf16_bits(e2m1(b >> 4) * s) << 16);
+                }
+                dst[q] = make_uint4(o[0], o[1], o[2], o[3]);
+            }
         } else {
-            const int p = lane >> 1;
-            const float s = e8m0(scales[tc * 128 + p * 8 + i * 2 + j]);
-            dst[0] = bf16_bits(e4m3(byte) * s);
+            const float s = e8m0(scales[tc * 128 + (lane >> 1) * 8 + i * 2 + j]);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                u32 o[4];
+#pragma unroll
+                for (int h = 0; h < 4; ++h) {
+                    const u32 word = w[2 * q + (h >> 1)];
+                    const u32 sh = 16u * (h & 1);
+                    o[h] = (u32)bf16_bits(e4m3((word >> sh) & 0xffu) * s) |
+                           ((u32)bf16_bits(e4m3((word >> (sh + 8)) & 0xffu) * s) << 16);
+                }
+                dst[q] = make_uint4(o[0], o[1], o[2], o[3]);
+            }
         }
     }
 }
@@ -100,26 +123,28 @@ extern "C" __global__ void xprep_split_bf16(const u16* __restrict__ hl,
                                             u16* __restrict__ out0, u16* __restrict__ out1,
                                             u16* __restrict__ out2, int rows, int stride,
                                             int k, int terms) {
-    const long long total = (long long)rows * k;
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (long long)gridDim.x * blockDim.x) {
-        const int r = (int)(idx / k);
-        const int col = (int)(idx % k);
-        const int blk = col >> 5, kk = col & 31;
-        const int jj = kk & 7;
-        const int pos = (kk - jj) + ((jj & 1) ? 4 + (jj >> 1) : (jj >> 1));
-        const long long base = (long long)r * stride * 2 + (long long)blk * 64;
-        const float hi = f16_float(hl[base + pos]);
-        const float lo = f16_float(hl[base + 32 + pos]);
-        // hi + lo is exact in f32 (two f16 of <= 11 bits, lo below hi's last bit).
-        float v = (hi + lo) * xs[(long long)r * (stride >> 5) + blk];
-        u16* const outs[3] = {out0, out1, out2};
+    u16* const outs[3] = {out0, out1, out2};
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        const unsigned long long row_hl = (unsigned long long)r * stride * 2;
+        const unsigned long long row_xs = (unsigned long long)r * (stride >> 5);
+        const unsigned long long row_out = (unsigned long long)r * k;
+        for (int col = blockIdx.x * blockDim.x + threadIdx.x; col < k;
+             col += gridDim.x * blockDim.x) {
+            const int blk = col >> 5, kk = col & 31;
+            const int jj = kk & 7;
+            const int pos = (kk - jj) + ((jj & 1) ? 4 + (jj >> 1) : (jj >> 1));
+            const unsigned long long base = row_hl + (unsigned long long)blk * 64;
+            const float hi = f16_float(hl[base + pos]);
+            const float lo = f16_float(hl[base + 32 + pos]);
+            // hi + lo is exact in f32 (two f16 of <= 11 bits, lo below hi's last bit).
+            float v = (hi + lo) * xs[row_xs + blk];
 #pragma unroll
-        for (int p = 0; p < 3; ++p) {
-            if (p < terms) {
-                const u16 b = bf16_bits(v);
-                outs[p][idx] = b;
-                v -= bf16_float(b);
+            for (int p = 0; p < 3; ++p) {
+                if (p < terms) {
+                    const u16 b = bf16_bits(v);
+                    outs[p][row_out + col] = b;
+                    v -= bf16_float(b);
+                }
             }
         }
     }

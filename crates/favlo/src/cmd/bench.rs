@@ -94,6 +94,10 @@ pub struct PrefillBench {
     /// Decoder layers (distinct weight copies per matrix).
     #[arg(long, default_value_t = 36)]
     pub layers: usize,
+    /// Weight storage: mxfp8 (default; both GEMMs) or mxfp4 (the exact GEMM only: the
+    /// wgmma GEMM has no FP4 path).
+    #[arg(long, default_value = "mxfp8")]
+    pub weights: String,
 }
 
 #[derive(Args, Debug)]
@@ -201,6 +205,7 @@ fn prefill(b: PrefillBench) -> anyhow::Result<ExitCode> {
         return Err(UsageError("--tokens and --layers must be at least 1".into()).into());
     }
     let request = crate::cmd::bench_cuda::PrefillRequest {
+        weights: b.weights,
         anchor: b.anchor,
         tokens: b.tokens,
         layers: b.layers,

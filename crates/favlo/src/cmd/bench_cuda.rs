@@ -16,6 +16,8 @@ pub use with_cuda::{decode, kernels, prefill};
 #[derive(Debug, Clone)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub struct PrefillRequest {
+    /// `mxfp8` or `mxfp4`.
+    pub weights: String,
     pub anchor: bool,
     pub tokens: usize,
     pub layers: usize,
@@ -261,6 +263,13 @@ mod with_cuda {
 
     /// The prefill GEMMs on both paths, and with `anchor` PyTorch's on the same shapes.
     pub fn prefill(ordinal: u32, r: &PrefillRequest) -> anyhow::Result<ExitCode> {
+        let Some(format) = mx_format(&r.weights) else {
+            return Err(crate::cmd::common::UsageError(format!(
+                "unknown --weights {:?}: use mxfp8 (default) or mxfp4",
+                r.weights
+            ))
+            .into());
+        };
         if r.anchor {
             check_anchor()?;
         }
@@ -268,14 +277,16 @@ mod with_cuda {
         let opts = PrefillBenchOptions {
             tokens: r.tokens,
             layers: r.layers,
+            format,
         };
         let p = prefill_bench(&ctx, &opts)?;
         drop(ctx);
         println!(
-            "device {}; Qwen3-8B-shaped prefill GEMMs, {} tokens × {} layers of distinct random MXFP8 weights ({:.2} GB as wgmma tiles, {:.2} GB as GEMV tiles)",
+            "device {}; Qwen3-8B-shaped prefill GEMMs, {} tokens × {} layers of distinct random {} weights ({:.2} GB as wgmma tiles, {:.2} GB as GEMV tiles)",
             p.device,
             p.tokens,
             p.layers,
+            format_name(p.format),
             p.fp8_weight_bytes as f64 / 1e9,
             p.exact_weight_bytes as f64 / 1e9
         );
@@ -296,17 +307,23 @@ mod with_cuda {
             "rel err†"
         );
         for row in &p.rows {
-            let (a, b) = (tflops(row.flop, row.fp8_ms), tflops(row.flop, row.exact_ms));
+            let b = tflops(row.flop, row.exact_ms);
+            let fp8 = if row.fp8_ms.is_finite() {
+                let a = tflops(row.flop, row.fp8_ms);
+                format!(
+                    "{:>10.3} {a:>8.0} {:>6.1}% {:>10.1e}",
+                    row.fp8_ms,
+                    100.0 * a / FP8_PEAK_TFLOPS,
+                    row.fp8_err
+                )
+            } else {
+                format!("{:>10} {:>8} {:>7} {:>10}", "-", "-", "-", "-")
+            };
             println!(
-                "{:<9} {:>11} {:>10.3} {:>8.0} {:>6.1}% {:>10.1e} {:>12.3} {:>8.0} {:>6.1}% {:>10.1e}",
+                "{:<9} {:>11} {fp8} {:>12.3} {b:>8.0} {:>6.1}% {:>10.1e}",
                 row.name,
                 format!("{}×{}", row.n, row.k),
-                row.fp8_ms,
-                a,
-                100.0 * a / FP8_PEAK_TFLOPS,
-                row.fp8_err,
                 row.exact_ms,
-                b,
                 100.0 * b / FP8_PEAK_TFLOPS,
                 row.exact_err
             );
@@ -320,11 +337,15 @@ mod with_cuda {
             );
         };
         println!("all GEMMs of the prefill, layer by layer:");
-        line("favlo MXFP8 wgmma GEMM (GemmMx)", p.fp8_total_ms);
-        line(
-            "  + E4M3 activation quantization before each",
-            p.fp8_quant_total_ms,
-        );
+        if p.fp8_total_ms.is_finite() {
+            line("favlo MXFP8 wgmma GEMM (GemmMx)", p.fp8_total_ms);
+            line(
+                "  + E4M3 activation quantization before each",
+                p.fp8_quant_total_ms,
+            );
+        } else {
+            println!("(the MXFP8 wgmma GEMM has no MXFP4 path: the exact GEMM only)");
+        }
         line(
             "favlo exact-operand GEMM (MxGemm, the chat path)",
             p.exact_total_ms,

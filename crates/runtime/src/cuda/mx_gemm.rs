@@ -149,12 +149,16 @@ impl MxGemm {
     fn expand(&mut self, w: &MxTiled) -> Result<(), CudaError> {
         let l = w.layout;
         let chunks = l.data_row_bytes() / 128;
-        let bytes = l.rows * l.data_row_bytes();
+        // One thread per 16-byte piece; the kernel indexes pieces in 32 bits.
+        let pieces = l.rows * chunks * 8;
+        if pieces >= 1 << 31 {
+            return Err(shape("mx_tiled_to_bf16", format!("{pieces} pieces")));
+        }
         let rows = i32::try_from(l.rows).map_err(|_| shape("mx_tiled_to_bf16", "rows".into()))?;
         let ch = i32::try_from(chunks).map_err(|_| shape("mx_tiled_to_bf16", "chunks".into()))?;
         let fp4 = i32::from(l.format == ElementFormat::Fp4E2M1);
         let cfg = LaunchConfig {
-            grid_dim: (bytes.div_ceil(256).clamp(1, 8192) as u32, 1, 1),
+            grid_dim: (pieces.div_ceil(256).clamp(1, 1 << 16) as u32, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -168,7 +172,8 @@ impl MxGemm {
             .arg(&fp4);
         // SAFETY: types match the kernel; the data and scale tiles hold tiles × chunks
         // × (4096 | 256 or 128) bytes (`tile_mx`), the output rows × k values (checked
-        // by the caller); the grid-stride loop stays below rows × row bytes.
+        // by the caller; cudaMalloc'd, so its 16-byte stores are aligned: k·2 is a
+        // multiple of 256); the grid-stride loop stays below the piece count.
         unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(mx_tiled_to_bf16)"))?;
         Ok(())
     }
@@ -181,7 +186,7 @@ impl MxGemm {
         let ki = i32::try_from(k).map_err(|_| shape(op, "k".into()))?;
         let terms = self.terms as i32;
         let cfg = LaunchConfig {
-            grid_dim: ((t * k).div_ceil(256).clamp(1, 8192) as u32, 1, 1),
+            grid_dim: (k.div_ceil(256) as u32, t.min(65_535) as u32, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };

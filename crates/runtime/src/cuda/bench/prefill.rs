@@ -1,10 +1,10 @@
 //! The prefill GEMMs of a Qwen3-8B-shaped model (`favlo bench prefill --device cuda`):
 //! per layer q|k|v 6144×4096, o 4096×4096 (`y +=`), gate|up 24576×4096 and down
-//! 4096×12288 (`y +=`) over `layers` distinct random MXFP8 weight copies (~7 GB, no L2
-//! reuse) at `tokens` tokens, on two paths:
+//! 4096×12288 (`y +=`) over `layers` distinct random MXFP8 (or MXFP4) weight copies
+//! (~7 GB, no L2 reuse) at `tokens` tokens, on two paths:
 //! - the MXFP8 tensor-core GEMM (`GemmMx`, wgmma, E4M3 activations with a per-row and
 //!   per-(tile, block) power-of-two scale, the per-32 weight scales promoted per k step),
-//!   with and without its activation quantization;
+//!   with and without its activation quantization (MXFP8 weights only);
 //! - the exact-operand GEMM the chat prefill runs (`MxGemm`: weights expanded to bf16,
 //!   activations in two bf16 planes, cuBLASLt).
 //!
@@ -35,6 +35,9 @@ pub struct PrefillBenchOptions {
     pub tokens: usize,
     /// Decoder layers (distinct weight copies per matrix).
     pub layers: usize,
+    /// Weight format: MXFP8 (E4M3) runs both paths; MXFP4 only the exact one (the
+    /// wgmma GEMM has no FP4 path).
+    pub format: ElementFormat,
 }
 
 impl Default for PrefillBenchOptions {
@@ -42,6 +45,7 @@ impl Default for PrefillBenchOptions {
         PrefillBenchOptions {
             tokens: 2048,
             layers: 36,
+            format: ElementFormat::Fp8E4M3,
         }
     }
 }
@@ -54,7 +58,7 @@ pub struct PrefillRow {
     pub k: usize,
     /// 2·m·n·k over the layers.
     pub flop: f64,
-    /// `GemmMx` (activations already quantized), ms.
+    /// `GemmMx` (activations already quantized), ms; NaN for MXFP4 weights.
     pub fp8_ms: f64,
     /// `MxGemm` (expansion, split and the bf16 GEMMs), ms.
     pub exact_ms: f64,
@@ -70,8 +74,10 @@ pub struct PrefillBench {
     pub tokens: usize,
     pub layers: usize,
     pub rows: Vec<PrefillRow>,
+    /// The weight format.
+    pub format: ElementFormat,
     /// All GEMMs layer by layer: GemmMx alone, GemmMx with the activation quantization
-    /// before each GEMM, MxGemm (ms).
+    /// before each GEMM (NaN for MXFP4 weights), MxGemm (ms).
     pub fp8_total_ms: f64,
     pub fp8_quant_total_ms: f64,
     pub exact_total_ms: f64,
@@ -99,6 +105,7 @@ struct Mat {
     /// 0: k = 4096, 1: k = 12288.
     xin: usize,
     accumulate: bool,
+    /// Empty for MXFP4 weights.
     fp8: Vec<GemmWeights>,
     exact: Vec<MxTiled>,
     wf: Vec<f32>,
@@ -134,10 +141,14 @@ pub fn prefill_bench(
     ctx: &Arc<CudaContext>,
     opts: &PrefillBenchOptions,
 ) -> Result<PrefillBench, BenchError> {
-    let (m, layers) = (opts.tokens, opts.layers);
+    let (m, layers, format) = (opts.tokens, opts.layers, opts.format);
     if m == 0 || layers == 0 {
         return Err(BenchError::Options("tokens and layers must be ≥ 1".into()));
     }
+    if format == ElementFormat::Fp8E5M2 {
+        return Err(BenchError::Options("weights: MXFP8 (E4M3) or MXFP4".into()));
+    }
+    let fp8_path = format == ElementFormat::Fp8E4M3;
     let owner = Owner::mint("cuda-prefill-bench");
     let g = GemmMx::load(ctx)?;
     let ops = PrefillOps::load(ctx)?;
@@ -149,12 +160,15 @@ pub fn prefill_bench(
         ("gate|up", 24576, 4096, 0, false),
         ("down", 4096, 12288, 1, true),
     ] {
-        let (layout, packed) = random_mx(ElementFormat::Fp8E4M3, n, k, (117, 123), &mut rng);
+        let scales = if fp8_path { (117, 123) } else { (121, 127) };
+        let (layout, packed) = random_mx(format, n, k, scales, &mut rng);
         let view = MxView::new(layout, &packed)?;
-        let w0 = GemmWeights::upload(ctx, &owner, &tile_gemm(view)?)?;
-        let mut fp8 = vec![w0];
-        for _ in 1..layers {
-            fp8.push(fp8[0].duplicate(ctx, &owner)?);
+        let mut fp8 = Vec::new();
+        if fp8_path {
+            fp8.push(GemmWeights::upload(ctx, &owner, &tile_gemm(view)?)?);
+            for _ in 1..layers {
+                fp8.push(fp8[0].duplicate(ctx, &owner)?);
+            }
         }
         let tiled = tile_mx(view);
         let exact = (0..layers)
@@ -210,12 +224,18 @@ pub fn prefill_bench(
     let toks = m.min(4);
     let mut errs = Vec::new();
     for mm in &mats {
-        g.gemm(&acts[mm.xin], &mm.fp8[0], &mut y, false)?;
-        let xq = acts[mm.xin].values(ctx)?;
-        let e8 = check(&xq, &mm.wf, &ctx.download(&y)?, mm.n, mm.k, toks);
-        if e8.is_nan() || e8 > 1e-3 {
-            return Err(mismatch(format!("GemmMx {}", mm.name), e8, 1e-3));
-        }
+        let e8 = match mm.fp8.first() {
+            Some(w) => {
+                g.gemm(&acts[mm.xin], w, &mut y, false)?;
+                let xq = acts[mm.xin].values(ctx)?;
+                let e = check(&xq, &mm.wf, &ctx.download(&y)?, mm.n, mm.k, toks);
+                if e.is_nan() || e > 1e-3 {
+                    return Err(mismatch(format!("GemmMx {}", mm.name), e, 1e-3));
+                }
+                e
+            }
+            None => f64::NAN,
+        };
         exact.run(&mm.exact[0], &preps[mm.xin], m, mm.k, &mut y, false)?;
         let ex = check(&xhost[mm.xin], &mm.wf, &ctx.download(&y)?, mm.n, mm.k, toks);
         if ex.is_nan() || ex > 3e-5 {
@@ -228,11 +248,15 @@ pub fn prefill_bench(
     let mut rows = Vec::new();
     for (mm, (fp8_err, exact_err)) in mats.iter().zip(errs) {
         let a = &acts[mm.xin];
-        let fp8_ms = time_ms(ctx, warm, reps, || {
-            mm.fp8
-                .iter()
-                .try_for_each(|w| g.gemm(a, w, &mut y, mm.accumulate))
-        })?;
+        let fp8_ms = if fp8_path {
+            time_ms(ctx, warm, reps, || {
+                mm.fp8
+                    .iter()
+                    .try_for_each(|w| g.gemm(a, w, &mut y, mm.accumulate))
+            })?
+        } else {
+            f64::NAN
+        };
         let p = &preps[mm.xin];
         let exact_ms = time_ms(ctx, warm, reps, || {
             mm.exact
@@ -250,23 +274,28 @@ pub fn prefill_bench(
             exact_err,
         });
     }
-    let fp8_total_ms = time_ms(ctx, warm, reps, || {
-        for l in 0..layers {
-            for mm in &mats {
-                g.gemm(&acts[mm.xin], &mm.fp8[l], &mut y, mm.accumulate)?;
+    let (fp8_total_ms, fp8_quant_total_ms) = if fp8_path {
+        let gemms = time_ms(ctx, warm, reps, || {
+            for l in 0..layers {
+                for mm in &mats {
+                    g.gemm(&acts[mm.xin], &mm.fp8[l], &mut y, mm.accumulate)?;
+                }
             }
-        }
-        Ok(())
-    })?;
-    let fp8_quant_total_ms = time_ms(ctx, warm, reps, || {
-        for l in 0..layers {
-            for mm in &mats {
-                g.quantize(&xs[mm.xin], m, mm.k, mm.k, &mut acts[mm.xin])?;
-                g.gemm(&acts[mm.xin], &mm.fp8[l], &mut y, mm.accumulate)?;
+            Ok(())
+        })?;
+        let with_quant = time_ms(ctx, warm, reps, || {
+            for l in 0..layers {
+                for mm in &mats {
+                    g.quantize(&xs[mm.xin], m, mm.k, mm.k, &mut acts[mm.xin])?;
+                    g.gemm(&acts[mm.xin], &mm.fp8[l], &mut y, mm.accumulate)?;
+                }
             }
-        }
-        Ok(())
-    })?;
+            Ok(())
+        })?;
+        (gemms, with_quant)
+    } else {
+        (f64::NAN, f64::NAN)
+    };
     let exact_total_ms = time_ms(ctx, warm, reps, || {
         for l in 0..layers {
             for mm in &mats {
@@ -281,6 +310,7 @@ pub fn prefill_bench(
         device: describe(ctx),
         tokens: m,
         layers,
+        format,
         rows,
         fp8_total_ms,
         fp8_quant_total_ms,
