@@ -13,6 +13,7 @@ pub mod bench;
 mod blas;
 mod compile;
 mod context;
+mod conv2d;
 mod decode;
 mod encoder;
 mod gemm;
@@ -33,6 +34,7 @@ pub use attn_prefill::{PrefillOps, PrefillShape};
 pub use blas::{BlasLt, BlasOut};
 pub use compile::{CompiledKernel, cache_dir, compile_cubin, nvrtc_version};
 pub use context::{CudaContext, DeviceBuffer};
+pub use conv2d::{ChannelAffine, Conv2dOps, ConvAct};
 pub use decode::DecodeOps;
 pub use encoder::{
     ENC_MAX_HEAD_DIM, ENC_QUERY_TILE, EncAct, EncPool, EncoderOps, attention_tiles,
