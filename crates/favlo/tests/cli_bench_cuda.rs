@@ -1,4 +1,4 @@
-//! `favlo bench kernels|decode --device …` refusals as a user meets them: an unusable
+//! `favlo bench kernels|decode|prefill --device …` refusals as a user meets them: an unusable
 //! or wrong device is a usage error (exit status 2) naming the reason, never a panic,
 //! and before any benchmark work starts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -29,7 +29,12 @@ fn usage_error(args: &[&str], needle: &str) {
 fn decode_needs_a_cuda_device() {
     usage_error(&["decode"], "needs a CUDA device");
     usage_error(&["decode", "--device", "cpu"], "needs a CUDA device");
-    usage_error(&["decode", "--device", "gpu"], "use cpu, cuda or cuda:N");
+    usage_error(
+        &["decode", "--device", "gpu"],
+        "use cpu, cuda, cuda:N or auto",
+    );
+    usage_error(&["prefill"], "needs a CUDA device");
+    usage_error(&["prefill", "--device", "cpu"], "needs a CUDA device");
 }
 
 #[test]
@@ -37,9 +42,16 @@ fn an_unusable_cuda_device_is_a_usage_error() {
     // No machine has 4097 GPUs: the reason is named whether or not CUDA loads.
     usage_error(&["decode", "--device", "cuda:4096"], "CUDA is unavailable");
     usage_error(&["kernels", "--device", "cuda:4096"], "CUDA is unavailable");
+    usage_error(&["prefill", "--device", "cuda:4096"], "CUDA is unavailable");
     // cuda:0: unavailable here (no driver), or on a GPU machine the bad weights are
     // refused before the benchmark starts; a usage error either way.
     let (code, err) = bench(&["decode", "--device", "cuda", "--weights", "int3"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("CUDA is unavailable") || err.contains("unknown --weights"),
+        "{err}"
+    );
+    let (code, err) = bench(&["prefill", "--device", "cuda", "--weights", "int3"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("CUDA is unavailable") || err.contains("unknown --weights"),

@@ -18,8 +18,9 @@ pub struct RuntimeArgs {
     /// mxfp4 or f32.
     #[arg(long, default_value = "native")]
     pub weights: String,
-    /// Where chat models run: cpu (default) or cuda / cuda:N (an NVIDIA GPU; its
-    /// matrices are MXFP8, or MXFP4 with --weights mxfp4).
+    /// Where chat and embeddings models run: cpu (default), cuda / cuda:N (an NVIDIA
+    /// GPU; chat matrices are MXFP8, or MXFP4 with --weights mxfp4), or auto (cuda:0
+    /// when it is usable here, else the CPU, saying why).
     #[arg(long, env = "FAVLO_DEVICE", default_value = "cpu")]
     pub device: String,
 }
@@ -67,24 +68,42 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
-/// Parses `cpu`, `cuda` (= `cuda:0`) or `cuda:N` and checks the device can run chat
-/// models here (CUDA: this build has the feature, libcuda and libnvrtc load, device N
-/// exists). Any failure is a [`UsageError`] naming the reason.
+/// Parses `cpu`, `cuda` (= `cuda:0`), `cuda:N` or `auto` and checks the device can run
+/// chat and embeddings models here (CUDA: this build has the feature, libcuda, libnvrtc
+/// and libcublasLt load, device N exists). An asked-for device that fails is a
+/// [`UsageError`] naming the reason; `auto` falls back to the CPU instead and says so
+/// on stderr.
 pub fn device(s: &str) -> anyhow::Result<Device> {
     let d = match s.trim().to_ascii_lowercase().as_str() {
         "cpu" => Device::Cpu,
         "cuda" => Device::Cuda(0),
+        "auto" => {
+            return Ok(match usable(Device::Cuda(0)) {
+                Ok(()) => Device::Cuda(0),
+                Err(reason) => {
+                    eprintln!("--device auto: running on the CPU ({reason})");
+                    Device::Cpu
+                }
+            });
+        }
         other => match other.strip_prefix("cuda:").map(str::parse::<u32>) {
             Some(Ok(n)) => Device::Cuda(n),
             _ => {
-                return Err(
-                    UsageError(format!("unknown --device {s:?}: use cpu, cuda or cuda:N")).into(),
-                );
+                return Err(UsageError(format!(
+                    "unknown --device {s:?}: use cpu, cuda, cuda:N or auto"
+                ))
+                .into());
             }
         },
     };
-    favlo_llama::check_device(d).map_err(|e| UsageError(format!("--device {s}: {e}")))?;
+    usable(d).map_err(|e| UsageError(format!("--device {s}: {e}")))?;
     Ok(d)
+}
+
+/// Whether both device-capable pipelines (chat, embeddings) can run on `d` here.
+fn usable(d: Device) -> Result<(), String> {
+    favlo_llama::check_device(d).map_err(|e| e.to_string())?;
+    favlo_bert::check_device(d).map_err(|e| e.to_string())
 }
 
 /// Structured logs on stderr; `RUST_LOG` overrides the default `info` level.
@@ -113,8 +132,14 @@ mod tests {
     fn device_flag_parses_and_refuses_clearly() {
         assert_eq!(device("cpu").ok(), Some(Device::Cpu));
         assert_eq!(device(" CPU ").ok(), Some(Device::Cpu));
-        assert!(usage(device("gpu")).contains("use cpu, cuda or cuda:N"));
-        assert!(usage(device("cuda:x")).contains("use cpu, cuda or cuda:N"));
+        assert!(usage(device("gpu")).contains("use cpu, cuda, cuda:N or auto"));
+        assert!(usage(device("cuda:x")).contains("use cpu, cuda, cuda:N or auto"));
+        // auto: cuda:0 where it is usable (the explicit flag agrees), else the CPU.
+        let auto = device("auto").expect("auto never fails");
+        match device("cuda") {
+            Ok(d) => assert_eq!(auto, d),
+            Err(_) => assert_eq!(auto, Device::Cpu),
+        }
         // A GPU machine opens cuda:0; anywhere else the reason is named, no panic.
         match device("cuda") {
             Ok(d) => assert_eq!(d, Device::Cuda(0)),
