@@ -4,7 +4,7 @@
 //!
 //! Run: `cuda_decode_bench [--layers 36] [--ctx 1024] [--steps 32] [--f32-kv] [--mxfp8]
 //! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
-//! [--attn two|one|fused] [--compare-attn]`.
+//! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N]`.
 
 use favlo_mx::ElementFormat;
 use favlo_runtime::cuda::CudaContext;
@@ -51,9 +51,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         attn: match arg(&argv, "--attn").as_deref() {
             Some("two") => AttnMode::TwoPass,
             Some("one") => AttnMode::OnePass,
-            _ => AttnMode::Fused,
+            Some("fused") => AttnMode::Fused,
+            Some("light") => AttnMode::FusedLight,
+            _ => AttnMode::Auto,
         },
         compare_attn: flag("--compare-attn"),
+        attn_min_keys: arg(&argv, "--min-keys").and_then(|v| v.parse().ok()),
     };
     let ctx = match CudaContext::open(0, None) {
         Ok(c) => c,

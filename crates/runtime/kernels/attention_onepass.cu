@@ -6,9 +6,10 @@
 // head h reads kv head h / G. HD = 64 or 128 and G = 1..8 are template parameters.
 //
 // Grid (S, n_kv), 256 threads (8 warps). The key count len = *lenp + len_add is read on
-// the device (graph replay); block s of kv head g takes keys [s·chunk, (s+1)·chunk) with
-// chunk = max(min_keys, ceil(len / S)) rounded to the block's key step, so blocks past
-// the real length exit at once and short contexts use few blocks. Each warp loads K
+// the device (graph replay); min(S, len / min_keys) blocks per kv head take equal key
+// ranges (split s: keys [s·chunk, (s+1)·chunk)), the rest exit at once, so short
+// contexts use few blocks. The linear block id runs kv head fastest, so the active
+// blocks are dispatched first, one per SM. Each warp loads K
 // and V rows with 16-byte loads (a row spans HD·sizeof(T)/16 lanes, so a warp load
 // covers 32 / that many keys), U rows of each in flight per lane before any is used,
 // and keeps an online softmax per lane group for all G query heads of the kv head, so
@@ -22,12 +23,20 @@
 // rotates its G q heads from the fused q|k|v projection (+ bias when non-null; NeoX or
 // interleaved pairs, cos/sin tables [cap, HD/2]); the block holding the new key
 // (position len - 1) also builds k and v, stores them in cache row len - 1 and uses the
-// stored (rounded) values for that key from shared memory. All arithmetic is f32,
-// softmax with precise expf.
+// stored (rounded) values for that key from shared memory. All arithmetic is f32; the
+// softmax runs in base 2 (q is scaled by scale·log2(e), exp2f: MUFU.EX2, ~2 ulp).
+//
+// Latency: the block's first K/V loads are issued before the prologue (they depend only
+// on the length), and kernels whose state fits 128 registers ask for 2 blocks per SM
+// (A1_MINB), so one block's loads overlap another's arithmetic.
 
 #define A1_WARPS 8
 #define A1_THREADS 256
 #define A1_MAX_SPLITS 64
+#define A1_LOG2E 1.4426950408889634f
+// Blocks per SM the kernel is built for: 2 when the q and accumulator registers
+// (2·G·16/sizeof(T) floats) leave room under 128 registers, else 1.
+#define A1_MINB(G, T) ((G) * (16 / (int)sizeof(T)) <= 32 && (G) <= 5 ? 2 : 1)
 
 // 16 bytes of a cache row, kept raw until used (f16: 8 values in 4 words).
 template <typename T>
@@ -79,13 +88,14 @@ __device__ __forceinline__ void attn_onepass(
     const float* __restrict__ qw, const float* __restrict__ kw, const float* __restrict__ cos_t,
     const float* __restrict__ sin_t, T* __restrict__ kc, T* __restrict__ vc,
     float* __restrict__ part, unsigned* __restrict__ cnt, const int* __restrict__ lenp,
-    int len_add, int cap, int n_kv, int interleaved, int min_keys, float eps, float scale,
-    float* __restrict__ out, unsigned short* __restrict__ xhl, float* __restrict__ xs) {
+    int len_add, int cap, int n_kv, int interleaved, int min_keys, int light, float eps,
+    float scale, float* __restrict__ out, unsigned short* __restrict__ xhl,
+    float* __restrict__ xs) {
     constexpr int NW = A1_WARPS;
     constexpr int VEC = 16 / (int)sizeof(T);  // values per 16-byte load
     constexpr int LPR = HD / VEC;             // lanes per cache row
     constexpr int KPW = 32 / LPR;             // keys per warp load
-    constexpr int U = G <= 4 ? 8 : 4;         // K (and V) loads in flight per lane
+    constexpr int U = 4;                      // K (and V) loads in flight per lane
     constexpr int STEP = NW * KPW;            // keys per block per load slot
     constexpr int P = HD / 32;                // prologue: dims per lane
     __shared__ __align__(16) float qs[G][HD];
@@ -102,10 +112,17 @@ __device__ __forceinline__ void attn_onepass(
     pdl_trigger();
     pdl_wait();  // q / qkv, the cache and *lenp come from earlier kernels
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int s = blockIdx.x, g = blockIdx.y, S = gridDim.x;
+    // Split s of kv head g from the linear block id, kv head fastest: the active
+    // blocks (s < nact) are the first nact·n_kv ids, so the scheduler spreads them one
+    // per SM before doubling any up.
+    const int S = gridDim.x;
+    const int bid = blockIdx.y * S + blockIdx.x;
+    const int s = bid / n_kv, g = bid % n_kv;
     const int len = max(1, min(*lenp + len_add, cap));
-    int chunk = max((len + S - 1) / S, min_keys);
-    chunk = (chunk + STEP - 1) / STEP * STEP;
+    // Blocks per kv head: one per min_keys keys, at most S; then equal key ranges.
+    const int want = min(S, max(1, len / max(min_keys, 1)));
+    int chunk = (len + want - 1) / want;
+    chunk = (chunk + KPW - 1) / KPW * KPW;
     const int nact = (len + chunk - 1) / chunk;
     if (s >= nact) return;
     const int k0 = s * chunk, k1 = min(len, k0 + chunk);
@@ -115,17 +132,48 @@ __device__ __forceinline__ void attn_onepass(
     const int kend = owns_new ? k1 - 1 : k1;
     const int nh = n_kv * G;
 
+    // The first K/V tile, in flight during the prologue (rows < kend only: the new
+    // key's row is written below).
+    const int sub = lane / LPR, li = lane % LPR;
+    const long long rstride = (long long)n_kv * HD;
+    const T* kb = kc + (long long)g * HD + li * VEC;
+    const T* vb = vc + (long long)g * HD + li * VEC;
+    // A slot past kend keeps its previous (finite) row: its score is masked out and
+    // its weight is 0.
+    A1Raw<T> kr[U], vr[U];
+    bool valid[U];
+    int wb = k0 + warp * KPW;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        kr[u].zero();
+        vr[u].zero();
+        const int j = wb + u * STEP + sub;
+        valid[u] = j < kend;
+        if (valid[u]) {
+            kr[u].load(kb + j * rstride);
+            vr[u].load(vb + j * rstride);
+        }
+    }
+    scale *= A1_LOG2E;
+
     if (fused) {
         // Virtual heads: i < G the q heads, G the k head, G + 1 the v head.
         const int nvh = owns_new ? G + 2 : G;
         for (int i = warp; i < nvh; i += NW) {
             const int hab = i < G ? g * G + i : (i == G ? nh + g : nh + n_kv + g);
-            float x[P];
+            const float* w = i < G ? qw : kw;
+            constexpr int half = HD / 2;
+            // Every input of the head first (one round of loads), then the arithmetic.
+            float x[P], wv[P], cv[P], sv[P];
 #pragma unroll
             for (int e = 0; e < P; ++e) {
                 const int d = lane * P + e;
+                const int ti = interleaved ? d >> 1 : d & (half - 1);
                 x[e] = qkv[hab * HD + d];
                 if (bias != nullptr) x[e] += bias[hab * HD + d];
+                wv[e] = w != nullptr ? w[d] : 1.f;
+                cv[e] = cos_t[(long long)pos * half + ti];
+                sv[e] = sin_t[(long long)pos * half + ti];
             }
             if (i == G + 1) {
                 T* row = vc + ((long long)pos * n_kv + g) * HD;
@@ -133,7 +181,6 @@ __device__ __forceinline__ void attn_onepass(
                 for (int e = 0; e < P; ++e) vnew[lane * P + e] = a1_store(row + lane * P + e, x[e]);
                 continue;
             }
-            const float* w = i < G ? qw : kw;
             if (w != nullptr) {
                 float ss = 0.f;
 #pragma unroll
@@ -142,29 +189,22 @@ __device__ __forceinline__ void attn_onepass(
                 for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
                 const float inv = 1.0f / sqrtf(ss / (float)HD + eps);
 #pragma unroll
-                for (int e = 0; e < P; ++e) x[e] = x[e] * inv * w[lane * P + e];
+                for (int e = 0; e < P; ++e) x[e] = x[e] * inv * wv[e];
             }
             float r[P];
-            constexpr int half = HD / 2;
             if (interleaved) {
 #pragma unroll
                 for (int e = 0; e < P; e += 2) {
-                    const int ti = (lane * P + e) >> 1;
-                    const float c = cos_t[(long long)pos * half + ti];
-                    const float sn = sin_t[(long long)pos * half + ti];
-                    r[e] = x[e] * c - x[e + 1] * sn;
-                    r[e + 1] = x[e] * sn + x[e + 1] * c;
+                    r[e] = x[e] * cv[e] - x[e + 1] * sv[e];
+                    r[e + 1] = x[e] * sv[e] + x[e + 1] * cv[e];
                 }
             } else {
                 const bool first = lane < 16;  // dims < HD/2; the partner is lane ^ 16
 #pragma unroll
                 for (int e = 0; e < P; ++e) {
                     const float xo = __shfl_xor_sync(0xffffffffu, x[e], 16);
-                    const int ti = (lane * P + e) & (half - 1);
-                    const float c = cos_t[(long long)pos * half + ti];
-                    const float sn = sin_t[(long long)pos * half + ti];
                     const float x0 = first ? x[e] : xo, x1 = first ? xo : x[e];
-                    r[e] = first ? x0 * c - x1 * sn : x0 * sn + x1 * c;
+                    r[e] = first ? x0 * cv[e] - x1 * sv[e] : x0 * sv[e] + x1 * cv[e];
                 }
             }
             if (i < G) {
@@ -182,7 +222,6 @@ __device__ __forceinline__ void attn_onepass(
     }
     __syncthreads();
 
-    const int sub = lane / LPR, li = lane % LPR;
     float qr[G][VEC];
 #pragma unroll
     for (int i = 0; i < G; ++i)
@@ -196,22 +235,16 @@ __device__ __forceinline__ void attn_onepass(
 #pragma unroll
         for (int e = 0; e < VEC; ++e) o[i][e] = 0.f;
     }
-    const long long rstride = (long long)n_kv * HD;
-    const T* kb = kc + (long long)g * HD + li * VEC;
-    const T* vb = vc + (long long)g * HD + li * VEC;
-    for (int wb = k0 + warp * KPW; wb < kend; wb += U * STEP) {
-        A1Raw<T> kr[U], vr[U];
-        bool valid[U];
+    for (; wb < kend; wb += U * STEP) {
+        if (wb != k0 + warp * KPW) {  // the first tile is loaded
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int j = wb + u * STEP + sub;
-            valid[u] = j < kend;
-            if (valid[u]) {
-                kr[u].load(kb + j * rstride);
-                vr[u].load(vb + j * rstride);
-            } else {
-                kr[u].zero();
-                vr[u].zero();
+            for (int u = 0; u < U; ++u) {
+                const int j = wb + u * STEP + sub;
+                valid[u] = j < kend;
+                if (valid[u]) {
+                    kr[u].load(kb + j * rstride);
+                    vr[u].load(vb + j * rstride);
+                }
             }
         }
         float sc[G][U];
@@ -242,13 +275,13 @@ __device__ __forceinline__ void attn_onepass(
             for (int u = 0; u < U; ++u)
                 if (valid[u]) mt = fmaxf(mt, sc[i][u]);
             if (mt != NEG_INF) {
-                const float corr = expf(m[i] - mt);  // 0 while m = -inf
+                const float corr = exp2f(m[i] - mt);  // 0 while m = -inf
                 l[i] *= corr;
 #pragma unroll
                 for (int e = 0; e < VEC; ++e) o[i][e] *= corr;
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
-                    const float p = valid[u] ? expf(sc[i][u] - mt) : 0.f;
+                    const float p = valid[u] ? exp2f(sc[i][u] - mt) : 0.f;
                     l[i] += p;
                     float vf[VEC];
                     vr[u].widen(vf);
@@ -271,7 +304,7 @@ __device__ __forceinline__ void attn_onepass(
             for (int e = 0; e < VEC; ++e) oo[e] = __shfl_xor_sync(0xffffffffu, o[i][e], x);
             const float mn = fmaxf(m[i], mo);
             if (mn != NEG_INF) {
-                const float c1 = expf(m[i] - mn), c2 = expf(mo - mn);
+                const float c1 = exp2f(m[i] - mn), c2 = exp2f(mo - mn);
                 l[i] = l[i] * c1 + lo * c2;
 #pragma unroll
                 for (int e = 0; e < VEC; ++e) o[i][e] = o[i][e] * c1 + oo[e] * c2;
@@ -295,7 +328,7 @@ __device__ __forceinline__ void attn_onepass(
 #pragma unroll
             for (int x = LPR / 2; x > 0; x >>= 1) d += __shfl_xor_sync(0xffffffffu, d, x);
             const float mn = fmaxf(m[i], d);
-            const float c = expf(m[i] - mn), p = expf(d - mn);
+            const float c = exp2f(m[i] - mn), p = exp2f(d - mn);
             l[i] = l[i] * c + p;
 #pragma unroll
             for (int e = 0; e < VEC; ++e) o[i][e] = fmaf(p, vv[e], o[i][e] * c);
@@ -324,7 +357,7 @@ __device__ __forceinline__ void attn_onepass(
         float L = 0.f, O = 0.f;
 #pragma unroll
         for (int w = 0; w < NW; ++w) {
-            const float c = expf(wm[w][i] - M);  // 0 for a warp without keys
+            const float c = exp2f(wm[w][i] - M);  // 0 for a warp without keys
             L = fmaf(wl[w][i], c, L);
             O = fmaf(wo[w][i][d], c, O);
         }
@@ -340,13 +373,21 @@ __device__ __forceinline__ void attn_onepass(
         }
     }
     if (nact > 1) {
-        __threadfence();  // this block's partial is visible before the count
+        // This block's partial is visible before the count; the last block sees all.
+        // light = 0: every thread fences (__threadfence: MEMBAR.SC.GPU, what was
+        // measured); light = 1: the barrier, then thread 0 alone releases / acquires
+        // at gpu scope (fence.acq_rel.gpu is cumulative over what the barrier ordered
+        // before it: the grid-sync pattern).
+        if (!light) __threadfence();
         __syncthreads();
-        if (threadIdx.x == 0)
+        if (threadIdx.x == 0) {
+            if (light) asm volatile("fence.acq_rel.gpu;" ::: "memory");
             last_flag = atomicInc(cnt + g, (unsigned)(nact - 1)) == (unsigned)(nact - 1);
+            if (light && last_flag) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        }
         __syncthreads();
         if (!last_flag) return;
-        __threadfence();
+        if (!light) __threadfence();
         for (int i = warp; i < G; i += NW) {
             const float* ph = part + (long long)(g * G + i) * S * (HD + 4);
             float mv[2], lv[2];
@@ -363,7 +404,7 @@ __device__ __forceinline__ void attn_onepass(
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int si = lane + 32 * r;
-                const float c = si < nact ? expf(mv[r] - M) : 0.f;
+                const float c = si < nact ? exp2f(mv[r] - M) : 0.f;
                 if (si < nact) cw[i][si] = c;
                 L = fmaf(lv[r], c, L);
             }
@@ -420,14 +461,15 @@ __device__ __forceinline__ void attn_onepass(
 
 // Kernel names: attn1_{f16,f32}_g{G}_hd{HD}.
 #define A1_KERNEL(HD, G, TN, T)                                                                \
-    extern "C" __global__ void __launch_bounds__(A1_THREADS) attn1_##TN##_g##G##_hd##HD(       \
+    extern "C" __global__ void __launch_bounds__(A1_THREADS, A1_MINB(G, T))                    \
+        attn1_##TN##_g##G##_hd##HD(                                                            \
         const float* q, const float* qkv, const float* bias, const float* qw, const float* kw, \
         const float* cos_t, const float* sin_t, T* kc, T* vc, float* part, unsigned* cnt,      \
         const int* lenp, int len_add, int cap, int n_kv, int interleaved, int min_keys,        \
-        float eps, float scale, float* out, unsigned short* xhl, float* xs) {                  \
+        int light, float eps, float scale, float* out, unsigned short* xhl, float* xs) {       \
         attn_onepass<HD, G, T>(q, qkv, bias, qw, kw, cos_t, sin_t, kc, vc, part, cnt, lenp,    \
-                               len_add, cap, n_kv, interleaved, min_keys, eps, scale, out, xhl, \
-                               xs);                                                            \
+                               len_add, cap, n_kv, interleaved, min_keys, light, eps, scale,   \
+                               out, xhl, xs);                                                  \
     }
 
 #define A1_GROUPS(HD, TN, T) \

@@ -4,8 +4,9 @@
 //!
 //! Cases: heads of 64 and 128, GQA groups 1..8, f16 and f32 caches, contexts 1…4096,
 //! f32 output and output into the x preparation, plain and PDL launches, the block
-//! count forced to 1 (no merge), to 64 (the largest merge) and left to occupancy, and
-//! several calls on one partials buffer (the kernel's counters must return to zero).
+//! count forced to 1 (no merge), to 64 (the largest merge) and left to occupancy, both
+//! fence orders of the merge (`light_fence`), and several calls on one partials buffer
+//! (the kernel's counters must return to zero).
 //! Tolerances as `cuda_decode`: attention max|err|/(1+|ref|) ≤ 1e-5 (f16 caches are
 //! compared on the values they hold); the stored k, v rows 1e-5 (f32) / 2e-3 (f16,
 //! against the f16-rounded reference); every other cache row untouched.
@@ -171,11 +172,19 @@ fn onepass_attention_matches_reference() {
             let lenp = ctx
                 .upload(&owner, SpanKind::Scratch, &[c.len as i32 - 2])
                 .unwrap();
-            // PDL alternates with the case; the block count: occupancy, 1, 64.
+            // PDL alternates with the case; the block count: occupancy, 1, 64; the merge's
+            // fences.
             a.pdl = ci % 2 == 1;
-            for (splits, min_keys) in [(None, 64), (Some(1), 64), (Some(64), 1)] {
+            for (splits, min_keys, light) in [
+                (None, 64, false),
+                (Some(1), 64, false),
+                (Some(64), 1, false),
+                (Some(64), 1, true),
+                (None, 64, true),
+            ] {
                 a.splits = splits;
                 a.min_keys = min_keys;
+                a.light_fence = light;
                 let e = check_outputs(&ctx, &owner, c, &want, 2, "attn1", |part, out| {
                     a.decode_hd(
                         &qd, &cache, c.cap, c.nh, c.nkv, c.hd, &lenp, 2, scale, part, out,
@@ -183,7 +192,7 @@ fn onepass_attention_matches_reference() {
                     .unwrap()
                 });
                 eprintln!(
-                    "attn1 {c:?} f16 {f16_cache} pdl {} splits {splits:?}: {e:.3e}",
+                    "attn1 {c:?} f16 {f16_cache} pdl {} splits {splits:?} light {light}: {e:.3e}",
                     a.pdl
                 );
                 worst = worst.max(e);
@@ -271,6 +280,7 @@ fn fused_qkv_attention_matches_reference() {
                 None
             };
             a.min_keys = if a.splits.is_some() { 1 } else { 64 };
+            a.light_fence = (ci + variant) % 3 != 0;
             let scale = 1.0 / (hd as f32).sqrt();
             // One call to fill the row; the reference then reads the cache as held.
             let mut part = ctx
@@ -335,9 +345,9 @@ fn fused_qkv_attention_matches_reference() {
                     .unwrap()
             });
             eprintln!(
-                "fused {c:?} v{variant} f16 {f16_cache} il {interleaved} pdl {} splits {:?}: \
-                 attn {e:.3e} k {ek:.3e} v {ev:.3e}",
-                a.pdl, a.splits
+                "fused {c:?} v{variant} f16 {f16_cache} il {interleaved} pdl {} splits {:?} \
+                 light {}: attn {e:.3e} k {ek:.3e} v {ev:.3e}",
+                a.pdl, a.splits, a.light_fence
             );
             worst[0] = worst[0].max(e);
             worst[usize::from(f16_cache) + 1] = worst[usize::from(f16_cache) + 1].max(ek.max(ev));

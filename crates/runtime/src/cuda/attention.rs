@@ -4,11 +4,11 @@
 //!
 //! Key design choice: the key count is read on the device (`len = *lenp + len_add`) so
 //! a decode step captured as a CUDA graph stays valid as the position advances. Two
-//! kernels ([`AttnKernel`]): the default `OnePass` splits the keys over about one wave of
+//! kernels ([`AttnKernel`]): `OnePass` splits the keys over about one wave of
 //! blocks and the last block of each kv head merges the partials (one launch; it can
 //! also do the q/k norm, RoPE and KV store first, [`AttentionDecode::decode_qkv`]);
 //! `TwoPass` is the first version (blocks of 32 keys over the whole capacity, then a
-//! combine launch), kept for comparison.
+//! combine launch); `Auto` (default) picks by capacity from the H200 measurements.
 
 use std::sync::Arc;
 
@@ -42,12 +42,19 @@ const MAX_SPLITS: usize = 1024;
 /// u32 counters (one per kv head) at the end of the partials buffer, for `OnePass`.
 const COUNTERS: usize = 256;
 
+/// Capacities above which [`AttnKernel::Auto`] picks `OnePass` (H200, 2026-11-30: the
+/// one-pass step was 4% slower per decode token at 1024 keys and 2-4% faster at 4096).
+pub const ATTN_ONEPASS_MIN_CAPACITY: usize = 2048;
+
 /// Which attention decode kernel [`AttentionDecode`] launches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum AttnKernel {
-    /// One launch: keys split over about one wave of blocks, the last block of each kv
-    /// head merges (the default).
+    /// `OnePass` when the capacity exceeds [`ATTN_ONEPASS_MIN_CAPACITY`], else `TwoPass`
+    /// (the default).
     #[default]
+    Auto,
+    /// One launch: keys split over about one wave of blocks, the last block of each kv
+    /// head merges.
     OnePass,
     /// The first version: blocks of 32 keys over the capacity, then a combine launch.
     TwoPass,
@@ -122,15 +129,31 @@ impl KvCache {
     }
 }
 
+impl AttnKernel {
+    /// `Auto` resolved for a cache of `capacity` keys.
+    pub fn resolve(self, capacity: usize) -> AttnKernel {
+        match self {
+            AttnKernel::Auto if capacity > ATTN_ONEPASS_MIN_CAPACITY => AttnKernel::OnePass,
+            AttnKernel::Auto => AttnKernel::TwoPass,
+            k => k,
+        }
+    }
+}
+
 /// The attention decode kernels of one context.
 pub struct AttentionDecode {
     ctx: Arc<CudaContext>,
     /// Launch the kernels with programmatic dependent launch (default off).
     pub pdl: bool,
-    /// The kernel [`Self::decode`] uses (default `OnePass`; [`Self::decode_qkv`] is
-    /// always `OnePass`).
+    /// The kernel [`Self::decode`] uses (default `Auto`; [`Self::decode_qkv`] is always
+    /// `OnePass`).
     pub kernel: AttnKernel,
-    /// `OnePass`: fewest keys per block (default 64), so short contexts use few blocks.
+    /// `OnePass`: order the partials before the last block's merge with one gpu-scope
+    /// acq_rel fence per block instead of `__threadfence` (MEMBAR.SC) in every thread
+    /// (default off: the measured version).
+    pub light_fence: bool,
+    /// `OnePass`: keys per block at least (default 64): min(`splits`, len / min_keys)
+    /// blocks per kv head, so short contexts use few blocks and merge few partials.
     pub min_keys: usize,
     /// `OnePass`: blocks per kv head instead of the occupancy-derived one wave (≤ 64).
     pub splits: Option<usize>,
@@ -198,7 +221,8 @@ impl AttentionDecode {
             ],
             one: onepass::OnePass::load(ctx, &m)?,
             pdl: false,
-            kernel: AttnKernel::OnePass,
+            kernel: AttnKernel::Auto,
+            light_fence: false,
             min_keys: 64,
             splits: None,
             ctx: Arc::clone(ctx),
@@ -290,7 +314,7 @@ impl AttentionDecode {
                 partials.len()
             )));
         }
-        if self.kernel == AttnKernel::OnePass {
+        if self.kernel.resolve(capacity) == AttnKernel::OnePass {
             let dims = onepass::Dims {
                 capacity,
                 n_heads,

@@ -27,8 +27,8 @@ mod sample;
 mod timing;
 
 pub use attention::{
-    ATTN_HEAD_DIM, ATTN_HEAD_DIMS, AttentionDecode, AttnKernel, AttnOut, KvCache, QkvRope,
-    attn_partials_len,
+    ATTN_HEAD_DIM, ATTN_HEAD_DIMS, ATTN_ONEPASS_MIN_CAPACITY, AttentionDecode, AttnKernel,
+    AttnOut, KvCache, QkvRope, attn_partials_len,
 };
 pub use attn_prefill::{PrefillOps, PrefillShape};
 pub use blas::{BlasLt, BlasOut};

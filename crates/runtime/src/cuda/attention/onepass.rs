@@ -348,6 +348,7 @@ impl AttentionDecode {
         let nkv = d.n_kv_heads as i32;
         let il = i32::from(interleaved);
         let mk = i32::try_from(self.min_keys.max(1)).unwrap_or(i32::MAX);
+        let light = i32::from(self.light_fence);
         let mut args = [
             arg_ptr(&p.q),
             arg_ptr(&p.qkv),
@@ -366,6 +367,7 @@ impl AttentionDecode {
             arg_ptr(&nkv),
             arg_ptr(&il),
             arg_ptr(&mk),
+            arg_ptr(&light),
             arg_ptr(&eps),
             arg_ptr(&d.scale),
             arg_ptr(&p.out),

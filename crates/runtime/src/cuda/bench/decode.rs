@@ -4,12 +4,12 @@
 //!
 //! Shape (Qwen3-8B config): 36 layers, hidden 4096, 32 q / 8 kv heads of 128,
 //! intermediate 12288, vocab 151936, RMSNorm eps 1e-6, NeoX RoPE θ = 1e6, q/k norm.
-//! Per token and layer 8 launches by default: `rms_norm_prep` → q|k|v GEMV → (q/k
-//! norm, RoPE, KV store and attention) into the o GEMV's x prep (one launch,
-//! [`AttnMode::Fused`]) → o GEMV (+residual) → `rms_norm_prep` → gate|up GEMV →
+//! Per token and layer: `rms_norm_prep` → q|k|v GEMV → the attention step ([`AttnMode`]:
+//! q/k norm + RoPE + KV store, then split + combine attention into the o GEMV's x prep,
+//! 3 launches; or all of it in one launch, [`AttnMode::Fused`]; `Auto` picks by the
+//! cache capacity) → o GEMV (+residual) → `rms_norm_prep` → gate|up GEMV →
 //! `swiglu_prep` → down GEMV (+residual); then the final norm, lm_head and the position
-//! step. The earlier attention steps stay selectable ([`AttnMode`]) and, with
-//! `compare_attn`, are timed in the same run.
+//! step. With `compare_attn` every attention step is timed in the same run.
 //!
 //! Key design choice: every kernel reads the position from device memory, so one step
 //! is captured once as a CUDA graph and replayed (the headline figure); plain stream
@@ -25,9 +25,9 @@ use super::decode_parts::{DecodeParts, measure_parts};
 use super::gemv::describe;
 use super::{BenchError, Rng, random_mx};
 use crate::cuda::{
-    AttentionDecode, AttnKernel, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps,
-    DeviceBuffer, GemvKernel, GemvMma, KvCache, MxTiled, QkvRope, XPrep, attn_partials_len,
-    copy_bandwidth_gbps, rope_tables, tile_mx, time_ms,
+    ATTN_ONEPASS_MIN_CAPACITY, AttentionDecode, AttnKernel, AttnOut, CudaContext, CudaError,
+    CudaGraph, DecodeOps, DeviceBuffer, GemvKernel, GemvMma, KvCache, MxTiled, QkvRope, XPrep,
+    attn_partials_len, copy_bandwidth_gbps, rope_tables, tile_mx, time_ms,
 };
 use crate::ledger::{Owner, SpanKind};
 
@@ -42,18 +42,39 @@ pub(super) const EPS: f32 = 1e-6;
 /// How a layer's step from the q|k|v projection to the o projection's x prep runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum AttnMode {
+    /// `Fused` above [`ATTN_ONEPASS_MIN_CAPACITY`] keys of capacity, else `TwoPass`
+    /// (the measured faster one at each size).
+    #[default]
+    Auto,
     /// `qk_norm_rope_store`, then the two-pass attention (split + combine): 3 launches.
     TwoPass,
     /// `qk_norm_rope_store`, then the one-pass attention: 2 launches.
     OnePass,
     /// The one-pass attention with the q/k norm, RoPE and KV store in its prologue
     /// (`AttentionDecode::decode_qkv`): 1 launch.
-    #[default]
     Fused,
+    /// `Fused` with one acq_rel fence per block before the merge
+    /// (`AttentionDecode::light_fence`).
+    FusedLight,
 }
 
 impl AttnMode {
-    pub const ALL: [AttnMode; 3] = [AttnMode::TwoPass, AttnMode::OnePass, AttnMode::Fused];
+    /// The modes `compare_attn` times.
+    pub const ALL: [AttnMode; 4] = [
+        AttnMode::TwoPass,
+        AttnMode::OnePass,
+        AttnMode::Fused,
+        AttnMode::FusedLight,
+    ];
+
+    /// `Auto` resolved for a cache of `capacity` keys.
+    pub fn resolve(self, capacity: usize) -> AttnMode {
+        match self {
+            AttnMode::Auto if capacity > ATTN_ONEPASS_MIN_CAPACITY => AttnMode::Fused,
+            AttnMode::Auto => AttnMode::TwoPass,
+            m => m,
+        }
+    }
 }
 
 /// What [`decode_bench`] runs.
@@ -79,10 +100,12 @@ pub struct DecodeBenchOptions {
     pub pp_prefetch: u8,
     /// Also time each part of the step (GEMVs, attention, the small kernels).
     pub parts: bool,
-    /// The attention step (default `Fused`).
+    /// The attention step (default `Auto`).
     pub attn: AttnMode,
     /// Also time the whole step (CUDA graph) with every other [`AttnMode`].
     pub compare_attn: bool,
+    /// The one-pass attention's fewest keys per block (its default when `None`).
+    pub attn_min_keys: Option<usize>,
 }
 
 impl Default for DecodeBenchOptions {
@@ -100,8 +123,9 @@ impl Default for DecodeBenchOptions {
             ring: None,
             pp_prefetch: 0,
             parts: false,
-            attn: AttnMode::Fused,
+            attn: AttnMode::Auto,
             compare_attn: false,
+            attn_min_keys: None,
         }
     }
 }
@@ -137,7 +161,7 @@ pub struct DecodeBench {
     /// max |h| after the timed steps (the random weights keep it moderate).
     pub max_h: f32,
     pub parts: Option<DecodeParts>,
-    /// The attention step timed (`opts.attn`).
+    /// The attention step timed (`opts.attn` resolved).
     pub attn: AttnMode,
     /// With `compare_attn`: ms/token of the CUDA graph with each attention step, from
     /// the same state, in this run (the headline's own mode included).
@@ -198,6 +222,7 @@ pub(super) struct Kernels {
 }
 
 impl Kernels {
+    /// Sets the attention step (`Auto` must be resolved first).
     pub(super) fn set_mode(&mut self, mode: AttnMode) {
         self.mode = mode;
         self.attn.kernel = if mode == AttnMode::TwoPass {
@@ -205,6 +230,7 @@ impl Kernels {
         } else {
             AttnKernel::OnePass
         };
+        self.attn.light_fence = mode == AttnMode::FusedLight;
     }
 }
 
@@ -266,11 +292,15 @@ pub fn decode_bench(
         ops: DecodeOps::load(ctx)?,
         mode: opts.attn,
     };
-    k.set_mode(opts.attn);
+    if let Some(mk) = opts.attn_min_keys {
+        k.attn.min_keys = mk;
+    }
     let copy_gbps = copy_bandwidth_gbps(ctx, 1 << 30, 20)?;
     let owner = Owner::mint("cuda-decode-bench");
     let t0 = std::time::Instant::now();
     let mut m = build(ctx, &owner, opts, &shapes)?;
+    let mode = opts.attn.resolve(m.cap);
+    k.set_mode(mode);
     ctx.synchronize()?;
     let setup_s = t0.elapsed().as_secs_f64();
     let live_bytes = ctx.ledger().snapshot().live;
@@ -313,7 +343,7 @@ pub fn decode_bench(
             })? / 4.0;
             attn_modes.push((mode, ms));
         }
-        k.set_mode(opts.attn);
+        k.set_mode(mode);
     }
 
     let weight_bytes = (opts.layers * shapes[..4].iter().map(MxLayout::total_bytes).sum::<usize>()
@@ -349,7 +379,7 @@ pub fn decode_bench(
         logits_finite,
         max_h,
         parts,
-        attn: opts.attn,
+        attn: mode,
         attn_modes,
     })
 }
@@ -426,7 +456,7 @@ pub(super) fn attention(
     } else {
         AttnOut::F32(&mut b.attn)
     };
-    if k.mode == AttnMode::Fused {
+    if matches!(k.mode, AttnMode::Fused | AttnMode::FusedLight) {
         let src = QkvRope {
             qkv: &b.qkv,
             bias: None,
