@@ -118,6 +118,10 @@ pub struct EmbBench {
     /// Also run sentence-transformers (PyTorch CPU) on the same corpus.
     #[arg(long)]
     pub anchor: bool,
+    /// Where the encoder runs: cpu (default), cuda / cuda:N (exact f32 on the GPU) or
+    /// auto.
+    #[arg(long, env = "FAVLO_DEVICE", default_value = "cpu")]
+    pub device: String,
 }
 
 pub(crate) fn model_dir(id: &str) -> anyhow::Result<std::path::PathBuf> {
@@ -235,15 +239,17 @@ fn embeddings(b: EmbBench) -> anyhow::Result<ExitCode> {
             bail!("unknown --weights {other:?} (as-stored, f32, bf16, bf16x3 or int8)")
         }
     };
+    let device = crate::cmd::common::device(&b.device)?;
     let dir = model_dir(&b.model)?;
     let opts = favlo_bert::BenchOptions {
         threads: b.threads,
         format,
+        device,
         ..Default::default()
     };
     let r = favlo_bert::bench_embeddings(&dir, &opts)?;
     println!(
-        "model {} ({}), {} threads, weights {}",
+        "model {} ({}), {} threads, weights {}, device {device}",
         b.model,
         dir.display(),
         b.threads,
