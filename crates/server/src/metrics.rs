@@ -149,6 +149,26 @@ impl Metrics {
             "Ledger room.",
             ledger.room(),
         );
+        // The accelerator ledgers of open models, one labelled series per device.
+        let devices = favlo_runtime::device_ledgers::snapshots();
+        if !devices.is_empty() {
+            for (name, help) in [
+                ("budget", "Device ledger budget."),
+                ("live", "Device ledger live bytes."),
+                ("room", "Device ledger room."),
+            ] {
+                let metric = format!("favlo_device_ledger_{name}_bytes");
+                let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} gauge");
+                for d in &devices {
+                    let v = match name {
+                        "budget" => d.budget,
+                        "live" => d.live,
+                        _ => d.room,
+                    };
+                    let _ = writeln!(out, "{metric}{{device=\"{}\"}} {v}", d.device);
+                }
+            }
+        }
         out
     }
 }

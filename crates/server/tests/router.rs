@@ -495,10 +495,19 @@ async fn memory_metrics_health() {
     assert_eq!(gpu["budget"], 8u64 << 30);
     assert_eq!(gpu["live"], 3u64 << 20);
     assert_eq!(gpu["owners"][0]["kinds"]["resident"], 3u64 << 20);
+    let (_, m) = call(&app, "GET", "/metrics", None, None).await;
+    assert!(
+        m.contains("# TYPE favlo_device_ledger_live_bytes gauge")
+            && m.contains("favlo_device_ledger_live_bytes{device=\"cuda:5\"} 3145728")
+            && m.contains("favlo_device_ledger_budget_bytes{device=\"cuda:5\"} 8589934592"),
+        "{m}"
+    );
     drop(span);
     drop(dev);
     let (_, t) = call(&app, "GET", "/v1/memory", None, None).await;
     assert!(!t.contains("cuda:5"), "{t}");
+    let (_, m) = call(&app, "GET", "/metrics", None, None).await;
+    assert!(!m.contains("cuda:5"), "{m}");
     let (s, t) = call(&app, "GET", "/metrics", None, None).await;
     assert_eq!(s, StatusCode::OK);
     assert!(
