@@ -25,7 +25,8 @@ export interface OwnerRow {
   kinds: Record<string, number>;
 }
 
-export interface MemoryLedger {
+/** One ledger's figures (the host's at the top level of GET /v1/memory, an accelerator's in `devices`). */
+export interface LedgerFigures {
   device: string;
   budget: number;
   cap: number | null;
@@ -33,8 +34,13 @@ export interface MemoryLedger {
   pending: number;
   room: number;
   owners: OwnerRow[];
+}
+
+export interface MemoryLedger extends LedgerFigures {
   resident: string | null;
   embeddings: string | null;
+  /** The ledgers of accelerators an open model holds (absent from older servers). */
+  devices?: LedgerFigures[];
 }
 
 export class ApiError extends Error {

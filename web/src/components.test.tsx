@@ -124,5 +124,46 @@ describe('MemoryView', () => {
     expect(root.querySelector('.owners')?.textContent).toContain('12 spans');
     expect(root.querySelector('.kinds')?.textContent).toBe('resident: 768 MiBscratch: 256 MiB');
     expect(root.querySelector('[data-testid="embeddings"]')?.textContent).toBe('none');
+    expect(root.querySelector('.device-ledger')).toBeNull();
+  });
+
+  it('shows each accelerator ledger an open model holds beside the host one', async () => {
+    const ledger: MemoryLedger = {
+      device: 'cpu',
+      budget: 8 * 2 ** 30,
+      cap: null,
+      live: 2 ** 26,
+      pending: 0,
+      room: 8 * 2 ** 30 - 2 ** 26,
+      owners: [{ owner: 'llama:7', bytes: 2 ** 26, spans: 3, kinds: { scratch: 2 ** 26 } }],
+      resident: 'smollm2-135m-instruct',
+      embeddings: null,
+      devices: [
+        {
+          device: 'cuda:0',
+          budget: 140 * 2 ** 30,
+          cap: null,
+          live: 2 ** 30,
+          pending: 0,
+          room: 139 * 2 ** 30,
+          owners: [{ owner: 'llama:7', bytes: 2 ** 30, spans: 40, kinds: { resident: 3 * 2 ** 28, scratch: 2 ** 28 } }],
+        },
+      ],
+    };
+    stubFetch({ '/v1/memory': json(ledger) });
+    render(<MemoryView />, root);
+    await vi.waitFor(() => expect(root.querySelector('.device-ledger')).not.toBeNull());
+    const gpu = root.querySelector('.device-ledger') as HTMLElement;
+    expect(gpu.getAttribute('aria-label')).toBe('cuda:0 ledger');
+    expect(gpu.querySelector('h3')?.textContent).toBe('Accelerator cuda:0');
+    expect(gpu.textContent).toContain('140 GiB');
+    const meter = (name: string) => root.querySelector(`[role="meter"][aria-label="${name}"]`);
+    // Host and device bars stay apart: the same owner holds memory in both.
+    expect(meter('Live')?.getAttribute('aria-valuenow')).toBe(String(2 ** 26));
+    expect(meter('cuda:0 Live')?.getAttribute('aria-valuenow')).toBe(String(2 ** 30));
+    expect(meter('cuda:0 Live')?.getAttribute('aria-valuetext')).toBe('1.00 GiB of 140 GiB');
+    expect(meter('cuda:0 llama:7 bytes')?.getAttribute('aria-valuenow')).toBe(String(2 ** 30));
+    expect(meter('llama:7 bytes')?.getAttribute('aria-valuenow')).toBe(String(2 ** 26));
+    expect(gpu.querySelector('.kinds')?.textContent).toBe('resident: 768 MiBscratch: 256 MiB');
   });
 });
