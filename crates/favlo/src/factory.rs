@@ -18,7 +18,7 @@ use favlo_server::{Catalog, CatalogRow};
 pub struct Factory {
     /// Storage of language-model matrices.
     pub llama_format: favlo_llama::WeightFormat,
-    /// Where language and embeddings models run (`--device`).
+    /// Where language, embeddings and DCGAN image/video models run (`--device`).
     pub device: favlo_runtime::device::Device,
 }
 
@@ -99,8 +99,12 @@ impl PipelineFactory for Factory {
         owner: &Owner,
     ) -> Result<Box<dyn MediaPipeline>, PipelineError> {
         match (spec.family.as_str(), spec.kind) {
-            ("dcgan", ModelKind::Image) => favlo_dcgan::open_image(spec, ledger, owner),
-            ("dcgan", ModelKind::Video) => favlo_dcgan::open_video(spec, ledger, owner),
+            ("dcgan", ModelKind::Image) => {
+                favlo_dcgan::open_image(spec, ledger, owner, self.device)
+            }
+            ("dcgan", ModelKind::Video) => {
+                favlo_dcgan::open_video(spec, ledger, owner, self.device)
+            }
             ("vits", ModelKind::Voice) => favlo_vits::open_voice(spec, ledger, owner),
             (other, _) => Err(unknown_family(spec, other)),
         }

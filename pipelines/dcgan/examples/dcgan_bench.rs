@@ -1,15 +1,17 @@
 //! Times the DCGAN pipelines on the real checkpoint: ms per image (batch 1 and
-//! 8) and ms per video frame (2 s at 12 fps, generate only and with pack).
+//! 8) and ms per video frame (2 s at 12 fps, generate only and with pack), on the
+//! CPU or (second argument `cuda` / `cuda:N`, feature `cuda`) a GPU.
 //!
 //! With `DCGAN_BENCH_OUT=dir` it also writes `dir/walk.avi`.
 //!
 //! `RAYON_NUM_THREADS=2 cargo run --example dcgan_bench -p favlo-dcgan -- /path/weights.tar`
+//! `cargo run --example dcgan_bench -p favlo-dcgan --features cuda -- /path/weights.tar cuda`
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use favlo_dcgan::{DcganImage, DcganVideo, Generator};
+use favlo_dcgan::{DcganImage, DcganVideo, Engine};
 use favlo_pipeline::{Control, MediaPipeline};
 use favlo_runtime::device::Device;
 use favlo_runtime::ledger::{Ledger, Owner};
@@ -22,26 +24,41 @@ fn main() {
             .or_else(|| std::env::var("FAVLO_TEST_DCGAN_WEIGHTS").ok())
             .expect("usage: dcgan_bench /path/weights.tar"),
     );
+    let device = match std::env::args().nth(2).as_deref() {
+        None | Some("cpu") => Device::Cpu,
+        Some("cuda") => Device::Cuda(0),
+        Some(d) => Device::Cuda(
+            d.strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .expect("device: cpu, cuda or cuda:N"),
+        ),
+    };
     let ledger = Ledger::new(Device::Cpu, None);
     let owner = Owner::mint("dcgan-bench");
-    println!("threads: {}", rayon::current_num_threads());
+    println!(
+        "device: {device}; threads: {}",
+        rayon::current_num_threads()
+    );
     let t = Instant::now();
-    let mut img = DcganImage::new(Generator::open(&path, &ledger, &owner).unwrap());
+    let mut img = DcganImage::new(Engine::open(&path, &ledger, &owner, device).unwrap());
     println!("open: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
     let c = Control::new();
     for n in [1u64, 8] {
         let job = img.parse("b", &json!({"n": n, "seed": 1})).unwrap();
         img.generate(&job, None, &c).unwrap(); // warm-up
-        let reps = 20;
+        let reps = if device == Device::Cpu { 20 } else { 200 };
         let t = Instant::now();
         for _ in 0..reps {
             img.generate(&job, None, &c).unwrap();
         }
         let ms = t.elapsed().as_secs_f64() * 1e3 / (reps as f64 * n as f64);
-        println!("image n={n}: {ms:.2} ms per image (generate)");
+        println!(
+            "image n={n}: {ms:.3} ms per image (generate) = {:.0} images/s",
+            1e3 / ms
+        );
     }
     drop(img);
-    let mut vid = DcganVideo::new(Generator::open(&path, &ledger, &owner).unwrap());
+    let mut vid = DcganVideo::new(Engine::open(&path, &ledger, &owner, device).unwrap());
     let job = vid
         .parse("v", &json!({"seconds": 2, "fps": 12, "seed": 1}))
         .unwrap();
@@ -62,8 +79,9 @@ fn main() {
     }
     let frames = (24 * reps) as f64;
     println!(
-        "video 2 s @ 12 fps: {:.2} ms per frame generate, {:.2} ms per frame JPEG+AVI",
+        "video 2 s @ 12 fps: {:.3} ms per frame generate ({:.0} frames/s), {:.2} ms per frame JPEG+AVI",
         gen_s * 1e3 / frames,
+        frames / gen_s,
         pack_s * 1e3 / frames
     );
 }

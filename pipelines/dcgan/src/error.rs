@@ -1,7 +1,8 @@
 //! Errors of the DCGAN family and their mapping onto the pipeline seam's classes.
 //!
 //! Key design choice: loading errors name the checkpoint and tensor; the seam
-//! sees `DoesNotFit` (503) for a ledger without room and `Internal` otherwise.
+//! sees `DoesNotFit` (503) for a ledger (host or GPU) without room and `Internal`
+//! otherwise.
 
 use std::path::PathBuf;
 
@@ -24,6 +25,10 @@ pub enum DcganError {
     /// The ledger refused an allocation.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
+    /// The device cannot run the generator (CUDA missing or unusable, a driver call
+    /// failed); the message says why ("CUDA is unavailable: …").
+    #[error("{message}")]
+    Device { message: String },
 }
 
 impl From<DcganError> for PipelineError {

@@ -29,7 +29,7 @@ pub const LAYERS: usize = 5;
 /// Largest batch the scratch holds (images per request, frames per video chunk).
 pub const MAX_BATCH: usize = 8;
 /// BatchNorm2d's default epsilon.
-const BN_EPS: f32 = 1e-5;
+pub(crate) const BN_EPS: f32 = 1e-5;
 /// Pixels of one output image, `3·64·64`.
 pub const IMAGE_LEN: usize = CHANNELS * SIDE * SIDE;
 
@@ -51,7 +51,7 @@ pub fn layer_shape(l: usize) -> ConvTranspose2d {
 }
 
 /// Largest activation of one image over every layer boundary.
-fn max_act_len() -> usize {
+pub fn max_act_len() -> usize {
     (0..LAYERS)
         .map(|l| layer_shape(l).in_len().max(layer_shape(l).out_len()))
         .max()
@@ -77,6 +77,23 @@ pub fn weight_bytes() -> u64 {
 /// Bytes of the scratch for a batch of `b`: two activations and the columns.
 pub fn scratch_bytes(b: usize) -> u64 {
     ((2 * b * max_act_len() + max_cols_len()) * 4) as u64
+}
+
+/// The values of state-dict entry `name` from `tensor`, if its shape is `expected`.
+pub(crate) fn checked(
+    tensor: &mut impl FnMut(&str) -> Result<(Vec<f32>, Vec<usize>), DcganError>,
+    name: String,
+    expected: Vec<usize>,
+) -> Result<Vec<f32>, DcganError> {
+    let (values, found) = tensor(&name)?;
+    if found != expected || values.len() != expected.iter().product::<usize>() {
+        return Err(DcganError::Shape {
+            name,
+            expected,
+            found,
+        });
+    }
+    Ok(values)
 }
 
 struct Norm {
@@ -142,14 +159,7 @@ impl Generator {
         mut tensor: impl FnMut(&str) -> Result<(Vec<f32>, Vec<usize>), DcganError>,
     ) -> Result<Self, DcganError> {
         let mut take = |name: String, expected: Vec<usize>| -> Result<Buffer<f32>, DcganError> {
-            let (values, found) = tensor(&name)?;
-            if found != expected || values.len() != expected.iter().product::<usize>() {
-                return Err(DcganError::Shape {
-                    name,
-                    expected,
-                    found,
-                });
-            }
+            let values = checked(&mut tensor, name, expected)?;
             Ok(ledger.alloc_from(owner, SpanKind::Resident, &values)?)
         };
         let mut layers = Vec::with_capacity(LAYERS);

@@ -11,7 +11,8 @@ use favlo_pipeline::{
 };
 
 use crate::encode;
-use crate::generator::{Generator, IMAGE_LEN, LAYERS, NZ};
+use crate::engine::Engine;
+use crate::generator::{IMAGE_LEN, LAYERS, NZ};
 use crate::noise;
 use crate::request::{image_params, param};
 
@@ -27,13 +28,20 @@ struct ImageHold {
 /// The DCGAN image pipeline.
 #[derive(Debug)]
 pub struct DcganImage {
-    generator: Generator,
+    generator: Engine,
 }
 
 impl DcganImage {
-    /// Wraps an opened generator.
-    pub fn new(generator: Generator) -> Self {
-        DcganImage { generator }
+    /// Wraps an opened generator (a CPU [`crate::Generator`] or any [`Engine`]).
+    pub fn new(generator: impl Into<Engine>) -> Self {
+        DcganImage {
+            generator: generator.into(),
+        }
+    }
+
+    /// Where the generator runs.
+    pub fn device(&self) -> favlo_runtime::device::Device {
+        self.generator.device()
     }
 
     /// Stages of any image job (one per layer).
@@ -84,24 +92,37 @@ impl MediaPipeline for DcganImage {
             None => (0, noise::latents(seed, n, NZ)),
         };
         let g = &mut self.generator;
-        if !g.load_state(layer, n, &act) {
+        if !g.load_state(layer, n, &act).map_err(PipelineError::from)? {
             return Err(PipelineError::internal("dcgan image: hold does not match the job").into());
         }
         drop(act);
-        while g.step() {
-            if g.at() < LAYERS {
-                control.check(|| MediaHold {
-                    stage: g.at(),
-                    state: Box::new(ImageHold {
-                        job: job.id.clone(),
-                        layer: g.at(),
-                        act: g.state().to_vec(),
-                    }),
-                })?;
+        while g.step().map_err(PipelineError::from)? {
+            let at = g.at();
+            if at < LAYERS {
+                // Reading the state back can fail on a GPU; the hold is built inside
+                // `check`, so the failure is carried out beside it.
+                let mut failed = None;
+                control
+                    .check(|| MediaHold {
+                        stage: at,
+                        state: Box::new(ImageHold {
+                            job: job.id.clone(),
+                            layer: at,
+                            act: g.state().map(<[f32]>::to_vec).unwrap_or_else(|e| {
+                                failed = Some(e);
+                                Vec::new()
+                            }),
+                        }),
+                    })
+                    .map_err(|p| match failed.take() {
+                        Some(e) => MediaError::from(PipelineError::from(e)),
+                        None => MediaError::from(p),
+                    })?;
             }
         }
         let tiles: Vec<Vec<u8>> = g
             .state()
+            .map_err(PipelineError::from)?
             .chunks_exact(IMAGE_LEN)
             .map(encode::to_rgb)
             .collect();

@@ -14,7 +14,8 @@ use favlo_pipeline::{
 
 use crate::avi;
 use crate::encode;
-use crate::generator::{Generator, IMAGE_LEN, MAX_BATCH, NZ, SIDE};
+use crate::engine::Engine;
+use crate::generator::{IMAGE_LEN, MAX_BATCH, NZ, SIDE};
 use crate::noise::LatentWalk;
 use crate::request::{param, video_params};
 
@@ -31,13 +32,20 @@ struct VideoHold {
 /// The DCGAN latent-walk video pipeline.
 #[derive(Debug)]
 pub struct DcganVideo {
-    generator: Generator,
+    generator: Engine,
 }
 
 impl DcganVideo {
-    /// Wraps an opened generator.
-    pub fn new(generator: Generator) -> Self {
-        DcganVideo { generator }
+    /// Wraps an opened generator (a CPU [`crate::Generator`] or any [`Engine`]).
+    pub fn new(generator: impl Into<Engine>) -> Self {
+        DcganVideo {
+            generator: generator.into(),
+        }
+    }
+
+    /// Where the generator runs.
+    pub fn device(&self) -> favlo_runtime::device::Device {
+        self.generator.device()
     }
 
     /// Stages of a job of `frames` frames.
@@ -97,6 +105,7 @@ impl MediaPipeline for DcganVideo {
             let z: Vec<f32> = (start..start + b).flat_map(|f| walk.frame(f)).collect();
             let out = g
                 .forward(&z, b)
+                .map_err(PipelineError::from)?
                 .ok_or_else(|| PipelineError::internal("dcgan video: bad chunk"))?;
             frames.extend(out.chunks_exact(IMAGE_LEN).map(encode::to_rgb));
             if frames.len() < total {

@@ -217,7 +217,7 @@ fn ledger_accounts_every_byte_and_refuses_when_full() {
         defaults: json!({}),
     };
     let owner = Owner::mint("dcgan");
-    let e = favlo_dcgan::open_image(&spec, &small, &owner)
+    let e = favlo_dcgan::open_image(&spec, &small, &owner, Device::Cpu)
         .err()
         .unwrap();
     assert_eq!(e.kind(), favlo_pipeline::ErrorKind::DoesNotFit);

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use favlo_dcgan::Generator;
 use favlo_dcgan::noise::{Xoshiro256, normals};
+use favlo_dcgan::{DcganError, Generator};
 use favlo_pipeline::{Control, MediaError, MediaJob, MediaOutput, MediaPaused, MediaPipeline};
 use favlo_runtime::device::Device;
 use favlo_runtime::ledger::{Ledger, Owner};
@@ -13,8 +13,15 @@ use favlo_runtime::ledger::{Ledger, Owner};
 /// A generator whose tensors are seeded random values of the real shapes
 /// (conv weights N(0, 0.05²), BN γ≈1, β, mean small, var in [0.5, 1.5)).
 pub fn random_generator(ledger: &Arc<Ledger>, owner: &Owner) -> Generator {
+    Generator::load(ledger, owner, random_source()).unwrap()
+}
+
+/// The tensor source of [`random_generator`]: the k-th tensor asked for gets seed k,
+/// so a loader asking in the state dict's order (as both generators do) gets the same
+/// weights.
+pub fn random_source() -> impl FnMut(&str) -> Result<(Vec<f32>, Vec<usize>), DcganError> {
     let mut k = 0u64;
-    Generator::load(ledger, owner, |name| {
+    move |name| {
         k += 1;
         let shape: Vec<usize> = shape_of(name);
         let n: usize = shape.iter().product();
@@ -41,8 +48,7 @@ pub fn random_generator(ledger: &Arc<Ledger>, owner: &Owner) -> Generator {
                 .collect()
         };
         Ok((values, shape))
-    })
-    .unwrap()
+    }
 }
 
 fn shape_of(name: &str) -> Vec<usize> {
