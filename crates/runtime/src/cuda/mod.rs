@@ -27,8 +27,8 @@ mod sample;
 mod timing;
 
 pub use attention::{
-    ATTN_HEAD_DIM, ATTN_HEAD_DIMS, ATTN_ONEPASS_MIN_CAPACITY, AttentionDecode, AttnKernel,
-    AttnOut, KvCache, QkvRope, attn_partials_len,
+    ATTN_HEAD_DIM, ATTN_HEAD_DIMS, ATTN_ONEPASS_MIN_CAPACITY, AttentionDecode, AttnKernel, AttnOut,
+    KvCache, QkvRope, attn_partials_len,
 };
 pub use attn_prefill::{PrefillOps, PrefillShape};
 pub use blas::{BlasLt, BlasOut};
@@ -36,9 +36,7 @@ pub use compile::{CompiledKernel, cache_dir, compile_cubin, nvrtc_version};
 pub use context::{CudaContext, DeviceBuffer};
 pub use conv2d::{ChannelAffine, Conv2dOps, ConvAct};
 pub use decode::DecodeOps;
-pub use encoder::{
-    ENC_MAX_HEAD_DIM, ENC_QUERY_TILE, EncAct, EncPool, EncoderOps, attention_tiles,
-};
+pub use encoder::{ENC_MAX_HEAD_DIM, ENC_QUERY_TILE, EncAct, EncPool, EncoderOps, attention_tiles};
 pub use gemm::{
     GEMM_KB, GEMM_TILE, GemmActs, GemmKernel, GemmMx, GemmWeights, GemmWeightsHost, tile_gemm,
     tile_offset,
