@@ -87,25 +87,34 @@ impl LlamaRuntime {
             .count()
             .min(prompt.len() - 1);
         self.cached.truncate(reuse);
-        self.model
-            .forward(&prompt[reuse..], reuse, &mut self.logits, false)
-            .map_err(LlamaError::into_pipeline)?;
+        let mut sampler = Sampler::new(p.sampling, prompt);
+        // A plain greedy step on a model that picks its argmax where the logits are
+        // (CUDA) copies back one token instead of the logits.
+        let on_device = self.model.argmax_on_device()
+            && sampler.plain_greedy()
+            && p.logprobs.is_none()
+            && p.grammar.is_none();
+        let mut next = self.run(&prompt[reuse..], reuse, on_device)?;
         self.cached.extend_from_slice(&prompt[reuse..]);
         let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
         let t1 = Instant::now();
-        let mut sampler = Sampler::new(p.sampling, prompt);
         let mut tokens = Vec::new();
         let max = p.max_tokens.min(cap - prompt.len());
         let mut finish = FinishReason::Length;
         while tokens.len() < max {
-            if p.logprobs.is_some() {
-                self.raw.copy_from_slice(&self.logits);
-            }
-            sampler.penalize(&mut self.logits);
-            if let Some(g) = p.grammar {
-                g.mask().mask_logits(&mut self.logits)?;
-            }
-            let tok = sampler.choose(&self.logits);
+            let tok = match next {
+                Some(t) => t,
+                None => {
+                    if p.logprobs.is_some() {
+                        self.raw.copy_from_slice(&self.logits);
+                    }
+                    sampler.penalize(&mut self.logits);
+                    if let Some(g) = p.grammar {
+                        g.mask().mask_logits(&mut self.logits)?;
+                    }
+                    sampler.choose(&self.logits)
+                }
+            };
             if let Some(g) = p.grammar {
                 g.mask().commit(tok)?;
             }
@@ -126,9 +135,7 @@ impl LlamaRuntime {
                 break;
             }
             let n_past = self.cached.len();
-            self.model
-                .forward(&[tok], n_past, &mut self.logits, false)
-                .map_err(LlamaError::into_pipeline)?;
+            next = self.run(&[tok], n_past, on_device)?;
             self.cached.push(tok);
         }
         Ok(Generated {
@@ -138,6 +145,30 @@ impl LlamaRuntime {
             prefill_ms,
             decode_ms: t1.elapsed().as_secs_f64() * 1e3,
         })
+    }
+}
+
+impl LlamaRuntime {
+    /// Runs `ids` at `n_past..`: with `argmax` the device's greedy choice of the next
+    /// token (`Some`), else the logits into `self.logits` (`None`).
+    fn run(
+        &mut self,
+        ids: &[u32],
+        n_past: usize,
+        argmax: bool,
+    ) -> Result<Option<u32>, PipelineError> {
+        if argmax
+            && let Some(t) = self
+                .model
+                .forward_argmax(ids, n_past)
+                .map_err(LlamaError::into_pipeline)?
+        {
+            return Ok(Some(t));
+        }
+        self.model
+            .forward(ids, n_past, &mut self.logits, false)
+            .map_err(LlamaError::into_pipeline)?;
+        Ok(None)
     }
 }
 

@@ -184,16 +184,36 @@ impl LlamaModel {
         self.w.bytes()
     }
 
-    /// Run `ids` at positions `n_past..` (the cache must already hold `0..n_past`).
-    /// With `all`, `logits` is `[ids.len(), vocab]`; otherwise `[vocab]` for the last token.
-    pub fn forward(
+    /// Whether [`Self::forward_argmax`] picks greedy tokens on the device (a model on
+    /// CUDA), so the caller need not copy logits back for a plain greedy step.
+    pub fn argmax_on_device(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        if self.cuda.is_some() {
+            return true;
+        }
+        false
+    }
+
+    /// Runs `ids` like [`Self::forward`] and returns the last token's argmax (the
+    /// largest logit, the lowest id among equals) chosen where the logits are: on the
+    /// device for a model on CUDA (8 bytes come back); `None` on the CPU, where the
+    /// caller runs [`Self::forward`] and its own sampler instead.
+    pub fn forward_argmax(
         &mut self,
         ids: &[u32],
         n_past: usize,
-        logits: &mut [f32],
-        all: bool,
-    ) -> Result<(), LlamaError> {
-        let (v, d) = (self.cfg.vocab_size, self.cfg.hidden);
+    ) -> Result<Option<u32>, LlamaError> {
+        self.check_ids(ids, n_past)?;
+        #[cfg(feature = "cuda")]
+        if let Some(c) = self.cuda.as_mut() {
+            return c.forward_argmax(&self.w.embed, ids, n_past).map(Some);
+        }
+        Ok(None)
+    }
+
+    /// Refuses an empty run, one past the context, or ids outside the vocabulary.
+    fn check_ids(&self, ids: &[u32], n_past: usize) -> Result<(), LlamaError> {
+        let v = self.cfg.vocab_size;
         if ids.is_empty() {
             return Err(LlamaError::Request {
                 message: "no tokens to run".into(),
@@ -213,6 +233,20 @@ impl LlamaModel {
                 message: format!("token id {bad} is outside the vocabulary of {v}"),
             });
         }
+        Ok(())
+    }
+
+    /// Run `ids` at positions `n_past..` (the cache must already hold `0..n_past`).
+    /// With `all`, `logits` is `[ids.len(), vocab]`; otherwise `[vocab]` for the last token.
+    pub fn forward(
+        &mut self,
+        ids: &[u32],
+        n_past: usize,
+        logits: &mut [f32],
+        all: bool,
+    ) -> Result<(), LlamaError> {
+        let (v, d) = (self.cfg.vocab_size, self.cfg.hidden);
+        self.check_ids(ids, n_past)?;
         let want = if all { ids.len() * v } else { v };
         if logits.len() != want {
             return Err(LlamaError::Request {

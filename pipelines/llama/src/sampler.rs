@@ -78,6 +78,17 @@ impl Sampler {
         self.seen.insert(token, ());
     }
 
+    /// True when [`Self::choose`] is the plain argmax of the raw logits: greedy
+    /// (temperature ≤ 0 or not finite) and no penalty changes any logit.
+    pub fn plain_greedy(&self) -> bool {
+        let t = self.p.temperature;
+        let r = self.p.repetition_penalty;
+        (t <= 0.0 || !t.is_finite())
+            && (r == 1.0 || r <= 0.0)
+            && self.p.presence_penalty == 0.0
+            && self.p.frequency_penalty == 0.0
+    }
+
     /// Apply the penalties in place.
     pub fn penalize(&self, logits: &mut [f32]) {
         let r = self.p.repetition_penalty;

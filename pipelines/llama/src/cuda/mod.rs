@@ -28,8 +28,9 @@ use std::sync::Arc;
 
 use favlo_runtime::cpu::RopeLayout;
 use favlo_runtime::cuda::{
-    AttentionDecode, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps, DeviceBuffer, GemvMma,
-    MxTiled, PrefillOps, RopeStore, XPrep, attn_partials_len,
+    AttentionDecode, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps, DeviceBuffer,
+    DeviceSampler, GemvMma, MxTiled, PrefillOps, RopeStore, SAMPLE_OUT_LEN, SampleParams, XPrep,
+    attn_partials_len,
 };
 use favlo_runtime::ledger::{self, Owner, SpanKind};
 
@@ -124,6 +125,9 @@ pub(crate) struct CudaLlama {
     chunk: Option<prefill::ChunkBufs>,
     /// Embedded rows of a prefill chunk on the host.
     rows_host: Vec<f32>,
+    /// The greedy device sampler and its 8-byte result, made on first use.
+    sampler: Option<(DeviceSampler, DeviceBuffer<u32>)>,
+    owner: Owner,
 }
 
 /// K padded for either MX format (FP4 pads to 256 values, FP8 to 128).
@@ -304,6 +308,8 @@ impl CudaLlama {
             weight_bytes,
             chunk,
             rows_host: Vec::new(),
+            sampler: None,
+            owner: owner.clone(),
         })
     }
 
@@ -335,54 +341,99 @@ impl CudaLlama {
     ) -> Result<(), LlamaError> {
         let e = dev_err;
         let vocab = self.b.logits.len();
-        let n = ids.len();
+        let copy = |ctx: &CudaContext, src: &DeviceBuffer<f32>, out: &mut [f32]| {
+            ctx.stream().memcpy_dtoh(src.slice(), out).map_err(|x| {
+                e(CudaError::Driver {
+                    op: "cuMemcpyDtoH(logits)",
+                    message: format!("{x:?}"),
+                })
+            })
+        };
+        if !all {
+            self.advance(embed, ids, n_past)?;
+            self.head_graph()?.launch().map_err(e)?;
+            copy(&self.ctx, &self.b.logits, &mut logits[..vocab])?;
+            return self.ctx.synchronize().map_err(e);
+        }
+        self.write_pos(n_past)?;
+        for (i, &id) in ids.iter().enumerate() {
+            self.step_token(embed, id, n_past + i)?;
+            self.head_graph()?.launch().map_err(e)?;
+            copy(
+                &self.ctx,
+                &self.b.logits,
+                &mut logits[i * vocab..(i + 1) * vocab],
+            )?;
+        }
+        self.ctx.synchronize().map_err(e)
+    }
+
+    /// Runs `ids` like [`Self::forward`] and picks the last token's argmax on the device
+    /// (the host sampler's greedy rule: the largest logit, the lowest id among equals),
+    /// copying back 8 bytes instead of the logits.
+    pub(crate) fn forward_argmax(
+        &mut self,
+        embed: &Matrix,
+        ids: &[u32],
+        n_past: usize,
+    ) -> Result<u32, LlamaError> {
+        let e = dev_err;
+        self.advance(embed, ids, n_past)?;
+        self.head_graph()?.launch().map_err(e)?;
+        if self.sampler.is_none() {
+            let s = DeviceSampler::load(&self.ctx).map_err(e)?;
+            let out = self
+                .ctx
+                .alloc::<u32>(&self.owner, SpanKind::Scratch, SAMPLE_OUT_LEN)
+                .map_err(e)?;
+            self.sampler = Some((s, out));
+        }
+        let Some((s, out)) = self.sampler.as_mut() else {
+            return Err(LlamaError::Device {
+                message: "device sampler missing".into(),
+            });
+        };
+        let vocab = self.b.logits.len();
+        s.sample(&self.b.logits, vocab, &SampleParams::GREEDY, 0.0, out)
+            .map_err(e)?;
+        let (id, _) = s.read(out).map_err(e)?;
+        Ok(id)
+    }
+
+    /// Runs `ids` at positions `n_past..` through every layer (batched prefill when it
+    /// applies, else the token loop), leaving the last token's hidden state in `h`.
+    fn advance(&mut self, embed: &Matrix, ids: &[u32], n_past: usize) -> Result<(), LlamaError> {
+        if self.batched_prefill(ids.len()) {
+            return self.prefill(embed, ids, n_past);
+        }
+        self.write_pos(n_past)?;
+        for (i, &id) in ids.iter().enumerate() {
+            self.step_token(embed, id, n_past + i)?;
+        }
+        Ok(())
+    }
+
+    fn write_pos(&mut self, n_past: usize) -> Result<(), LlamaError> {
         let pos = i32::try_from(n_past).map_err(|_| LlamaError::Request {
             message: format!("position {n_past}"),
         })?;
-        if !all && self.batched_prefill(n) {
-            self.prefill(embed, ids, n_past)?;
-            self.head_graph()?.launch().map_err(e)?;
-            self.ctx
-                .stream()
-                .memcpy_dtoh(self.b.logits.slice(), &mut logits[..vocab])
-                .map_err(|x| {
-                    e(CudaError::Driver {
-                        op: "cuMemcpyDtoH(logits)",
-                        message: format!("{x:?}"),
-                    })
-                })?;
-            return self.ctx.synchronize().map_err(e);
-        }
-        self.ctx.write(&mut self.b.pos, &[pos]).map_err(e)?;
-        for (i, &id) in ids.iter().enumerate() {
-            embed.embed(&[id], &mut self.x_host);
-            self.ctx.write(&mut self.b.h, &self.x_host).map_err(e)?;
-            let keys = n_past + i + 1;
-            let bucket = BUCKETS
-                .iter()
-                .copied()
-                .find(|&b| b >= keys && b < self.capacity)
-                .unwrap_or(self.capacity);
-            self.body_graph(bucket)?.launch().map_err(e)?;
-            if all || i + 1 == n {
-                self.head_graph()?.launch().map_err(e)?;
-                let out = if all {
-                    &mut logits[i * vocab..(i + 1) * vocab]
-                } else {
-                    &mut logits[..vocab]
-                };
-                self.ctx
-                    .stream()
-                    .memcpy_dtoh(self.b.logits.slice(), out)
-                    .map_err(|x| {
-                        e(CudaError::Driver {
-                            op: "cuMemcpyDtoH(logits)",
-                            message: format!("{x:?}"),
-                        })
-                    })?;
-            }
-        }
-        self.ctx.synchronize().map_err(e)
+        self.ctx.write(&mut self.b.pos, &[pos]).map_err(dev_err)
+    }
+
+    /// One token at position `at` (= the device's `*pos`) through the step graph of the
+    /// smallest attention bucket that holds its keys.
+    fn step_token(&mut self, embed: &Matrix, id: u32, at: usize) -> Result<(), LlamaError> {
+        embed.embed(&[id], &mut self.x_host);
+        self.ctx
+            .write(&mut self.b.h, &self.x_host)
+            .map_err(dev_err)?;
+        let keys = at + 1;
+        let bucket = BUCKETS
+            .iter()
+            .copied()
+            .find(|&b| b >= keys && b < self.capacity)
+            .unwrap_or(self.capacity);
+        self.body_graph(bucket)?.launch().map_err(dev_err)
     }
 
     /// The step graph for attention capacity `bucket`, captured on first use.
