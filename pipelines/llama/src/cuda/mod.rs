@@ -15,11 +15,13 @@
 //!   second graph, run only where logits are wanted.
 //! - Prefill of more than one token runs in chunks ([`prefill`]): every step batched
 //!   over the chunk's tokens (causal flash attention over the same cache) except the
-//!   projections, which stay the GEMV per token; only the last token's logits are
-//!   computed. Models with q/k norms, and `FAVLO_CUDA_PREFILL=loop` (for comparisons),
-//!   use the token loop over the decode step.
+//!   projections, which run as exact-operand GEMMs (`MxGemm`); only the last token's
+//!   logits are computed. Models with q/k norms, and `FAVLO_CUDA_PREFILL=loop` (for
+//!   comparisons), use the token loop over the decode step.
 //! - The logits of the last token are copied to the host, where the existing sampler
-//!   runs, so generation, streaming and the `LanguagePipeline` seam are unchanged.
+//!   runs, so generation, streaming and the `LanguagePipeline` seam are unchanged;
+//!   a plain greedy step (no penalties, logprobs or grammar) instead picks the argmax
+//!   on the device (`forward_argmax`) and copies back 8 bytes.
 
 mod prefill;
 mod upload;
