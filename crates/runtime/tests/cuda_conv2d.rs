@@ -3,9 +3,10 @@
 //! below) on random non-zero inputs. Bounds (each printed with the measured value):
 //! - transposed convolution at the five DCGAN geometries (K4 s1 p0 from 1×1; K4 s2 p1
 //!   up to 64×64) and odd ones (K3, K5 s3, stride 1 with padding, non-square inputs,
-//!   channel counts not a multiple of the kernel's 4 channels per thread): max |gpu −
-//!   ref| / max |ref| ≤ 1e-5 (as the CPU kernel's test); every output written (the
-//!   buffer starts as NaN) and nothing past the batch touched;
+//!   channel counts not a multiple of the kernel's 4 channels per thread), with the
+//!   input channels split over 1, 2, 5 and 8 threads per output: max |gpu − ref| / max
+//!   |ref| ≤ 1e-5 (as the CPU kernel's test); every output written (the buffer starts
+//!   as NaN) and nothing past the batch touched;
 //! - the fused epilogue (affine + none / ReLU / LeakyReLU(0.2) / tanh) equals, bit for
 //!   bit, the plain convolution followed by `chan_affine_act` (same f32 operations);
 //! - `chan_affine_act` vs f64 `act(x·a + b)` of the same f32 inputs: |gpu − ref| ≤
@@ -26,7 +27,7 @@ use std::sync::Arc;
 use favlo_runtime::cpu::conv::reference;
 use favlo_runtime::cpu::{self, BatchNorm, ConvTranspose2d};
 use favlo_runtime::cuda::{
-    ChannelAffine, Conv2dOps, ConvAct, CudaContext, DeviceBuffer, compile_cubin,
+    CONV_SPLIT_MAX, ChannelAffine, Conv2dOps, ConvAct, CudaContext, DeviceBuffer, compile_cubin,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
@@ -130,24 +131,31 @@ fn conv_transpose2d_matches_f64_reference() {
         let x = rand_vec(&mut rng, batch * g.in_len(), 1.0);
         let w = rand_vec(&mut rng, g.weight_len(), 0.1);
         let n = batch * g.out_len();
-        // One extra image of NaN past the batch: it must stay untouched.
-        let mut out = up(&ctx, &owner, &vec![f32::NAN; n + g.out_len()]);
         let (dx, dw) = (up(&ctx, &owner, &x), up(&ctx, &owner, &w));
-        ops.conv_transpose2d(&dx, &dw, g, batch, &mut out, None, ConvAct::None)
-            .unwrap();
-        let got = ctx.download(&out).unwrap();
-        assert!(
-            got[n..].iter().all(|v| v.is_nan()),
-            "{g:?}: wrote past the batch"
-        );
-        assert!(
-            got[..n].iter().all(|v| v.is_finite()),
-            "{g:?}: output not written"
-        );
         let want = reference::conv_transpose2d(&x, &w, g, batch);
-        let e = rel_err(&got[..n], &want);
-        worst = worst.max(e);
-        assert!(e <= 1e-5, "{g:?} batch {batch}: rel err {e}");
+        let auto = Conv2dOps::auto_splits(g, batch);
+        assert!((1..=CONV_SPLIT_MAX).contains(&auto));
+        for splits in [1, 2, 5, CONV_SPLIT_MAX] {
+            // One extra image of NaN past the batch: it must stay untouched.
+            let mut out = up(&ctx, &owner, &vec![f32::NAN; n + g.out_len()]);
+            ops.conv_transpose2d_split(&dx, &dw, g, batch, &mut out, None, ConvAct::None, splits)
+                .unwrap();
+            let got = ctx.download(&out).unwrap();
+            assert!(
+                got[n..].iter().all(|v| v.is_nan()),
+                "{g:?} splits {splits}: wrote past the batch"
+            );
+            assert!(
+                got[..n].iter().all(|v| v.is_finite()),
+                "{g:?} splits {splits}: output not written"
+            );
+            let e = rel_err(&got[..n], &want);
+            worst = worst.max(e);
+            assert!(
+                e <= 1e-5,
+                "{g:?} batch {batch} splits {splits}: rel err {e}"
+            );
+        }
     }
     eprintln!("conv_transpose2d: max rel err {worst:.2e} (bound 1e-5)");
 }
@@ -330,6 +338,12 @@ fn shapes_are_checked() {
         ops.conv_transpose2d(&x, &w, g, 2, &mut out, None, ConvAct::None)
             .is_err()
     );
+    for splits in [0, CONV_SPLIT_MAX + 1] {
+        assert!(
+            ops.conv_transpose2d_split(&x, &w, g, 1, &mut out, None, ConvAct::None, splits)
+                .is_err()
+        );
+    }
     let three = up(&ctx, &owner, &[1.0; 3]);
     let aff = ChannelAffine {
         scale: &three,

@@ -6,9 +6,11 @@
 //!
 //! Key design choice: the convolution is computed in gather form (each output sums its
 //! own taps, a fixed order, no atomics, no column scratch), in exact f32 with FMA
-//! accumulation; the affine is an unfused multiply then add and the fold uses IEEE
-//! division and square root, so the folded scales and the affine round exactly like the
-//! CPU's `batch_norm` and only the convolution's summation order differs from the CPU.
+//! accumulation; when the grid alone would not fill the GPU the input channels of one
+//! output are split over up to 8 threads whose partials are added in a fixed order. The
+//! affine is an unfused multiply then add and the fold uses IEEE division and square
+//! root, so the folded scales and the affine round exactly like the CPU's `batch_norm`
+//! and only the convolution's summation order differs from the CPU.
 
 use std::sync::Arc;
 
@@ -24,6 +26,10 @@ const SRC: &str = include_str!("../../kernels/conv2d.cu");
 /// Output channels one thread of `conv_t2d` computes (`CONV_CPT`).
 const CPT: usize = 4;
 const THREADS: u32 = 256;
+/// Most threads sharing one output's input channels (`CONV_SPLIT_MAX`).
+pub const CONV_SPLIT_MAX: usize = 8;
+/// Grid size (threads) below which [`Conv2dOps::auto_splits`] splits the channels.
+const FILL_THREADS: usize = 1 << 17;
 
 /// The activation after a convolution or affine.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -71,6 +77,7 @@ fn blocks(n: usize, op: &'static str) -> Result<u32, CudaError> {
 pub struct Conv2dOps {
     ctx: Arc<CudaContext>,
     conv_t: CudaFunction,
+    conv_t_split: CudaFunction,
     affine_act: CudaFunction,
     fold: CudaFunction,
 }
@@ -95,6 +102,7 @@ impl Conv2dOps {
         };
         Ok(Conv2dOps {
             conv_t: f("conv_t2d")?,
+            conv_t_split: f("conv_t2d_split")?,
             affine_act: f("chan_affine_act")?,
             fold: f("bn_fold")?,
             ctx: Arc::clone(ctx),
@@ -106,9 +114,23 @@ impl Conv2dOps {
         SRC
     }
 
+    /// How many threads share one output's input channels ([`Self::conv_transpose2d_split`])
+    /// when `conv_transpose2d` picks: doubled (up to 8) while the grid has fewer than
+    /// 2^17 threads (about one full wave on an H100/H200) and every slice keeps at least
+    /// 16 input channels.
+    pub fn auto_splits(geo: ConvTranspose2d, batch: usize) -> usize {
+        let threads = geo.out_channels.div_ceil(CPT) * geo.out_h() * geo.out_w() * batch;
+        let mut s = 1;
+        while s < CONV_SPLIT_MAX && threads * s < FILL_THREADS && geo.in_channels >= 32 * s {
+            s *= 2;
+        }
+        s
+    }
+
     /// `out[b, Cout, Ho, Wo] = act(ConvTranspose2d(x[b, Cin, H, W]) · scale + shift)` for
     /// `batch` images, `weight` in PyTorch's `[Cin, Cout, K, K]` layout; the affine only
     /// when `affine` is given. Overwrites the first `batch · out_len` values of `out`.
+    /// The input channels are split over [`Self::auto_splits`] threads per output.
     #[allow(clippy::too_many_arguments)]
     pub fn conv_transpose2d(
         &self,
@@ -120,7 +142,29 @@ impl Conv2dOps {
         affine: Option<ChannelAffine<'_>>,
         act: ConvAct,
     ) -> Result<(), CudaError> {
+        let splits = Self::auto_splits(geo, batch);
+        self.conv_transpose2d_split(x, weight, geo, batch, out, affine, act, splits)
+    }
+
+    /// [`Self::conv_transpose2d`] with the input channels of each output split over
+    /// `splits` threads (1: one thread sums them all; 2..=8: partial sums added in slice
+    /// order, so results are reproducible for a given `splits`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv_transpose2d_split(
+        &self,
+        x: &DeviceBuffer<f32>,
+        weight: &DeviceBuffer<f32>,
+        geo: ConvTranspose2d,
+        batch: usize,
+        out: &mut DeviceBuffer<f32>,
+        affine: Option<ChannelAffine<'_>>,
+        act: ConvAct,
+        splits: usize,
+    ) -> Result<(), CudaError> {
         let op = "conv_t2d";
+        if !(1..=CONV_SPLIT_MAX).contains(&splits) {
+            return Err(shape(op, format!("splits {splits} (1..={CONV_SPLIT_MAX})")));
+        }
         if !geo.is_valid()
             || x.len() < batch * geo.in_len()
             || weight.len() < geo.weight_len()
@@ -165,12 +209,24 @@ impl Conv2dOps {
         let (code, slope) = act.code();
         let has = i32::from(affine.is_some());
         let null = 0u64;
-        let cfg = LaunchConfig {
-            grid_dim: (blocks(threads, op)?, batch_u, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
+        let (cfg, func) = if splits == 1 {
+            let cfg = LaunchConfig {
+                grid_dim: (blocks(threads, op)?, batch_u, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            (cfg, &self.conv_t)
+        } else {
+            let tiles = u32::try_from(threads.div_ceil(32))
+                .map_err(|_| shape(op, format!("{threads} threads")))?;
+            let cfg = LaunchConfig {
+                grid_dim: (tiles, batch_u, 1),
+                block_dim: (32, splits as u32, 1),
+                shared_mem_bytes: 0,
+            };
+            (cfg, &self.conv_t_split)
         };
-        let mut b = self.ctx.stream().launch_builder(&self.conv_t);
+        let mut b = self.ctx.stream().launch_builder(func);
         b.arg(&x.slice).arg(&weight.slice).arg(&mut out.slice);
         match affine {
             Some(a) => b.arg(&a.scale.slice).arg(&a.shift.slice),
@@ -188,7 +244,9 @@ impl Conv2dOps {
             .arg(&k)
             .arg(&s)
             .arg(&p);
-        // SAFETY: argument order and types match `conv_t2d`; x, weight and out hold the
+        // SAFETY: argument order and types match `conv_t2d` and `conv_t2d_split` (the same
+        // parameters; the split kernel's block is (32, splits ≤ 8), its shared array's
+        // bound); x, weight and out hold the
         // batch's values (checked); scale/shift are read only when `has` is 1 and then
         // hold cout values (checked); otherwise they are null pointers.
         unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(conv_t2d)"))?;
