@@ -33,6 +33,10 @@ fn main() {
                 .expect("device: cpu, cuda or cuda:N"),
         ),
     };
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(n) = device {
+        layer_times(n as usize);
+    }
     let ledger = Ledger::new(Device::Cpu, None);
     let owner = Owner::mint("dcgan-bench");
     println!(
@@ -84,4 +88,61 @@ fn main() {
         frames / gen_s,
         pack_s * 1e3 / frames
     );
+}
+
+/// Kernel time of each generator layer (CUDA events, median of 50), batch 1 and 8,
+/// with every input channel in one thread and with the split the pipeline uses.
+#[cfg(feature = "cuda")]
+fn layer_times(ordinal: usize) {
+    use favlo_dcgan::generator::{LAYERS, layer_shape};
+    use favlo_runtime::cuda::{Conv2dOps, ConvAct, CudaContext, time_ms};
+    use favlo_runtime::ledger::SpanKind;
+
+    let ctx = CudaContext::open(ordinal, None).unwrap();
+    let ops = Conv2dOps::load(&ctx).unwrap();
+    let owner = Owner::mint("dcgan-bench-layers");
+    for batch in [1, 8] {
+        let mut total = [0f64; 2];
+        for l in 0..LAYERS {
+            let g = layer_shape(l);
+            let buf = |n: usize| {
+                ctx.upload(&owner, SpanKind::Scratch, &vec![0.01f32; n])
+                    .unwrap()
+            };
+            let (x, w, mut y) = (
+                buf(batch * g.in_len()),
+                buf(g.weight_len()),
+                buf(batch * g.out_len()),
+            );
+            // The pipeline's choice: the split for one image, at every batch.
+            let auto = Conv2dOps::auto_splits(g, 1);
+            let mut ms = [0f64; 2];
+            for (i, splits) in [1, auto].into_iter().enumerate() {
+                ms[i] = time_ms(&ctx, 3, 50, || {
+                    ops.conv_transpose2d_split(
+                        &x,
+                        &w,
+                        g,
+                        batch,
+                        &mut y,
+                        None,
+                        ConvAct::Relu,
+                        splits,
+                    )
+                })
+                .unwrap();
+                total[i] += ms[i];
+            }
+            println!(
+                "layer {l} batch {batch}: {:.1} µs one thread per output, {:.1} µs split {auto}",
+                ms[0] * 1e3,
+                ms[1] * 1e3
+            );
+        }
+        println!(
+            "all layers batch {batch}: {:.1} µs unsplit, {:.1} µs split",
+            total[0] * 1e3,
+            total[1] * 1e3
+        );
+    }
 }

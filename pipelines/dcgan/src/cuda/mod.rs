@@ -9,6 +9,8 @@
 //! - Each layer is one launch: the transposed convolution with the batch norm (folded
 //!   on the device, bit-identical to the CPU's fold) and ReLU, or tanh, as its
 //!   epilogue. Exact f32; only the convolution's summation order differs from the CPU.
+//!   That order is fixed per layer (the kernel's channel split is picked for one
+//!   image), so as on the CPU an image does not depend on the other images of its batch.
 //! - Every device byte is a span of the CUDA context's ledger under the pipeline's
 //!   owner: the weights `Resident`, the two batch-8 activations `Scratch`, fitted
 //!   before the first upload (a GPU without room is "does not fit", as on the CPU).
@@ -241,16 +243,12 @@ impl CudaGenerator {
             Some((scale, shift)) => (Some(ChannelAffine { scale, shift }), ConvAct::Relu),
             None => (None, ConvAct::Tanh),
         };
+        // The channel split is chosen for one image, whatever the batch, so an image's
+        // values (their summation order) never depend on how many share its batch.
+        let splits = Conv2dOps::auto_splits(layer.shape, 1);
+        let (geo, b) = (layer.shape, self.batch);
         self.ops
-            .conv_transpose2d(
-                src,
-                &layer.weight,
-                layer.shape,
-                self.batch,
-                dst,
-                affine,
-                act,
-            )
+            .conv_transpose2d_split(src, &layer.weight, geo, b, dst, affine, act, splits)
             .map_err(dev_err)?;
         self.act.swap(0, 1);
         self.at += 1;
