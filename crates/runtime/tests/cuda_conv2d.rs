@@ -133,7 +133,7 @@ fn conv_transpose2d_matches_f64_reference() {
         let n = batch * g.out_len();
         let (dx, dw) = (up(&ctx, &owner, &x), up(&ctx, &owner, &w));
         let want = reference::conv_transpose2d(&x, &w, g, batch);
-        let auto = Conv2dOps::auto_splits(g, batch);
+        let auto = Conv2dOps::auto_splits(g);
         assert!((1..=CONV_SPLIT_MAX).contains(&auto));
         for splits in [1, 2, 5, CONV_SPLIT_MAX] {
             // One extra image of NaN past the batch: it must stay untouched.

@@ -114,8 +114,8 @@ fn layer_times(ordinal: usize) {
                 buf(g.weight_len()),
                 buf(batch * g.out_len()),
             );
-            // The pipeline's choice: the split for one image, at every batch.
-            let auto = Conv2dOps::auto_splits(g, 1);
+            // The pipeline's choice (per image, the same at every batch).
+            let auto = Conv2dOps::auto_splits(g);
             let mut ms = [0f64; 2];
             for (i, splits) in [1, auto].into_iter().enumerate() {
                 ms[i] = time_ms(&ctx, 3, 50, || {

@@ -243,12 +243,11 @@ impl CudaGenerator {
             Some((scale, shift)) => (Some(ChannelAffine { scale, shift }), ConvAct::Relu),
             None => (None, ConvAct::Tanh),
         };
-        // The channel split is chosen for one image, whatever the batch, so an image's
-        // values (their summation order) never depend on how many share its batch.
-        let splits = Conv2dOps::auto_splits(layer.shape, 1);
+        // The kernel's channel split is chosen per image (`Conv2dOps::auto_splits`), so an
+        // image's values never depend on how many share its batch.
         let (geo, b) = (layer.shape, self.batch);
         self.ops
-            .conv_transpose2d_split(src, &layer.weight, geo, b, dst, affine, act, splits)
+            .conv_transpose2d(src, &layer.weight, geo, b, dst, affine, act)
             .map_err(dev_err)?;
         self.act.swap(0, 1);
         self.at += 1;
