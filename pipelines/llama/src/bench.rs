@@ -87,13 +87,22 @@ pub fn bench(rt: &mut LlamaRuntime, opts: &BenchOptions) -> Result<BenchReport, 
         let logits = &mut rt.logits;
         // Warm-up: touch the weights and the thread pool once.
         model.forward(&prompt[..prompt_n.min(8)], 0, logits, false)?;
+        // Greedy, as `generate` runs it: on a model that takes the argmax where the
+        // logits are (CUDA), only the chosen token comes back.
+        let on_device = model.argmax_on_device();
+        let mut step = |ids: &[u32], n_past: usize| -> Result<u32, LlamaError> {
+            if on_device && let Some(t) = model.forward_argmax(ids, n_past)? {
+                return Ok(t);
+            }
+            model.forward(ids, n_past, logits, false)?;
+            Ok(argmax(logits) as u32)
+        };
         let t0 = Instant::now();
-        model.forward(&prompt, 0, logits, false)?;
+        let mut next = step(&prompt, 0)?;
         let prefill = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
         for i in 0..decode_n {
-            let next = argmax(logits) as u32;
-            model.forward(&[next], prompt_n + i, logits, false)?;
+            next = step(&[next], prompt_n + i)?;
         }
         let decode = t1.elapsed().as_secs_f64();
         let weight_bytes = model.weight_bytes();
