@@ -18,7 +18,7 @@ use favlo_server::{Catalog, CatalogRow};
 pub struct Factory {
     /// Storage of language-model matrices.
     pub llama_format: favlo_llama::WeightFormat,
-    /// Where language, embeddings and DCGAN image/video models run (`--device`).
+    /// Where language, embeddings, DCGAN image/video models and the voice decoder run (`--device`).
     pub device: favlo_runtime::device::Device,
 }
 
@@ -105,7 +105,7 @@ impl PipelineFactory for Factory {
             ("dcgan", ModelKind::Video) => {
                 favlo_dcgan::open_video(spec, ledger, owner, self.device)
             }
-            ("vits", ModelKind::Voice) => favlo_vits::open_voice(spec, ledger, owner),
+            ("vits", ModelKind::Voice) => favlo_vits::open_voice(spec, ledger, owner, self.device),
             (other, _) => Err(unknown_family(spec, other)),
         }
     }

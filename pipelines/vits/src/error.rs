@@ -39,6 +39,10 @@ pub enum VitsError {
         expected: usize,
         found: usize,
     },
+    /// The requested device cannot run the voice, or a device call failed; the
+    /// message says why ("CUDA is unavailable: …").
+    #[error("{message}")]
+    Device { message: String },
     /// The ledger refused an allocation.
     #[error(transparent)]
     Ledger(#[from] LedgerError),

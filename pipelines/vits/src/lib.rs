@@ -13,6 +13,8 @@ mod error;
 mod espeak_lib;
 
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod model;
 pub mod noise;
 pub mod phonemize;
@@ -30,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use favlo_pipeline::{MediaPipeline, ModelSpec, PipelineError};
+use favlo_runtime::device::Device;
 use favlo_runtime::ledger::{self, Ledger, Owner};
 
 /// Frames per second at 22.05 kHz with a 256-sample hop (for messages).
@@ -93,6 +96,20 @@ pub fn open_path(
     ledger: &Arc<Ledger>,
     owner: &Owner,
 ) -> Result<PiperVoice, VitsError> {
+    open_path_on(onnx, ledger, owner, Device::Cpu)
+}
+
+/// [`open_path`] with the HiFi-GAN decoder on `device` (`Device::Cpu`: exactly
+/// [`open_path`]; `Device::Cuda(n)`: the decoder's weights also go to cuda:`n`, fitted
+/// in its ledger for the same longest sentence, and every sentence's decoder runs
+/// there). The device is checked before anything loads.
+pub fn open_path_on(
+    onnx: &Path,
+    ledger: &Arc<Ledger>,
+    owner: &Owner,
+    device: Device,
+) -> Result<PiperVoice, VitsError> {
+    model::check_device(device)?;
     let config = VoiceConfig::open(&config_path(onnx))?;
     let phonemizer = Phonemizer::new(&config.espeak_voice, config.phoneme_id_map.clone())?;
     let weights = std::fs::metadata(onnx)
@@ -113,16 +130,17 @@ pub fn open_path(
         MAX_SENTENCE_FRAMES,
         |f| weights + 4 * SCRATCH_FLOATS_PER_FRAME * f as u64,
     )?;
-    let vits = Vits::open(onnx, ledger, owner)?;
+    let vits = Vits::open_on(onnx, ledger, owner, device, max_frames)?;
     Ok(PiperVoice::new(vits, config, phonemizer, max_frames))
 }
 
-/// Opens the speech pipeline for a `vits` row (kind `voice`).
+/// Opens the speech pipeline for a `vits` row (kind `voice`), its decoder on `device`.
 pub fn open_voice(
     spec: &ModelSpec,
     ledger: &Arc<Ledger>,
     owner: &Owner,
+    device: Device,
 ) -> Result<Box<dyn MediaPipeline>, PipelineError> {
-    let voice = open_path(&onnx_path(spec)?, ledger, owner)?;
+    let voice = open_path_on(&onnx_path(spec)?, ledger, owner, device)?;
     Ok(Box::new(voice))
 }

@@ -163,6 +163,22 @@ impl Conv {
         }
     }
 
+    /// The weight in PyTorch's layout (`[Cout, Cin, K]`, transposed `[Cin, Cout, K]`),
+    /// with any folded factor applied.
+    pub fn weight(&self) -> &[f32] {
+        &self.weight
+    }
+
+    /// The bias, if the node has one.
+    pub fn bias(&self) -> Option<&[f32]> {
+        self.bias.as_deref()
+    }
+
+    /// The convolution's kind and geometry.
+    pub fn kind(&self) -> ConvKind {
+        self.kind
+    }
+
     /// Multiplies the weight (not the bias) by `f`.
     pub fn scale_weight(&mut self, f: f32) {
         self.weight.iter_mut().for_each(|w| *w *= f);

@@ -97,6 +97,22 @@ impl Decoder {
         })
     }
 
+    /// `conv_pre`.
+    pub fn pre(&self) -> &Conv {
+        &self.pre
+    }
+
+    /// The upsampling stages: each stage's transposed convolution and its residual
+    /// blocks (each a chain of convolutions), weights with the folded 1/blocks.
+    pub fn stages(&self) -> impl Iterator<Item = (&Conv, &[Vec<Conv>])> {
+        self.stages.iter().map(|s| (&s.up, &s.blocks[..]))
+    }
+
+    /// `conv_post` (its weight carries the last stage's 1/blocks).
+    pub fn post(&self) -> &Conv {
+        &self.post
+    }
+
     /// Samples per frame (the product of the strides).
     pub fn hop(&self) -> usize {
         self.stages

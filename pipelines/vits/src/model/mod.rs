@@ -17,6 +17,7 @@ pub mod spline;
 use std::path::Path;
 use std::sync::Arc;
 
+use favlo_runtime::device::Device;
 use favlo_runtime::ledger::{Ledger, Owner};
 
 use crate::config::Scales;
@@ -66,12 +67,49 @@ pub struct Vits {
     dp: DurationPredictor,
     flow: Flow,
     dec: Decoder,
+    /// The decoder's GPU twin when the voice was opened on CUDA.
+    #[cfg(feature = "cuda")]
+    gpu: Option<crate::cuda::CudaDecoder>,
     ws: Workspace,
+}
+
+/// Whether `device` can run the voice's decoder here: `Ok` for the CPU; for
+/// `Device::Cuda(n)` the build needs the `cuda` feature and the driver, NVRTC and
+/// device `n` must answer. The error ("CUDA is unavailable: …") says why not.
+pub fn check_device(device: Device) -> Result<(), VitsError> {
+    match device {
+        Device::Cpu => Ok(()),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(n) => crate::cuda::probe(n as usize),
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda(_) => Err(VitsError::Device {
+            message: "CUDA is unavailable: favlo-vits was built without CUDA support (cargo feature `cuda`)".into(),
+        }),
+        other => Err(VitsError::Device {
+            message: format!("device {other} is not supported for the VITS voice"),
+        }),
+    }
 }
 
 impl Vits {
     /// Loads every weight of `onnx` into `owner`'s resident spans.
     pub fn open(onnx: &Path, ledger: &Arc<Ledger>, owner: &Owner) -> Result<Self, VitsError> {
+        Self::open_on(onnx, ledger, owner, Device::Cpu, 0)
+    }
+
+    /// [`Vits::open`], then with `Device::Cuda(n)` the decoder's weights also go to
+    /// cuda:`n` (fitted there for sentences of `max_frames` frames) and the decoder runs
+    /// there; `Device::Cpu` is exactly [`Vits::open`].
+    pub fn open_on(
+        onnx: &Path,
+        ledger: &Arc<Ledger>,
+        owner: &Owner,
+        device: Device,
+        max_frames: usize,
+    ) -> Result<Self, VitsError> {
+        check_device(device)?;
+        #[cfg(not(feature = "cuda"))]
+        let _ = max_frames;
         let l = Loader::open(onnx, ledger, owner)?;
         let with_path = |e: VitsError| match e {
             VitsError::Graph { what, reason, .. } => VitsError::Graph {
@@ -81,13 +119,37 @@ impl Vits {
             },
             other => other,
         };
+        let dec = Decoder::load(&l).map_err(with_path)?;
+        #[cfg(feature = "cuda")]
+        let gpu = match device {
+            Device::Cuda(n) => Some(crate::cuda::CudaDecoder::open(
+                &dec, n as usize, owner, max_frames,
+            )?),
+            _ => None,
+        };
         Ok(Vits {
             enc: TextEncoder::load(&l).map_err(with_path)?,
             dp: DurationPredictor::load(&l).map_err(with_path)?,
             flow: Flow::load(&l).map_err(with_path)?,
-            dec: Decoder::load(&l).map_err(with_path)?,
+            dec,
+            #[cfg(feature = "cuda")]
+            gpu,
             ws: Workspace::new(ledger, owner),
         })
+    }
+
+    /// The device the decoder runs on.
+    pub fn device(&self) -> Device {
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &self.gpu {
+            return Device::Cuda(g.ordinal());
+        }
+        Device::Cpu
+    }
+
+    /// The (CPU) HiFi-GAN generator.
+    pub fn decoder(&self) -> &Decoder {
+        &self.dec
     }
 
     /// Samples per frame.
@@ -205,6 +267,10 @@ impl Vits {
         self.flow.reverse(ws, &mut z, frames)?;
         if let Some(tr) = trace {
             tr.z = z.to_vec();
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &self.gpu {
+            return g.run(&z, frames);
         }
         self.dec.run(ws, &z, frames)
     }

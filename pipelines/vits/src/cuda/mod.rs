@@ -1,0 +1,252 @@
+//! The HiFi-GAN generator on a CUDA GPU (feature `cuda`): the CPU [`Decoder`]'s layer
+//! sequence on the runtime's 1-D convolution kernels (`favlo_runtime::cuda::Conv1dOps`).
+//! The text encoder, the durations and the flow stay on the CPU; the flow's output
+//! `z [C, frames]` goes up, the waveform comes back.
+//!
+//! Key design choices:
+//! - The weights are the CPU decoder's own (the mean over a stage's blocks already
+//!   folded into the next weights), uploaded once as `Resident` spans of the CUDA
+//!   context's ledger under the voice's owner; a sentence's tensors are `Scratch` spans
+//!   that live for the call.
+//! - Whole-tensor convolutions (no time chunks: the GPU has the memory), each a single
+//!   launch with the leaky ReLU fused into its input gather; a block's last convolution
+//!   adds its residual and accumulates straight into the stage's block sum, so a stage
+//!   holds four `[C, L]` tensors (upsampled input, block sum, two chain temporaries).
+//!   Zero padding of the whole tensor is what the CPU's chunked halo reproduces, so the
+//!   two paths compute the same function; only summation orders differ (exact f32).
+
+use std::sync::Arc;
+
+use favlo_runtime::cuda::{Conv1dEpilogue, Conv1dOps, CudaContext, CudaError, DeviceBuffer};
+use favlo_runtime::ledger::{self, Owner, SpanKind};
+
+use crate::error::VitsError;
+use crate::model::decoder::{Decoder, SLOPE, SLOPE_POST};
+use crate::weights::{Conv, ConvKind};
+
+/// A CUDA error as the crate's error: a ledger refusal stays a ledger refusal ("does
+/// not fit"), anything else is a device error.
+pub(crate) fn dev_err(e: CudaError) -> VitsError {
+    match e {
+        CudaError::Ledger(l) => VitsError::Ledger(l),
+        other => VitsError::Device {
+            message: other.to_string(),
+        },
+    }
+}
+
+/// Whether cuda:`ordinal` can be opened here: `Ok(())` or why not ("CUDA is
+/// unavailable: …").
+pub(crate) fn probe(ordinal: usize) -> Result<(), VitsError> {
+    let count = CudaContext::probe().map_err(dev_err)?;
+    if ordinal >= count {
+        return Err(VitsError::Device {
+            message: format!(
+                "CUDA is unavailable: no device cuda:{ordinal} (the driver reports {count})"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// One convolution resident on the device.
+struct DevConv {
+    kind: ConvKind,
+    weight: DeviceBuffer<f32>,
+    bias: Option<DeviceBuffer<f32>>,
+}
+
+impl DevConv {
+    fn upload(ctx: &CudaContext, owner: &Owner, c: &Conv) -> Result<Self, VitsError> {
+        if matches!(c.kind(), ConvKind::Depthwise(_)) {
+            return Err(VitsError::Device {
+                message: "the decoder has a depthwise convolution (not supported on CUDA)".into(),
+            });
+        }
+        let put = |v: &[f32]| ctx.upload(owner, SpanKind::Resident, v).map_err(dev_err);
+        Ok(DevConv {
+            kind: c.kind(),
+            weight: put(c.weight())?,
+            bias: c.bias().map(put).transpose()?,
+        })
+    }
+
+    fn out_channels(&self) -> usize {
+        match self.kind {
+            ConvKind::Dense(s) | ConvKind::Depthwise(s) => s.out_channels,
+            ConvKind::Transposed(s) => s.out_channels,
+        }
+    }
+
+    fn out_len(&self, len: usize) -> usize {
+        match self.kind {
+            ConvKind::Dense(s) | ConvKind::Depthwise(s) => s.out_len(len),
+            ConvKind::Transposed(s) => s.out_len(len),
+        }
+    }
+
+    /// `y = conv(lrelu(x)) (+ residual) (+ y)`.
+    fn run(
+        &self,
+        ops: &Conv1dOps,
+        x: &DeviceBuffer<f32>,
+        len: usize,
+        slope: Option<f32>,
+        epi: Conv1dEpilogue<'_>,
+        y: &mut DeviceBuffer<f32>,
+    ) -> Result<(), VitsError> {
+        let bias = self.bias.as_ref();
+        match self.kind {
+            ConvKind::Dense(g) => ops.conv1d(x, len, &self.weight, bias, g, slope, epi, y),
+            ConvKind::Transposed(g) if epi.residual.is_none() && !epi.accumulate => {
+                ops.conv_transpose1d(x, len, &self.weight, bias, g, slope, y)
+            }
+            _ => {
+                return Err(VitsError::Device {
+                    message: "decoder: unsupported convolution fusion on CUDA".into(),
+                });
+            }
+        }
+        .map_err(dev_err)
+    }
+}
+
+struct DevStage {
+    up: DevConv,
+    blocks: Vec<Vec<DevConv>>,
+}
+
+/// The HiFi-GAN generator resident on one GPU.
+pub struct CudaDecoder {
+    ctx: Arc<CudaContext>,
+    ops: Conv1dOps,
+    owner: Owner,
+    pre: DevConv,
+    stages: Vec<DevStage>,
+    post: DevConv,
+}
+
+impl std::fmt::Debug for CudaDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaDecoder")
+            .field("device", &self.ctx.name())
+            .field("stages", &self.stages.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Device bytes of `dec`'s weights.
+fn weight_bytes(dec: &Decoder) -> u64 {
+    let conv = |c: &Conv| (c.weight().len() + c.bias().map_or(0, <[f32]>::len)) as u64 * 4;
+    let stages: u64 = dec
+        .stages()
+        .map(|(up, blocks)| conv(up) + blocks.iter().flatten().map(conv).sum::<u64>())
+        .sum();
+    conv(dec.pre()) + stages + conv(dec.post())
+}
+
+impl CudaDecoder {
+    /// Uploads `dec`'s weights to cuda:`ordinal` under `owner`, after fitting them plus
+    /// the working set of a `max_frames`-frame sentence in the device ledger.
+    pub fn open(
+        dec: &Decoder,
+        ordinal: usize,
+        owner: &Owner,
+        max_frames: usize,
+    ) -> Result<Self, VitsError> {
+        let ctx = CudaContext::open(ordinal, None).map_err(dev_err)?;
+        let weights = weight_bytes(dec);
+        let peak = dec.peak_per_frame() as u64;
+        ledger::fit(
+            ctx.ledger(),
+            &format!("the VITS decoder on cuda:{ordinal} with sentences up to {max_frames} frames"),
+            max_frames,
+            max_frames,
+            |f| weights + 4 * 5 * peak * f as u64,
+        )?;
+        let ops = Conv1dOps::load(&ctx).map_err(dev_err)?;
+        let up = |c: &Conv| DevConv::upload(&ctx, owner, c);
+        let stages = dec
+            .stages()
+            .map(|(u, blocks)| {
+                Ok(DevStage {
+                    up: up(u)?,
+                    blocks: blocks
+                        .iter()
+                        .map(|b| b.iter().map(up).collect::<Result<Vec<_>, VitsError>>())
+                        .collect::<Result<_, _>>()?,
+                })
+            })
+            .collect::<Result<Vec<_>, VitsError>>()?;
+        Ok(CudaDecoder {
+            pre: up(dec.pre())?,
+            post: up(dec.post())?,
+            stages,
+            ops,
+            owner: owner.clone(),
+            ctx,
+        })
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> u32 {
+        self.ctx.ordinal() as u32
+    }
+
+    fn scratch(&self, len: usize) -> Result<DeviceBuffer<f32>, VitsError> {
+        self.ctx
+            .alloc(&self.owner, SpanKind::Scratch, len.max(1))
+            .map_err(dev_err)
+    }
+
+    /// Waveform `[frames · hop]` in [-1, 1] from `z [C, frames]` (as [`Decoder::run`]).
+    pub fn run(&self, z: &[f32], frames: usize) -> Result<Vec<f32>, VitsError> {
+        let zd = self
+            .ctx
+            .upload(&self.owner, SpanKind::Scratch, z)
+            .map_err(dev_err)?;
+        let none = Conv1dEpilogue::default();
+        let mut x = self.scratch(self.pre.out_channels() * self.pre.out_len(frames))?;
+        self.pre.run(&self.ops, &zd, frames, None, none, &mut x)?;
+        drop(zd);
+        let mut len = frames;
+        for stage in &self.stages {
+            let c = stage.up.out_channels();
+            let out_len = stage.up.out_len(len);
+            let n = c * out_len;
+            let mut up = self.scratch(n)?;
+            stage
+                .up
+                .run(&self.ops, &x, len, Some(SLOPE), none, &mut up)?;
+            drop(x);
+            len = out_len;
+            let mut acc = self.scratch(n)?;
+            let mut tmp = [self.scratch(n)?, self.scratch(n)?];
+            for (b, convs) in stage.blocks.iter().enumerate() {
+                // y_{i+1} = y_i + conv_i(lrelu(y_i)), y_0 = up; the last one goes
+                // into acc (accumulated from the second block on).
+                let last = convs.len().saturating_sub(1);
+                for (i, conv) in convs.iter().enumerate() {
+                    let [t0, t1] = &mut tmp;
+                    let (src, dst) = if i % 2 == 0 { (&*t1, t0) } else { (&*t0, t1) };
+                    let src = if i == 0 { &up } else { src };
+                    let epi = Conv1dEpilogue {
+                        residual: Some(src),
+                        accumulate: i == last && b > 0,
+                    };
+                    let out = if i == last { &mut acc } else { dst };
+                    conv.run(&self.ops, src, len, Some(SLOPE), epi, out)?;
+                }
+            }
+            x = acc;
+        }
+        let n = self.post.out_channels() * self.post.out_len(len);
+        let mut out = self.scratch(n)?;
+        self.post
+            .run(&self.ops, &x, len, Some(SLOPE_POST), none, &mut out)?;
+        self.ops.tanh(&mut out, n).map_err(dev_err)?;
+        let mut wave = self.ctx.download(&out).map_err(dev_err)?;
+        wave.truncate(n);
+        Ok(wave)
+    }
+}

@@ -1,0 +1,204 @@
+//! The HiFi-GAN decoder on the GPU (`favlo_vits::cuda::CudaDecoder`) against the CPU
+//! decoder on the real Piper voice's weights, and the whole voice opened with
+//! `Device::Cuda(0)` against the same voice on the CPU.
+//!
+//! - `decoder_on_gpu_matches_cpu`: both decoders on the flow outputs of the onnxruntime
+//!   fixture (`tests/fixtures/vits_ref.safetensors`, cases a and b: 94 and 200 frames);
+//!   max |Δ| of the waveform ≤ 1e-4 (printed). Why 1e-4: both are exact f32 and differ
+//!   only in summation order (the CPU's blocked GEMM vs the GPU's per-output FMA chain
+//!   over up to 256 channels × 16 taps), through 23 convolutions whose tensors reach
+//!   |x| ~ 10–100 before the final tanh; the CPU path is itself within 3.6e-5 *relative*
+//!   of onnxruntime. Reads `FAVLO_TEST_PIPER_DEC_ONNX` (a decoder-only cut of the voice,
+//!   `tools/fixtures/vits_decoder_cut.py`, 6.7 MB) or else `FAVLO_TEST_PIPER_ONNX`.
+//! - `voice_on_cuda_matches_cpu`: `Vits::open_on(.., Device::Cuda(0), ..)` synthesizes
+//!   fixture case b (with noise) like `Vits::open`: same sample count, max |Δ| ≤ 1e-4.
+//!   Needs the whole voice (`FAVLO_TEST_PIPER_ONNX`).
+//!
+//! Without CUDA each test prints a loud SKIPPED line and passes, unless
+//! `FAVLO_REQUIRE_CUDA=1`; without the voice it skips with a note.
+#![cfg(feature = "cuda")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use favlo_runtime::cuda::{CudaContext, CudaError};
+use favlo_runtime::device::Device;
+use favlo_runtime::ledger::{Ledger, Owner};
+use favlo_vits::cuda::CudaDecoder;
+use favlo_vits::model::Decoder;
+use favlo_vits::weights::{Loader, Workspace};
+use favlo_vits::{Noise, Scales, Vits};
+use safetensors::SafeTensors;
+
+/// Samples per second of the voice.
+const RATE: f64 = 22_050.0;
+const BOUND: f64 = 1e-4;
+
+fn cuda_or_skip(what: &str) -> bool {
+    match CudaContext::probe() {
+        Ok(n) if n > 0 => true,
+        Ok(_) => skip(what, "no CUDA device"),
+        Err(CudaError::Unavailable { reason }) => skip(what, &reason),
+        Err(e) => panic!("CUDA present but failed to probe: {e}"),
+    }
+}
+
+fn skip(what: &str, reason: &str) -> bool {
+    if std::env::var("FAVLO_REQUIRE_CUDA").is_ok_and(|v| v == "1") {
+        panic!("FAVLO_REQUIRE_CUDA=1 but CUDA is unavailable: {reason}");
+    }
+    eprintln!("\n**** SKIPPED: CUDA unavailable ({reason}); {what} did not run ****\n");
+    false
+}
+
+fn env_path(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var).map(PathBuf::from)
+}
+
+fn fixture() -> Vec<u8> {
+    std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/vits_ref.safetensors"
+    ))
+    .unwrap()
+}
+
+fn f32s(st: &SafeTensors<'_>, name: &str) -> Vec<f32> {
+    st.tensor(name)
+        .unwrap()
+        .data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+fn i64s(st: &SafeTensors<'_>, name: &str) -> Vec<i64> {
+    st.tensor(name)
+        .unwrap()
+        .data()
+        .chunks_exact(8)
+        .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .fold(0f64, |m, (x, y)| m.max((*x as f64 - *y as f64).abs()))
+}
+
+/// Median seconds of `reps` runs of `f`.
+fn median_s(reps: usize, mut f: impl FnMut()) -> f64 {
+    let mut t: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t0 = Instant::now();
+            f();
+            t0.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[reps / 2]
+}
+
+#[test]
+fn decoder_on_gpu_matches_cpu() {
+    let Some(path) =
+        env_path("FAVLO_TEST_PIPER_DEC_ONNX").or_else(|| env_path("FAVLO_TEST_PIPER_ONNX"))
+    else {
+        eprintln!("skipped: set FAVLO_TEST_PIPER_DEC_ONNX or FAVLO_TEST_PIPER_ONNX");
+        return;
+    };
+    let ledger = Ledger::new(Device::Cpu, None);
+    let owner = Owner::mint("vits-cuda-test");
+    let loader = Loader::open(&path, &ledger, &owner).unwrap();
+    let dec = Decoder::load(&loader).unwrap();
+    let ws = Workspace::new(&ledger, &owner);
+    let bytes = fixture();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    // The weights are the voice's (a cut carries them unchanged): the CPU decoder on
+    // onnxruntime's flow output gives onnxruntime's waveform (onnxruntime_ref's bound).
+    for case in ["a", "b"] {
+        let z = f32s(&st, &format!("{case}_z"));
+        let cpu = dec.run(&ws, &z, z.len() / 192).unwrap();
+        let want = f32s(&st, &format!("{case}_audio"));
+        let peak = want.iter().fold(0f64, |m, v| m.max(v.abs() as f64));
+        let rel = max_abs_diff(&cpu, &want) / peak;
+        println!("cpu decoder case {case} vs onnxruntime: rel err {rel:.2e} (bound 1e-3)");
+        assert!(rel <= 1e-3, "case {case}: {rel:e}");
+    }
+    if !cuda_or_skip("decoder_on_gpu_matches_cpu") {
+        return;
+    }
+    let gpu = CudaDecoder::open(&dec, 0, &owner, 2600).unwrap();
+    for case in ["a", "b"] {
+        let z = f32s(&st, &format!("{case}_z"));
+        let frames = z.len() / 192;
+        let cpu = dec.run(&ws, &z, frames).unwrap();
+        let got = gpu.run(&z, frames).unwrap();
+        assert_eq!(got.len(), cpu.len(), "case {case}: sample count");
+        assert_eq!(got.len(), frames * dec.hop());
+        let d = max_abs_diff(&got, &cpu);
+        let peak = cpu.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let secs = cpu.len() as f64 / RATE;
+        let t_cpu = median_s(3, || drop(dec.run(&ws, &z, frames).unwrap()));
+        let t_gpu = median_s(5, || drop(gpu.run(&z, frames).unwrap()));
+        println!(
+            "decoder case {case}: {frames} frames, {} samples ({secs:.2} s), peak {peak:.3}: \
+             max|gpu − cpu| {d:.3e} (bound {BOUND:e}); decoder RTF cpu {:.4} ({:.1} ms), \
+             gpu {:.5} ({:.2} ms, upload + download included)",
+            cpu.len(),
+            t_cpu / secs,
+            t_cpu * 1e3,
+            t_gpu / secs,
+            t_gpu * 1e3
+        );
+        assert!(d <= BOUND, "case {case}: max |Δ| {d:e} > {BOUND:e}");
+    }
+}
+
+#[test]
+fn voice_on_cuda_matches_cpu() {
+    let Some(path) = env_path("FAVLO_TEST_PIPER_ONNX") else {
+        eprintln!("skipped: set FAVLO_TEST_PIPER_ONNX to the en_US-joe-medium.onnx path");
+        return;
+    };
+    if !cuda_or_skip("voice_on_cuda_matches_cpu") {
+        return;
+    }
+    let ledger = Ledger::new(Device::Cpu, None);
+    let owner = Owner::mint("vits-cuda-voice");
+    let cpu = Vits::open(&path, &ledger, &owner).unwrap();
+    let gpu = Vits::open_on(&path, &ledger, &owner, Device::Cuda(0), 2600).unwrap();
+    assert_eq!(cpu.device(), Device::Cpu);
+    assert_eq!(gpu.device(), Device::Cuda(0));
+    let bytes = fixture();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let ids = i64s(&st, "b_ids");
+    let s = f32s(&st, "b_scales");
+    let scales = Scales {
+        noise_scale: s[0],
+        length_scale: s[1],
+        noise_w: s[2],
+    };
+    let (dp, z) = (f32s(&st, "b_noise_dp"), f32s(&st, "b_noise_z"));
+    let run = |v: &Vits| {
+        v.synthesize(&ids, scales, Noise::Given { dp: &dp, z: &z }, 2600, None)
+            .unwrap()
+    };
+    let (a, b) = (run(&cpu), run(&gpu));
+    assert_eq!(a.len(), b.len());
+    let d = max_abs_diff(&b, &a);
+    let secs = a.len() as f64 / RATE;
+    let t_cpu = median_s(3, || drop(run(&cpu)));
+    let t_gpu = median_s(3, || drop(run(&gpu)));
+    println!(
+        "voice case b: {} samples ({secs:.2} s): max|gpu − cpu| {d:.3e} (bound {BOUND:e}); \
+         RTF cpu {:.4}, decoder on gpu {:.4}",
+        a.len(),
+        t_cpu / secs,
+        t_gpu / secs
+    );
+    assert!(d <= BOUND, "max |Δ| {d:e} > {BOUND:e}");
+}
