@@ -18,9 +18,9 @@ pub struct RuntimeArgs {
     /// mxfp4 or f32.
     #[arg(long, default_value = "native")]
     pub weights: String,
-    /// Where chat and embeddings models run: cpu (default), cuda / cuda:N (an NVIDIA
-    /// GPU; chat matrices are MXFP8, or MXFP4 with --weights mxfp4), or auto (cuda:0
-    /// when it is usable here, else the CPU, saying why).
+    /// Where models run: cpu (default), cuda / cuda:N (an NVIDIA GPU: chat with MXFP8
+    /// matrices, or MXFP4 with --weights mxfp4; embeddings, images, video and the voice's
+    /// decoder in f32), or auto (cuda:0 when it is usable here, else the CPU, saying why).
     #[arg(long, env = "FAVLO_DEVICE", default_value = "cpu")]
     pub device: String,
 }
@@ -69,7 +69,7 @@ impl std::fmt::Display for UsageError {
 impl std::error::Error for UsageError {}
 
 /// Parses `cpu`, `cuda` (= `cuda:0`), `cuda:N` or `auto` and checks the device can run
-/// chat and embeddings models here (CUDA: this build has the feature, libcuda, libnvrtc
+/// every device-capable model here (CUDA: this build has the feature, libcuda, libnvrtc
 /// and libcublasLt load, device N exists). An asked-for device that fails is a
 /// [`UsageError`] naming the reason; `auto` falls back to the CPU instead and says so
 /// on stderr.
@@ -100,10 +100,13 @@ pub fn device(s: &str) -> anyhow::Result<Device> {
     Ok(d)
 }
 
-/// Whether both device-capable pipelines (chat, embeddings) can run on `d` here.
+/// Whether every device-capable pipeline (chat, embeddings, images and video, the
+/// voice's decoder) can run on `d` here.
 fn usable(d: Device) -> Result<(), String> {
     favlo_llama::check_device(d).map_err(|e| e.to_string())?;
-    favlo_bert::check_device(d).map_err(|e| e.to_string())
+    favlo_bert::check_device(d).map_err(|e| e.to_string())?;
+    favlo_dcgan::check_device(d).map_err(|e| e.to_string())?;
+    favlo_vits::model::check_device(d).map_err(|e| e.to_string())
 }
 
 /// Structured logs on stderr; `RUST_LOG` overrides the default `info` level.
