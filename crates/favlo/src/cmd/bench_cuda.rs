@@ -126,6 +126,42 @@ mod with_cuda {
         Ok(ExitCode::SUCCESS)
     }
 
+    /// The last JSON line an anchor script printed.
+    struct Anchor(serde_json::Value);
+
+    impl Anchor {
+        /// The figures `keys`, or an error naming the JSON when one is missing.
+        fn nums<const N: usize>(&self, keys: [&str; N]) -> anyhow::Result<[f64; N]> {
+            let mut out = [0.0; N];
+            for (o, k) in out.iter_mut().zip(keys) {
+                *o = self
+                    .0
+                    .get(k)
+                    .and_then(serde_json::Value::as_f64)
+                    .with_context(|| format!("the PyTorch anchor's JSON lacks {k}: {}", self.0))?;
+            }
+            Ok(out)
+        }
+
+        /// The torch version it reported.
+        fn torch(&self) -> &str {
+            self.0.get("torch").and_then(|v| v.as_str()).unwrap_or("?")
+        }
+    }
+
+    /// Runs an anchor script with `args` and reads its last JSON line.
+    fn anchor_json(script: &str, args: &[String]) -> anyhow::Result<Anchor> {
+        let out = crate::cmd::bench::run_anchor(script, args)?;
+        let json = out
+            .lines()
+            .rev()
+            .find(|l| l.trim_start().starts_with('{'))
+            .context("the PyTorch anchor printed no JSON line")?;
+        Ok(Anchor(
+            serde_json::from_str(json).context("reading the PyTorch anchor's JSON")?,
+        ))
+    }
+
     /// Checks that python3 and torch with CUDA are there for the anchor.
     fn check_anchor() -> anyhow::Result<()> {
         let out = std::process::Command::new("python3")
@@ -226,34 +262,22 @@ mod with_cuda {
                 ordinal.to_string(),
                 "--json".into(),
             ];
-            let out = crate::cmd::bench::run_anchor(
+            let a = anchor_json(
                 include_str!("../../../../tools/bench/cuda_decode_anchor.py"),
                 &args,
             )?;
-            let json = out
-                .lines()
-                .rev()
-                .find(|l| l.trim_start().starts_with('{'))
-                .context("the PyTorch anchor printed no JSON line")?;
-            let a: serde_json::Value =
-                serde_json::from_str(json).context("reading the PyTorch anchor's JSON")?;
-            let num = |k: &str| a.get(k).and_then(serde_json::Value::as_f64);
-            let (Some(roof), Some(graph), Some(eager), Some(bytes)) = (
-                num("roofline_ms"),
-                num("graph_ms"),
-                num("eager_ms"),
-                num("bytes_per_token"),
-            ) else {
-                bail!("the PyTorch anchor's JSON lacks a figure: {json}");
-            };
-            let torch = a.get("torch").and_then(|v| v.as_str()).unwrap_or("?");
+            let [roof, graph, eager, bytes] =
+                a.nums(["roofline_ms", "graph_ms", "eager_ms", "bytes_per_token"])?;
+            let torch = a.torch();
             line(&format!("PyTorch {torch} bf16, CUDA graph"), graph, roof);
             line(&format!("PyTorch {torch} bf16, eager"), eager, roof);
             println!(
                 "(PyTorch's % is of its own bf16 roofline: {:.2} GB/token at its copy bandwidth {:.0} GB/s; logits finite: {})",
                 bytes / 1e9,
-                num("copy_gbps").unwrap_or(f64::NAN),
-                a.get("finite")
+                a.0.get("copy_gbps")
+                    .and_then(serde_json::Value::as_f64)
+                    .unwrap_or(f64::NAN),
+                a.0.get("finite")
                     .and_then(serde_json::Value::as_bool)
                     .unwrap_or(false)
             );
@@ -363,27 +387,13 @@ mod with_cuda {
                 ordinal.to_string(),
                 "--json".into(),
             ];
-            let out = crate::cmd::bench::run_anchor(
+            let a = anchor_json(
                 include_str!("../../../../tools/bench/cuda_prefill_anchor.py"),
                 &args,
             )?;
-            let json = out
-                .lines()
-                .rev()
-                .find(|l| l.trim_start().starts_with('{'))
-                .context("the PyTorch anchor printed no JSON line")?;
-            let a: serde_json::Value =
-                serde_json::from_str(json).context("reading the PyTorch anchor's JSON")?;
-            let num = |k: &str| a.get(k).and_then(serde_json::Value::as_f64);
-            let (Some(bf16), Some(fp8), Some(row), Some(ceil)) = (
-                num("bf16_ms"),
-                num("fp8_ms"),
-                num("fp8_rowwise_ms"),
-                num("fp8_ceiling_tflops"),
-            ) else {
-                bail!("the PyTorch anchor's JSON lacks a figure: {json}");
-            };
-            let torch = a.get("torch").and_then(|v| v.as_str()).unwrap_or("?");
+            let [bf16, fp8, row, ceil] =
+                a.nums(["bf16_ms", "fp8_ms", "fp8_rowwise_ms", "fp8_ceiling_tflops"])?;
+            let torch = a.torch();
             line(&format!("PyTorch {torch} bf16 matmul"), bf16);
             line("PyTorch FP8 _scaled_mm, per-tensor scales", fp8);
             line("PyTorch FP8 _scaled_mm, row-wise scales", row);

@@ -13,9 +13,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::Ptx;
 
-use super::compile::load_or_compile;
+use super::compile::LoadedModule;
 use super::context::{CudaContext, DeviceBuffer};
 use super::gemv::XPrep;
 use super::launch::{arg_ptr, launch_ex};
@@ -190,15 +189,8 @@ pub fn attn_partials_len(n_heads: usize, capacity: usize) -> usize {
 impl AttentionDecode {
     /// Compiles (or reads from the cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<AttentionDecode, CudaError> {
-        let k = load_or_compile("attention", SRC, &ctx.arch())?;
-        let m = ctx
-            .raw()
-            .load_module(Ptx::from_binary(k.cubin))
-            .map_err(driver_err("cuModuleLoadData"))?;
-        let f = |n: String| {
-            m.load_function(&n)
-                .map_err(driver_err("cuModuleGetFunction"))
-        };
+        let m = LoadedModule::load(ctx, "attention", SRC)?;
+        let f = |n: String| m.function(&n);
         let set = |t: &str, suf: &str| -> Result<[CudaFunction; 8], CudaError> {
             let v = (1..=8)
                 .map(|g| f(format!("attn_decode_{t}_g{g}{suf}")))
@@ -219,7 +211,7 @@ impl AttentionDecode {
                 f("attn_decode_combine_prep".into())?,
                 f("attn_decode_combine_prep_hd64".into())?,
             ],
-            one: onepass::OnePass::load(ctx, &m)?,
+            one: onepass::OnePass::load(ctx, &m.module)?,
             pdl: false,
             kernel: AttnKernel::Auto,
             light_fence: false,

@@ -13,10 +13,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::Ptx;
 
 use super::attention::KvCache;
-use super::compile::load_or_compile;
+use super::compile::LoadedModule;
 use super::context::{CudaContext, DeviceBuffer};
 use super::gemv::XPrep;
 use super::{CudaError, driver_err};
@@ -103,15 +102,8 @@ fn is_f16(cache: &KvCache) -> bool {
 impl PrefillOps {
     /// Compiles (or reads from the cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<PrefillOps, CudaError> {
-        let k = load_or_compile("attn_prefill", SRC, &ctx.arch())?;
-        let m = ctx
-            .raw()
-            .load_module(Ptx::from_binary(k.cubin))
-            .map_err(driver_err("cuModuleLoadData"))?;
-        let f = |n: &str| {
-            m.load_function(n)
-                .map_err(driver_err("cuModuleGetFunction"))
-        };
+        let m = LoadedModule::load(ctx, "attn_prefill", SRC)?;
+        let f = |n: &str| m.function(n);
         Ok(PrefillOps {
             attn: [
                 [f("attn_prefill_f32_hd128")?, f("attn_prefill_f16_hd128")?],

@@ -9,9 +9,13 @@
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
-use cudarc::nvrtc::{result, sys};
+use std::sync::Arc;
 
-use super::CudaError;
+use cudarc::driver::{CudaFunction, CudaModule};
+use cudarc::nvrtc::{Ptx, result, sys};
+
+use super::context::CudaContext;
+use super::{CudaError, driver_err};
 
 /// NVRTC options every kernel is compiled with (precise math, like the CPU path).
 const OPTIONS: &[&str] = &["--std=c++17", "--fmad=true"];
@@ -25,6 +29,36 @@ pub struct CompiledKernel {
     pub from_cache: bool,
     /// The cache file (written or read); `None` when the cache dir is unusable.
     pub path: Option<PathBuf>,
+}
+
+/// A kernel module compiled (or read from the disk cache) and loaded into a context:
+/// what every kernel family's `load` starts with.
+pub(crate) struct LoadedModule {
+    pub(crate) module: Arc<CudaModule>,
+    /// True when the CUBIN came from the disk cache.
+    pub(crate) from_cache: bool,
+}
+
+impl LoadedModule {
+    /// [`load_or_compile`] `src` for the context's arch, then load it.
+    pub(crate) fn load(ctx: &CudaContext, name: &str, src: &str) -> Result<Self, CudaError> {
+        let k = load_or_compile(name, src, &ctx.arch())?;
+        let module = ctx
+            .raw()
+            .load_module(Ptx::from_binary(k.cubin))
+            .map_err(driver_err("cuModuleLoadData"))?;
+        Ok(LoadedModule {
+            module,
+            from_cache: k.from_cache,
+        })
+    }
+
+    /// The kernel `name` of the module.
+    pub(crate) fn function(&self, name: &str) -> Result<CudaFunction, CudaError> {
+        self.module
+            .load_function(name)
+            .map_err(driver_err("cuModuleGetFunction"))
+    }
 }
 
 /// The cache directory: `$FAVLO_HOME/cache/cuda`, else `$HOME/.cache/favlo/cuda`.

@@ -14,9 +14,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::Ptx;
 
-use super::compile::load_or_compile;
+use super::compile::LoadedModule;
 use super::context::{CudaContext, DeviceBuffer};
 use super::{CudaError, driver_err};
 use crate::cpu::{Conv1d, ConvTranspose1d};
@@ -76,15 +75,8 @@ impl std::fmt::Debug for Conv1dOps {
 impl Conv1dOps {
     /// Compiles (or reads from the disk cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Conv1dOps, CudaError> {
-        let k = load_or_compile("conv1d", SRC, &ctx.arch())?;
-        let m = ctx
-            .raw()
-            .load_module(Ptx::from_binary(k.cubin))
-            .map_err(driver_err("cuModuleLoadData"))?;
-        let f = |n: &str| {
-            m.load_function(n)
-                .map_err(driver_err("cuModuleGetFunction"))
-        };
+        let m = LoadedModule::load(ctx, "conv1d", SRC)?;
+        let f = |n: &str| m.function(n);
         Ok(Conv1dOps {
             conv: f("conv1d")?,
             conv_t: f("conv_t1d")?,

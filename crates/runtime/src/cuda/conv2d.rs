@@ -15,9 +15,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::Ptx;
 
-use super::compile::load_or_compile;
+use super::compile::LoadedModule;
 use super::context::{CudaContext, DeviceBuffer};
 use super::{CudaError, driver_err};
 use crate::cpu::ConvTranspose2d;
@@ -91,15 +90,8 @@ impl std::fmt::Debug for Conv2dOps {
 impl Conv2dOps {
     /// Compiles (or reads from the disk cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Conv2dOps, CudaError> {
-        let k = load_or_compile("conv2d", SRC, &ctx.arch())?;
-        let m = ctx
-            .raw()
-            .load_module(Ptx::from_binary(k.cubin))
-            .map_err(driver_err("cuModuleLoadData"))?;
-        let f = |n: &str| {
-            m.load_function(n)
-                .map_err(driver_err("cuModuleGetFunction"))
-        };
+        let m = LoadedModule::load(ctx, "conv2d", SRC)?;
+        let f = |n: &str| m.function(n);
         Ok(Conv2dOps {
             conv_t: f("conv_t2d")?,
             conv_t_split: f("conv_t2d_split")?,

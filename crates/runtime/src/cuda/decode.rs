@@ -8,10 +8,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::Ptx;
 
 use super::attention::{ATTN_HEAD_DIM, KvCache};
-use super::compile::load_or_compile;
+use super::compile::LoadedModule;
 use super::context::{CudaContext, DeviceBuffer};
 use super::launch::{arg_ptr, launch_ex};
 use super::{CudaError, driver_err};
@@ -39,15 +38,8 @@ fn shape(op: &'static str, detail: String) -> CudaError {
 impl DecodeOps {
     /// Compiles (or reads from the cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<DecodeOps, CudaError> {
-        let k = load_or_compile("decode", SRC, &ctx.arch())?;
-        let m = ctx
-            .raw()
-            .load_module(Ptx::from_binary(k.cubin))
-            .map_err(driver_err("cuModuleLoadData"))?;
-        let f = |n: &str| {
-            m.load_function(n)
-                .map_err(driver_err("cuModuleGetFunction"))
-        };
+        let m = LoadedModule::load(ctx, "decode", SRC)?;
+        let f = |n: &str| m.function(n);
         Ok(DecodeOps {
             qk_f16: f("qk_norm_rope_store_f16")?,
             qk_f32: f("qk_norm_rope_store_f32")?,

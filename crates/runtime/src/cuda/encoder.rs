@@ -12,9 +12,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::Ptx;
 
-use super::compile::load_or_compile;
+use super::compile::LoadedModule;
 use super::context::{CudaContext, DeviceBuffer};
 use super::{CudaError, driver_err};
 
@@ -131,15 +130,8 @@ impl std::fmt::Debug for EncoderOps {
 impl EncoderOps {
     /// Compiles (or reads from the disk cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<EncoderOps, CudaError> {
-        let k = load_or_compile("encoder", SRC, &ctx.arch())?;
-        let m = ctx
-            .raw()
-            .load_module(Ptx::from_binary(k.cubin))
-            .map_err(driver_err("cuModuleLoadData"))?;
-        let f = |n: &str| {
-            m.load_function(n)
-                .map_err(driver_err("cuModuleGetFunction"))
-        };
+        let m = LoadedModule::load(ctx, "encoder", SRC)?;
+        let f = |n: &str| m.function(n);
         Ok(EncoderOps {
             embed_ln: f("enc_embed_ln")?,
             add_ln: f("enc_add_ln")?,

@@ -16,10 +16,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::Ptx;
 use favlo_mx::{ElementFormat, MxView};
 
-use super::compile::load_or_compile;
+use super::compile::LoadedModule;
 use super::context::{CudaContext, DeviceBuffer};
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
@@ -280,15 +279,8 @@ impl GemmMx {
                 reason: format!("the MXFP8 GEMM needs sm_90a (Hopper wgmma); device is {arch}"),
             });
         }
-        let k = load_or_compile("gemm_mx", SRC, &arch)?;
-        let m = ctx
-            .raw()
-            .load_module(Ptx::from_binary(k.cubin))
-            .map_err(driver_err("cuModuleLoadData"))?;
-        let f = |n: &str| {
-            m.load_function(n)
-                .map_err(driver_err("cuModuleGetFunction"))
-        };
+        let m = LoadedModule::load(ctx, "gemm_mx", SRC)?;
+        let f = |n: &str| m.function(n);
         let big_with = |n: &str, smem: usize| -> Result<CudaFunction, CudaError> {
             let func = f(n)?;
             func.set_attribute(
@@ -322,7 +314,7 @@ impl GemmMx {
             row_scale: f("gemm_row_scale")?,
             quant: f("gemm_quant_x")?,
             desc_swap: false,
-            from_cache: k.from_cache,
+            from_cache: m.from_cache,
         })
     }
 

@@ -15,10 +15,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::Ptx;
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 
-use super::compile::load_or_compile;
+use super::compile::LoadedModule;
 use super::context::{CudaContext, DeviceBuffer};
 use super::launch::{arg_ptr, launch_ex};
 use super::{CudaError, driver_err};
@@ -311,15 +310,8 @@ pub fn warps_per_block(tiles: usize, chunks: usize, sms: usize) -> usize {
 impl GemvMma {
     /// Compiles (or reads from the cache) and loads the module for `ctx`'s arch.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<GemvMma, CudaError> {
-        let k = load_or_compile("gemv_mma", SRC, &ctx.arch())?;
-        let m = ctx
-            .raw()
-            .load_module(Ptx::from_binary(k.cubin))
-            .map_err(driver_err("cuModuleLoadData"))?;
-        let f = |n: &str| {
-            m.load_function(n)
-                .map_err(driver_err("cuModuleGetFunction"))
-        };
+        let m = LoadedModule::load(ctx, "gemv_mma", SRC)?;
+        let f = |n: &str| m.function(n);
         use cudarc::driver::sys::CUdevice_attribute as A;
         let attr = |a: A| {
             ctx.raw()
@@ -403,7 +395,7 @@ impl GemvMma {
             swiglu_prep: f("swiglu_prep")?,
             sms: sms.max(1) as usize,
             ctx: Arc::clone(ctx),
-            from_cache: k.from_cache,
+            from_cache: m.from_cache,
             l2_prefetch: false,
         })
     }

@@ -7,10 +7,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::Ptx;
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 
-use super::compile::load_or_compile;
+use super::compile::LoadedModule;
 use super::context::{CudaContext, DeviceBuffer};
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
@@ -81,21 +80,15 @@ fn int(n: usize, op: &'static str) -> Result<i32, CudaError> {
 impl CudaKernels {
     /// Compiles (or reads from the cache) and loads every kernel for `ctx`'s arch.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<CudaKernels, CudaError> {
-        let arch = ctx.arch();
         let mut cache_hits = Vec::new();
         let mut module = |name: &'static str, src: &str| -> Result<_, CudaError> {
-            let k = load_or_compile(name, src, &arch)?;
-            cache_hits.push((name, k.from_cache));
-            ctx.raw()
-                .load_module(Ptx::from_binary(k.cubin))
-                .map_err(driver_err("cuModuleLoadData"))
+            let m = LoadedModule::load(ctx, name, src)?;
+            cache_hits.push((name, m.from_cache));
+            Ok(m)
         };
         let gemv = module("gemv_mx", GEMV_SRC)?;
         let ops = module("ops", OPS_SRC)?;
-        let f = |m: &Arc<cudarc::driver::CudaModule>, n: &str| {
-            m.load_function(n)
-                .map_err(driver_err("cuModuleGetFunction"))
-        };
+        let f = |m: &LoadedModule, n: &str| m.function(n);
         Ok(CudaKernels {
             gemv_fp8: f(&gemv, "gemv_mxfp8")?,
             gemv_fp4: f(&gemv, "gemv_mxfp4")?,

@@ -15,11 +15,10 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, DevicePtrMut, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::Ptx;
 use favlo_mx::ElementFormat;
 
 use super::blas::BlasLt;
-use super::compile::load_or_compile;
+use super::compile::LoadedModule;
 use super::context::{CudaContext, DeviceBuffer};
 use super::gemv::{MxTiled, XPrep};
 use super::{CudaError, driver_err};
@@ -70,15 +69,8 @@ impl MxGemm {
         if !(1..=MAX_TERMS).contains(&terms) {
             return Err(shape("MxGemm::new", format!("terms {terms} (1..=3)")));
         }
-        let k = load_or_compile("mx_bf16", SRC, &ctx.arch())?;
-        let m = ctx
-            .raw()
-            .load_module(Ptx::from_binary(k.cubin))
-            .map_err(driver_err("cuModuleLoadData"))?;
-        let f = |n: &str| {
-            m.load_function(n)
-                .map_err(driver_err("cuModuleGetFunction"))
-        };
+        let m = LoadedModule::load(ctx, "mx_bf16", SRC)?;
+        let f = |n: &str| m.function(n);
         let x = (0..terms)
             .map(|_| ctx.alloc::<u16>(owner, SpanKind::Scratch, max_x.max(1)))
             .collect::<Result<Vec<_>, _>>()?;

@@ -9,10 +9,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, DevicePtr, DevicePtrMut, LaunchConfig};
-use cudarc::nvrtc::Ptx;
 
 use super::attention::KvCache;
-use super::compile::load_or_compile;
+use super::compile::LoadedModule;
 use super::context::{CudaContext, DeviceBuffer};
 use super::launch::{arg_ptr, launch_ex};
 use super::{CudaError, driver_err};
@@ -42,15 +41,8 @@ fn shape(detail: String) -> CudaError {
 impl RopeStore {
     /// Compiles (or reads from the cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<RopeStore, CudaError> {
-        let k = load_or_compile("rope_store", SRC, &ctx.arch())?;
-        let m = ctx
-            .raw()
-            .load_module(Ptx::from_binary(k.cubin))
-            .map_err(driver_err("cuModuleLoadData"))?;
-        let f = |n: &str| {
-            m.load_function(n)
-                .map_err(driver_err("cuModuleGetFunction"))
-        };
+        let m = LoadedModule::load(ctx, "rope_store", SRC)?;
+        let f = |n: &str| m.function(n);
         Ok(RopeStore {
             f: [
                 [

@@ -12,9 +12,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, DevicePtr, DevicePtrMut};
-use cudarc::nvrtc::Ptx;
 
-use super::compile::load_or_compile;
+use super::compile::LoadedModule;
 use super::context::{CudaContext, DeviceBuffer};
 use super::launch::arg_ptr;
 use super::{CudaError, driver_err};
@@ -67,14 +66,7 @@ fn shape(detail: String) -> CudaError {
 impl DeviceSampler {
     /// Compiles (or reads from the cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<DeviceSampler, CudaError> {
-        let k = load_or_compile("sample", SRC, &ctx.arch())?;
-        let m = ctx
-            .raw()
-            .load_module(Ptx::from_binary(k.cubin))
-            .map_err(driver_err("cuModuleLoadData"))?;
-        let f = m
-            .load_function("favlo_sample")
-            .map_err(driver_err("cuModuleGetFunction"))?;
+        let f = LoadedModule::load(ctx, "sample", SRC)?.function("favlo_sample")?;
         Ok(DeviceSampler {
             ctx: Arc::clone(ctx),
             f,
