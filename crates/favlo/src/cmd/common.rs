@@ -101,12 +101,18 @@ pub fn device(s: &str) -> anyhow::Result<Device> {
 }
 
 /// Whether every device-capable pipeline (chat, embeddings, images and video, the
-/// voice's decoder) can run on `d` here.
+/// voice's decoder) can run on `d` here; for a GPU, also that it opens and is recent
+/// enough for the kernels (`CudaContext::open` refuses older ones).
 fn usable(d: Device) -> Result<(), String> {
     favlo_llama::check_device(d).map_err(|e| e.to_string())?;
     favlo_bert::check_device(d).map_err(|e| e.to_string())?;
     favlo_dcgan::check_device(d).map_err(|e| e.to_string())?;
-    favlo_vits::model::check_device(d).map_err(|e| e.to_string())
+    favlo_vits::model::check_device(d).map_err(|e| e.to_string())?;
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(n) = d {
+        favlo_runtime::cuda::CudaContext::open(n as usize, None).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// Structured logs on stderr; `RUST_LOG` overrides the default `info` level.

@@ -21,6 +21,9 @@ use super::{CudaError, driver_err};
 use crate::device::Device;
 use crate::ledger::{Ledger, LedgerError, Owner, SpanGuard, SpanKind};
 
+/// The oldest GPUs the kernels run on: the FP8 conversions (`cvt …e4m3x2`) need sm_89.
+pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (8, 9);
+
 /// An open CUDA device.
 pub struct CudaContext {
     ordinal: usize,
@@ -91,6 +94,15 @@ impl CudaContext {
         let cc = ctx
             .compute_capability()
             .map_err(driver_err("cuDeviceGetAttribute"))?;
+        if cc < MIN_COMPUTE_CAPABILITY {
+            let (maj, min) = MIN_COMPUTE_CAPABILITY;
+            return Err(CudaError::Unavailable {
+                reason: format!(
+                    "cuda:{ordinal} ({name}) is sm_{}{}; Favlo's kernels need sm_{maj}{min} or newer (Ada, Hopper or later: they convert FP8 in hardware)",
+                    cc.0, cc.1
+                ),
+            });
+        }
         ctx.mem_get_info().map_err(driver_err("cuMemGetInfo"))?;
         // A stream of our own (not the legacy default stream), so decode steps can be
         // captured as CUDA graphs.

@@ -34,7 +34,7 @@ pub use attention::{
 pub use attn_prefill::{PrefillOps, PrefillShape};
 pub use blas::{BlasLt, BlasOut};
 pub use compile::{CompiledKernel, cache_dir, compile_cubin, nvrtc_version};
-pub use context::{CudaContext, DeviceBuffer};
+pub use context::{CudaContext, DeviceBuffer, MIN_COMPUTE_CAPABILITY};
 pub use conv1d::{Conv1dEpilogue, Conv1dOps};
 pub use conv2d::{CONV_SPLIT_MAX, ChannelAffine, Conv2dOps, ConvAct};
 pub use decode::DecodeOps;
