@@ -6,7 +6,7 @@
 //!
 //! `RAYON_NUM_THREADS=2 cargo run --example dcgan_bench -p favlo-dcgan -- /path/weights.tar`
 //! `cargo run --example dcgan_bench -p favlo-dcgan --features cuda -- /path/weights.tar cuda`
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+#![allow(clippy::print_stdout)]
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -17,12 +17,12 @@ use favlo_runtime::device::Device;
 use favlo_runtime::ledger::{Ledger, Owner};
 use serde_json::json;
 
-fn main() {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = PathBuf::from(
         std::env::args()
             .nth(1)
             .or_else(|| std::env::var("FAVLO_TEST_DCGAN_WEIGHTS").ok())
-            .expect("usage: dcgan_bench /path/weights.tar"),
+            .ok_or("usage: dcgan_bench /path/weights.tar [cpu|cuda|cuda:N]")?,
     );
     let device = match std::env::args().nth(2).as_deref() {
         None | Some("cpu") => Device::Cpu,
@@ -30,12 +30,12 @@ fn main() {
         Some(d) => Device::Cuda(
             d.strip_prefix("cuda:")
                 .and_then(|n| n.parse().ok())
-                .expect("device: cpu, cuda or cuda:N"),
+                .ok_or("device: cpu, cuda or cuda:N")?,
         ),
     };
     #[cfg(feature = "cuda")]
     if let Device::Cuda(n) = device {
-        layer_times(n as usize);
+        layer_times(n as usize)?;
     }
     let ledger = Ledger::new(Device::Cpu, None);
     let owner = Owner::mint("dcgan-bench");
@@ -44,16 +44,16 @@ fn main() {
         rayon::current_num_threads()
     );
     let t = Instant::now();
-    let mut img = DcganImage::new(Engine::open(&path, &ledger, &owner, device).unwrap());
+    let mut img = DcganImage::new(Engine::open(&path, &ledger, &owner, device)?);
     println!("open: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
     let c = Control::new();
     for n in [1u64, 8] {
-        let job = img.parse("b", &json!({"n": n, "seed": 1})).unwrap();
-        img.generate(&job, None, &c).unwrap(); // warm-up
+        let job = img.parse("b", &json!({"n": n, "seed": 1}))?;
+        img.generate(&job, None, &c)?; // warm-up
         let reps = if device == Device::Cpu { 20 } else { 200 };
         let t = Instant::now();
         for _ in 0..reps {
-            img.generate(&job, None, &c).unwrap();
+            img.generate(&job, None, &c)?;
         }
         let ms = t.elapsed().as_secs_f64() * 1e3 / (reps as f64 * n as f64);
         println!(
@@ -62,23 +62,21 @@ fn main() {
         );
     }
     drop(img);
-    let mut vid = DcganVideo::new(Engine::open(&path, &ledger, &owner, device).unwrap());
-    let job = vid
-        .parse("v", &json!({"seconds": 2, "fps": 12, "seed": 1}))
-        .unwrap();
-    vid.generate(&job, None, &c).unwrap();
+    let mut vid = DcganVideo::new(Engine::open(&path, &ledger, &owner, device)?);
+    let job = vid.parse("v", &json!({"seconds": 2, "fps": 12, "seed": 1}))?;
+    vid.generate(&job, None, &c)?;
     let reps = 5;
     let (mut gen_s, mut pack_s) = (0f64, 0f64);
     for _ in 0..reps {
         let t = Instant::now();
-        let out = vid.generate(&job, None, &c).unwrap();
+        let out = vid.generate(&job, None, &c)?;
         gen_s += t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let file = vid.pack(&job, out).unwrap();
+        let file = vid.pack(&job, out)?;
         pack_s += t.elapsed().as_secs_f64();
         assert!(file.bytes.len() > 1000);
         if let Ok(dir) = std::env::var("DCGAN_BENCH_OUT") {
-            std::fs::write(PathBuf::from(dir).join("walk.avi"), &file.bytes).unwrap();
+            std::fs::write(PathBuf::from(dir).join("walk.avi"), &file.bytes)?;
         }
     }
     let frames = (24 * reps) as f64;
@@ -88,31 +86,29 @@ fn main() {
         frames / gen_s,
         pack_s * 1e3 / frames
     );
+    Ok(())
 }
 
 /// Kernel time of each generator layer (CUDA events, median of 50), batch 1 and 8,
 /// with every input channel in one thread and with the split the pipeline uses.
 #[cfg(feature = "cuda")]
-fn layer_times(ordinal: usize) {
+fn layer_times(ordinal: usize) -> Result<(), Box<dyn std::error::Error>> {
     use favlo_dcgan::generator::{LAYERS, layer_shape};
     use favlo_runtime::cuda::{Conv2dOps, ConvAct, CudaContext, time_ms};
     use favlo_runtime::ledger::SpanKind;
 
-    let ctx = CudaContext::open(ordinal, None).unwrap();
-    let ops = Conv2dOps::load(&ctx).unwrap();
+    let ctx = CudaContext::open(ordinal, None)?;
+    let ops = Conv2dOps::load(&ctx)?;
     let owner = Owner::mint("dcgan-bench-layers");
     for batch in [1, 8] {
         let mut total = [0f64; 2];
         for l in 0..LAYERS {
             let g = layer_shape(l);
-            let buf = |n: usize| {
-                ctx.upload(&owner, SpanKind::Scratch, &vec![0.01f32; n])
-                    .unwrap()
-            };
+            let buf = |n: usize| ctx.upload(&owner, SpanKind::Scratch, &vec![0.01f32; n]);
             let (x, w, mut y) = (
-                buf(batch * g.in_len()),
-                buf(g.weight_len()),
-                buf(batch * g.out_len()),
+                buf(batch * g.in_len())?,
+                buf(g.weight_len())?,
+                buf(batch * g.out_len())?,
             );
             // The pipeline's choice (per image, the same at every batch).
             let auto = Conv2dOps::auto_splits(g);
@@ -129,8 +125,7 @@ fn layer_times(ordinal: usize) {
                         ConvAct::Relu,
                         splits,
                     )
-                })
-                .unwrap();
+                })?;
                 total[i] += ms[i];
             }
             println!(
@@ -145,4 +140,5 @@ fn layer_times(ordinal: usize) {
             total[1] * 1e3
         );
     }
+    Ok(())
 }
