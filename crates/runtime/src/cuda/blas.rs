@@ -254,19 +254,7 @@ impl BlasLt {
         k: usize,
         accumulate: bool,
     ) -> Result<(), CudaError> {
-        let s = Arc::clone(&self.stream);
-        let (wp, _g0) = w.slice().device_ptr(&s);
-        let (xp, _g1) = x.slice().device_ptr(&s);
-        let lens = (x.len(), w.len());
-        let operands = Operands {
-            op: "gemm_bf16",
-            dtype: sys::cudaDataType::CUDA_R_16BF,
-            name: "bf16",
-            x: xp,
-            w: wp,
-            lens,
-        };
-        self.matmul(operands, y, m, n, k, accumulate)
+        self.gemm_of("gemm_bf16", x, w, y, (m, n, k), accumulate)
     }
 
     /// Exact f32 `y[m, n] = x[m, k] · w[n, k]ᵀ`, or `y += …` when `accumulate`: f32
@@ -284,17 +272,30 @@ impl BlasLt {
         k: usize,
         accumulate: bool,
     ) -> Result<(), CudaError> {
+        self.gemm_of("gemm_f32", x, w, y, (m, n, k), accumulate)
+    }
+
+    /// The public GEMMs' common front: operands of type `X` (bf16 bits or f32), their
+    /// device pointers held for the call, then [`Self::matmul`].
+    fn gemm_of<X: BlasOut, Y: BlasOut>(
+        &mut self,
+        op: &'static str,
+        x: &DeviceBuffer<X>,
+        w: &DeviceBuffer<X>,
+        y: &mut DeviceBuffer<Y>,
+        (m, n, k): (usize, usize, usize),
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
         let s = Arc::clone(&self.stream);
         let (wp, _g0) = w.slice().device_ptr(&s);
         let (xp, _g1) = x.slice().device_ptr(&s);
-        let lens = (x.len(), w.len());
         let operands = Operands {
-            op: "gemm_f32",
-            dtype: sys::cudaDataType::CUDA_R_32F,
-            name: "f32",
+            op,
+            dtype: X::DTYPE,
+            name: X::NAME,
             x: xp,
             w: wp,
-            lens,
+            lens: (x.len(), w.len()),
         };
         self.matmul(operands, y, m, n, k, accumulate)
     }
