@@ -278,14 +278,18 @@ __device__ __forceinline__ void ap_store(float* p, float v) { *p = v; }
 
 // rope_store.cu's bias + RoPE + KV store for t tokens: grid (heads, t), block HD; token
 // i (row i of qkv, stride ldqkv) is at position n_past + i; q goes to row i of q_out
-// (stride ldq).
+// (stride ldq). With qw / kw (Qwen3; both or neither), every q and k head is first
+// RMS-normalized over its HD values (weight qw or kw, epsilon eps), as decode.cu's
+// qk_norm_rope_store does for one token.
 template <int HD, typename T>
 __device__ __forceinline__ void rows_bias_rope_store(
     const float* __restrict__ qkv, int ldqkv, const float* __restrict__ bias,
+    const float* __restrict__ qw, const float* __restrict__ kw, float eps,
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, int n_past,
     float* __restrict__ q_out, int ldq, T* __restrict__ kc, T* __restrict__ vc, int nh, int nkv,
     int interleaved) {
     __shared__ float buf[HD];
+    __shared__ float red[HD / 32];
     pdl_trigger();
     pdl_wait();
     const int head = blockIdx.x, d = threadIdx.x, tok = blockIdx.y;
@@ -295,6 +299,17 @@ __device__ __forceinline__ void rows_bias_rope_store(
     if (head >= nh + nkv) {
         ap_store(vc + ((long long)pos * nkv + (head - nh - nkv)) * HD + d, x);
         return;
+    }
+    if (qw != nullptr) {  // block-uniform: every thread of a q or k head takes it
+        float ss = x * x;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if ((d & 31) == 0) red[d >> 5] = ss;
+        __syncthreads();
+        ss = 0.f;
+#pragma unroll
+        for (int w = 0; w < HD / 32; ++w) ss += red[w];
+        x = x * (1.0f / sqrtf(ss / (float)HD + eps)) * (head < nh ? qw : kw)[d];
     }
     buf[d] = x;
     __syncthreads();
@@ -322,18 +337,19 @@ __device__ __forceinline__ void rows_bias_rope_store(
 
 #define ROWS_ROPE(HD)                                                                         \
     extern "C" __global__ void __launch_bounds__(HD) rows_bias_rope_store_f16_hd##HD(         \
-        const float* qkv, int ldqkv, const float* bias, const float* cos_t,                   \
-        const float* sin_t, int n_past, float* q_out, int ldq, unsigned short* kc,            \
-        unsigned short* vc, int nh, int nkv, int interleaved) {                               \
-        rows_bias_rope_store<HD, unsigned short>(qkv, ldqkv, bias, cos_t, sin_t, n_past,      \
-                                                 q_out, ldq, kc, vc, nh, nkv, interleaved);   \
+        const float* qkv, int ldqkv, const float* bias, const float* qw, const float* kw,     \
+        float eps, const float* cos_t, const float* sin_t, int n_past, float* q_out, int ldq, \
+        unsigned short* kc, unsigned short* vc, int nh, int nkv, int interleaved) {           \
+        rows_bias_rope_store<HD, unsigned short>(qkv, ldqkv, bias, qw, kw, eps, cos_t, sin_t, \
+                                                 n_past, q_out, ldq, kc, vc, nh, nkv,         \
+                                                 interleaved);                                \
     }                                                                                         \
     extern "C" __global__ void __launch_bounds__(HD) rows_bias_rope_store_f32_hd##HD(         \
-        const float* qkv, int ldqkv, const float* bias, const float* cos_t,                   \
-        const float* sin_t, int n_past, float* q_out, int ldq, float* kc, float* vc, int nh,  \
-        int nkv, int interleaved) {                                                           \
-        rows_bias_rope_store<HD, float>(qkv, ldqkv, bias, cos_t, sin_t, n_past, q_out, ldq,   \
-                                        kc, vc, nh, nkv, interleaved);                        \
+        const float* qkv, int ldqkv, const float* bias, const float* qw, const float* kw,     \
+        float eps, const float* cos_t, const float* sin_t, int n_past, float* q_out, int ldq, \
+        float* kc, float* vc, int nh, int nkv, int interleaved) {                             \
+        rows_bias_rope_store<HD, float>(qkv, ldqkv, bias, qw, kw, eps, cos_t, sin_t, n_past,  \
+                                        q_out, ldq, kc, vc, nh, nkv, interleaved);            \
     }
 
 ROWS_ROPE(64)

@@ -5,7 +5,8 @@
 //!   f32 caches, padded row strides; the reference reads the cache as stored (f16
 //!   rounded). Bound: max |gpu − ref| ≤ 5e-5 · max |ref| (the kernel's f16 hi + lo
 //!   fragments keep ~22 bits; f32 accumulation);
-//! - bias + RoPE + KV store over t rows (both pair layouts, with and without bias):
+//! - bias + RoPE + KV store over t rows (both pair layouts, with and without bias, with
+//!   and without Qwen3's per-head q/k RMSNorm):
 //!   q and cache rows ≤ 1e-6 (f32) / 1e-3 (f16 cache, half an f16 ulp) of 1 + |ref|,
 //!   cache rows outside the chunk untouched;
 //! - RMSNorm, SwiGLU and plain x preparation over t rows: the prepared values ≤ 2e-6 of
@@ -27,7 +28,8 @@ use std::sync::Arc;
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cpu::{WeightRef, reference};
 use favlo_runtime::cuda::{
-    CudaContext, GemvMma, KvCache, MxTiled, PrefillOps, PrefillShape, XPrep, compile_cubin, tile_mx,
+    CudaContext, GemvMma, KvCache, MxTiled, PrefillOps, PrefillShape, QkNorm, XPrep, compile_cubin,
+    tile_mx,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use half::f16;
@@ -216,11 +218,14 @@ fn rows_bias_rope_store_matches_f64() {
     let ops = PrefillOps::load(&ctx).unwrap();
     let owner = Owner::mint("cuda-prefill-rope");
     let mut rng = StdRng::seed_from_u64(11);
-    for (hd, nh, nkv, t, n_past, interleaved, bias, f16c) in [
-        (64, 9, 3, 21, 0, true, false, true), // SmolLM2: GGUF Llama pairs
-        (64, 14, 2, 33, 50, false, true, false), // Qwen2.5: NeoX + q|k|v bias
-        (128, 8, 2, 5, 7, false, true, true),
-        (128, 4, 4, 9, 0, true, false, false),
+    for (hd, nh, nkv, t, n_past, interleaved, bias, f16c, qk_norm) in [
+        (64, 9, 3, 21, 0, true, false, true, false), // SmolLM2: GGUF Llama pairs
+        (64, 14, 2, 33, 50, false, true, false, false), // Qwen2.5: NeoX + q|k|v bias
+        (128, 8, 2, 5, 7, false, true, true, false),
+        (128, 4, 4, 9, 0, true, false, false, false),
+        (128, 32, 8, 37, 0, false, false, true, true), // Qwen3-8B: q/k norms, NeoX
+        (128, 16, 8, 12, 29, false, false, false, true), // Qwen3-1.7B
+        (64, 6, 2, 7, 3, true, true, false, true),     // the 64-wide reduction
     ] {
         let heads = nh + 2 * nkv;
         let ld = heads * hd + 4;
@@ -237,6 +242,15 @@ fn rows_bias_rope_store_matches_f64() {
         }
         let qkv = rand_vec(&mut rng, t * ld, 1.5);
         let b = rand_vec(&mut rng, heads * hd, 0.5);
+        let (qn, kn) = (rand_vec(&mut rng, hd, 1.0), rand_vec(&mut rng, hd, 1.0));
+        let eps = 1e-6f32;
+        let qn_d = ctx.upload(&owner, SpanKind::Scratch, &qn).unwrap();
+        let kn_d = ctx.upload(&owner, SpanKind::Scratch, &kn).unwrap();
+        let norm = qk_norm.then_some(QkNorm {
+            q: &qn_d,
+            k: &kn_d,
+            eps,
+        });
         let kv = cap * nkv * hd;
         let (k0, v0) = (rand_vec(&mut rng, kv, 1.0), rand_vec(&mut rng, kv, 1.0));
         let (mut cache, k0f, v0f) = make_cache(&ctx, &owner, f16c, &k0, &v0);
@@ -259,6 +273,7 @@ fn rows_bias_rope_store_matches_f64() {
             &qkv_d,
             ld,
             bias.then_some(&bias_d),
+            norm,
             &cos_d,
             &sin_d,
             s,
@@ -276,12 +291,20 @@ fn rows_bias_rope_store_matches_f64() {
         for i in 0..t {
             let pos = n_past + i;
             for h in 0..heads {
-                let x: Vec<f64> = (0..hd)
+                let mut x: Vec<f64> = (0..hd)
                     .map(|d| {
                         qkv[i * ld + h * hd + d] as f64
                             + if bias { b[h * hd + d] as f64 } else { 0.0 }
                     })
                     .collect();
+                if qk_norm && h < nh + nkv {
+                    let w = if h < nh { &qn } else { &kn };
+                    let ms = x.iter().map(|v| v * v).sum::<f64>() / hd as f64;
+                    let inv = 1.0 / (ms + eps as f64).sqrt();
+                    for (v, wd) in x.iter_mut().zip(w) {
+                        *v *= inv * *wd as f64;
+                    }
+                }
                 let rot: Vec<f64> = if h >= nh + nkv {
                     x.clone()
                 } else {
@@ -316,7 +339,7 @@ fn rows_bias_rope_store_matches_f64() {
             assert_eq!(vc[r.clone()], v0f[r], "v row {p} touched");
         }
         eprintln!(
-            "rows rope hd {hd} heads {nh}/{nkv} t {t} n_past {n_past} interleaved {interleaved} bias {bias} f16 {f16c}: q {eq:.2e} cache {ec:.2e}"
+            "rows rope hd {hd} heads {nh}/{nkv} t {t} n_past {n_past} interleaved {interleaved} bias {bias} qk norm {qk_norm} f16 {f16c}: q {eq:.2e} cache {ec:.2e}"
         );
         assert!(eq <= 1e-6, "q err {eq:.2e}");
         assert!(ec <= ctol, "cache err {ec:.2e}");

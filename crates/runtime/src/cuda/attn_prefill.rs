@@ -54,6 +54,17 @@ pub struct PrefillOps {
     prep: CudaFunction,
 }
 
+/// Qwen3's per-head RMSNorm of q and k before RoPE: weights of `head_dim` values each.
+#[derive(Clone, Copy)]
+pub struct QkNorm<'a> {
+    /// Weight of every q head's norm.
+    pub q: &'a DeviceBuffer<f32>,
+    /// Weight of every k head's norm.
+    pub k: &'a DeviceBuffer<f32>,
+    /// The norm's epsilon.
+    pub eps: f32,
+}
+
 /// Shape of one prefill attention call.
 #[derive(Clone, Copy, Debug)]
 pub struct PrefillShape {
@@ -202,13 +213,15 @@ impl PrefillOps {
     /// `ldqkv`, fused [n_heads + 2·n_kv_heads][head_dim], + `bias`) at position
     /// `n_past + i`: q rotated → row i of `q_out` (stride `ldq`), k rotated and v → cache
     /// row `n_past + i`. `interleaved`: RoPE pairs (2i, 2i+1), else NeoX. `cos`/`sin`
-    /// are [capacity, head_dim/2].
+    /// are [capacity, head_dim/2]. With `norm`, q and k heads are RMS-normalized (after
+    /// the bias, before RoPE).
     #[allow(clippy::too_many_arguments)]
     pub fn bias_rope_store(
         &self,
         qkv: &DeviceBuffer<f32>,
         ldqkv: usize,
         bias: Option<&DeviceBuffer<f32>>,
+        norm: Option<QkNorm<'_>>,
         cos: &DeviceBuffer<f32>,
         sin: &DeviceBuffer<f32>,
         s: PrefillShape,
@@ -226,6 +239,7 @@ impl PrefillOps {
             || ldq < s.n_heads * hd
             || qkv.len() < (t - 1) * ldqkv + heads * hd
             || bias.is_some_and(|b| b.len() < heads * hd)
+            || norm.is_some_and(|n| n.q.len() < hd || n.k.len() < hd)
             || q_out.len() < (t - 1) * ldq + s.n_heads * hd
             || cos.len() < half
             || sin.len() < half
@@ -263,6 +277,12 @@ impl PrefillOps {
             Some(x) => b.arg(&x.slice),
             None => b.arg(&null),
         };
+        let eps = norm.map_or(0.0f32, |n| n.eps);
+        match norm {
+            Some(n) => b.arg(&n.q.slice).arg(&n.k.slice),
+            None => b.arg(&null).arg(&null),
+        };
+        b.arg(&eps);
         b.arg(&cos.slice)
             .arg(&sin.slice)
             .arg(&npi)
@@ -273,7 +293,7 @@ impl PrefillOps {
             KvCache::F32 { k, v } => b.arg(&mut k.slice).arg(&mut v.slice),
         };
         b.arg(&nhi).arg(&nkvi).arg(&il);
-        // SAFETY: argument order and types match (a null pointer for no bias); reads
+        // SAFETY: argument order and types match (null pointers for no bias / norm); reads
         // and writes stay within the sizes checked above and the cache's capacity.
         unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(rows_bias_rope_store)"))?;
         Ok(())

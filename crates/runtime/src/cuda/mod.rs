@@ -31,7 +31,7 @@ pub use attention::{
     ATTN_HEAD_DIM, ATTN_HEAD_DIMS, ATTN_ONEPASS_MIN_CAPACITY, AttentionDecode, AttnKernel, AttnOut,
     KvCache, QkvRope, attn_partials_len,
 };
-pub use attn_prefill::{PrefillOps, PrefillShape};
+pub use attn_prefill::{PrefillOps, PrefillShape, QkNorm};
 pub use blas::{BlasLt, BlasOut};
 pub use compile::{CompiledKernel, cache_dir, compile_cubin, nvrtc_version};
 pub use context::{CudaContext, DeviceBuffer, MIN_COMPUTE_CAPABILITY};

@@ -191,9 +191,8 @@ impl CudaLlama {
         // Buffers (x preparations ~2.1 × 4 bytes per value, q|k|v, gate|up, logits) and
         // 16 MiB for the kernel modules and graphs.
         let values = 3 * padded(d.max(qd).max(ff)) * 3 + d + 2 * (qd + 2 * kvd) + 2 * ff;
-        // Batched prefill: not for q/k-norm models; `FAVLO_CUDA_PREFILL=loop` turns it off.
-        let batched =
-            !has_qk_norm && std::env::var("FAVLO_CUDA_PREFILL").map_or(true, |v| v != "loop");
+        // Batched prefill unless `FAVLO_CUDA_PREFILL=loop` turns it off.
+        let batched = std::env::var("FAVLO_CUDA_PREFILL").map_or(true, |v| v != "loop");
         let chunk_bytes = if batched {
             prefill::chunk_bytes(d, qd, kvd, ff)
         } else {

@@ -15,11 +15,14 @@
 //!   graph, and leaves the last token's hidden state in the decode buffers with
 //!   `*pos = n_past + n`, so decoding continues from it unchanged; only the last
 //!   token's logits are computed.
-//! - Models with q/k norms (Qwen3) keep the token loop (no batched q/k-norm kernel yet).
+//! - Models with q/k norms (Qwen3) normalize every q and k head of the chunk in the same
+//!   launch as RoPE and the KV store, as the decode step's fused kernel does per token.
 
 use std::sync::Arc;
 
-use favlo_runtime::cuda::{CudaContext, CudaError, DeviceBuffer, MxGemm, PrefillShape, XPrep};
+use favlo_runtime::cuda::{
+    CudaContext, CudaError, DeviceBuffer, MxGemm, PrefillShape, QkNorm, XPrep,
+};
 use favlo_runtime::ledger::{Owner, SpanKind};
 
 use super::{CudaLlama, dev_err, padded};
@@ -162,10 +165,15 @@ impl CudaLlama {
                     }),
                 }
                 .map_err(e)?;
+                let norm = match (&l.q_norm, &l.k_norm) {
+                    (Some(q), Some(k)) => Some(QkNorm { q, k, eps: dm.eps }),
+                    _ => None,
+                };
                 p.bias_rope_store(
                     &cb.qkv,
                     nqkv,
                     l.qkv_bias.as_ref(),
+                    norm,
                     &b.cos,
                     &b.sin,
                     s,
