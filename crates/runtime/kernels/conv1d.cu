@@ -9,6 +9,10 @@
 //   conv_t1d:  y[co, o] = bias[co] + Σ_ci Σ_{k: o + p − k = i·s, 0 ≤ i < L}
 //              w[ci, co, k] · a(x[ci, i]), weight in PyTorch's [Cin, Cout, K] layout
 //   tanh_f32:  x = tanh(x) in place (precise tanhf; NVRTC runs without fast-math)
+//   gate_f32:  out[c, t] = tanh(a[c, t]) · σ(a[C + c, t]) over a [2C, L] input (the
+//              WaveNet gate of a VITS flow; precise tanhf / expf)
+//   copy_rows_f32: dst[r0 + r, t] = src[r', t], r' = r or (rows − 1 − r) when reversing
+//              (a VITS flow's channel flip and the join of its two halves)
 //
 // Design: gather form, every output sums its own taps (taps outer, input channels
 // inner, one FMA chain per output, a fixed order: no atomics, results reproducible).
@@ -114,4 +118,28 @@ extern "C" __global__ void tanh_f32(float* __restrict__ x, long long n) {
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x)
         x[i] = tanhf(x[i]);
+}
+
+// out[i] = tanh(a[i]) · σ(a[n + i]) for i < n = C·L: the first C rows of a [2C, L] are
+// the tanh half, the next C the sigmoid half. σ(v) = 1 / (1 + e^−v).
+extern "C" __global__ void gate_f32(const float* __restrict__ a, float* __restrict__ out,
+                                    long long n) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const float sg = 1.f / (1.f + expf(-a[n + i]));
+        out[i] = tanhf(a[i]) * sg;
+    }
+}
+
+// dst[(r0 + r) · len + t] = src[(rev ? rows − 1 − r : r) · len + t] for r < rows, t < len.
+extern "C" __global__ void copy_rows_f32(const float* __restrict__ src, float* __restrict__ dst,
+                                         int rows, int len, int r0, int rev) {
+    const long long n = (long long)rows * len;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int r = (int)(i / len);
+        const int t = (int)(i - (long long)r * len);
+        const int rs = rev ? rows - 1 - r : r;
+        dst[((long long)r0 + r) * len + t] = src[(long long)rs * len + t];
+    }
 }

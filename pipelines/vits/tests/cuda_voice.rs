@@ -1,6 +1,7 @@
-//! The HiFi-GAN decoder on the GPU (`favlo_vits::cuda::CudaDecoder`) against the CPU
-//! decoder on the real Piper voice's weights, and the whole voice opened with
-//! `Device::Cuda(0)` against the same voice on the CPU.
+//! The HiFi-GAN decoder (`favlo_vits::cuda::CudaDecoder`) and the reverse flow
+//! (`favlo_vits::cuda::CudaFlow`) on the GPU against the CPU modules on the real Piper
+//! voice's weights, and the whole voice opened with `Device::Cuda(0)` against the same
+//! voice on the CPU.
 //!
 //! - `decoder_on_gpu_matches_cpu`: both decoders on the flow outputs of the onnxruntime
 //!   fixture (`tests/fixtures/vits_ref.safetensors`, cases a and b: 94 and 200 frames);
@@ -10,10 +11,19 @@
 //!   |x| ~ 10–100 before the final tanh; the CPU path is itself within 3.6e-5 *relative*
 //!   of onnxruntime. Reads `FAVLO_TEST_PIPER_DEC_ONNX` (a decoder-only cut of the voice,
 //!   `tools/fixtures/vits_decoder_cut.py`, 6.7 MB) or else `FAVLO_TEST_PIPER_ONNX`.
-//! - `voice_on_cuda_matches_cpu`: `Vits::open_on(.., Device::Cuda(0), ..)` synthesizes
+//! - `flow_on_gpu_matches_cpu`: the device flow's output (downloaded) vs
+//!   `Flow::reverse` on seeded standard-normal `z_p` of 94 and 200 frames: max |Δ| ≤
+//!   1e-4 · max |z| (printed). Why: exact f32 on both sides, only summation orders
+//!   differ (4 couplings × 4 WaveNet layers of k5 convolutions over 192 channels; the
+//!   CPU gate's polynomial exp is within ~1e-7); the same step sequence on an f64 host
+//!   backend (`cuda::flow_plan` unit test) is within 5e-7 · max |z| of the CPU flow.
+//!   Needs a whole voice (`FAVLO_TEST_PIPER_ONNX`).
+//! - `voice_on_cuda_matches_cpu`: `Vits::open_on(.., Device::Cuda(0), ..)` (flow and
+//!   decoder on the GPU, `z` handed from one to the other on the device) synthesizes
 //!   the fixture's case-b ids (seeded noise, scales 0.667/1/0.8) like `Vits::open`: same
-//!   sample count, max |Δ| ≤ 1e-4. Needs a whole voice (`FAVLO_TEST_PIPER_ONNX`; any
-//!   copy of the voice's weights, e.g. the bf16-rounded one of
+//!   sample count and frame count, the traced flow output within 1e-4 · max |z|, the
+//!   waveform max |Δ| ≤ 1e-4. Needs a whole voice (`FAVLO_TEST_PIPER_ONNX`; any copy of
+//!   the voice's weights, e.g. the bf16-rounded one of
 //!   `tools/fixtures/vits_voice_bf16.py`, since both sides use the same file).
 //!
 //! Without CUDA each test prints a loud SKIPPED line and passes, unless
@@ -27,11 +37,11 @@ use std::time::Instant;
 use favlo_runtime::cuda::{CudaContext, CudaError};
 use favlo_runtime::device::Device;
 use favlo_runtime::ledger::{Ledger, Owner};
-use favlo_vits::cuda::CudaDecoder;
-use favlo_vits::model::Decoder;
+use favlo_vits::cuda::{CudaDecoder, CudaFlow};
+use favlo_vits::model::{Decoder, Flow};
 use favlo_vits::noise::Normals;
 use favlo_vits::weights::{Loader, Workspace};
-use favlo_vits::{Noise, Scales, Vits};
+use favlo_vits::{Noise, Scales, Trace, Vits};
 use safetensors::SafeTensors;
 
 /// Samples per second of the voice.
@@ -83,6 +93,12 @@ fn i64s(st: &SafeTensors<'_>, name: &str) -> Vec<i64> {
         .chunks_exact(8)
         .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
         .collect()
+}
+
+/// max |a − b| / max |b|.
+fn rel_diff(a: &[f32], b: &[f32]) -> f64 {
+    let peak = b.iter().fold(0f64, |m, v| m.max(v.abs() as f64));
+    max_abs_diff(a, b) / peak.max(1e-30)
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f64 {
@@ -162,6 +178,53 @@ fn decoder_on_gpu_matches_cpu() {
 }
 
 #[test]
+fn flow_on_gpu_matches_cpu() {
+    let Some(path) = env_path("FAVLO_TEST_PIPER_ONNX") else {
+        eprintln!("skipped: set FAVLO_TEST_PIPER_ONNX to the en_US-joe-medium.onnx path");
+        return;
+    };
+    let ledger = Ledger::new(Device::Cpu, None);
+    let owner = Owner::mint("vits-cuda-flow");
+    let loader = Loader::open(&path, &ledger, &owner).unwrap();
+    let flow = Flow::load(&loader).unwrap();
+    let ws = Workspace::new(&ledger, &owner);
+    let c = flow.channels();
+    assert_eq!(c, 192);
+    if !cuda_or_skip("flow_on_gpu_matches_cpu") {
+        return;
+    }
+    let ctx = CudaContext::open(0, None).unwrap();
+    let gpu = CudaFlow::open(&flow, &ctx, &owner, 2600).unwrap();
+    assert_eq!(gpu.channels(), c);
+    for (frames, seed) in [(94usize, 11u64), (200, 12)] {
+        let z_p = Normals::for_sentence(seed, 0).take(c * frames);
+        let mut want = z_p.clone();
+        flow.reverse(&ws, &mut want, frames).unwrap();
+        let zd = gpu.reverse(&z_p, frames).unwrap();
+        let mut got = ctx.download(&zd).unwrap();
+        assert!(got.len() >= c * frames);
+        got.truncate(c * frames);
+        let rel = rel_diff(&got, &want);
+        let t_cpu = median_s(3, || {
+            let mut z = z_p.clone();
+            flow.reverse(&ws, &mut z, frames).unwrap();
+        });
+        let t_gpu = median_s(5, || {
+            let zd = gpu.reverse(&z_p, frames).unwrap();
+            ctx.synchronize().unwrap();
+            drop(zd);
+        });
+        println!(
+            "flow {frames} frames: max|gpu − cpu| / max|cpu| {rel:.3e} (bound 1e-4); \
+             cpu {:.2} ms, gpu {:.2} ms (upload included)",
+            t_cpu * 1e3,
+            t_gpu * 1e3
+        );
+        assert!(rel <= 1e-4, "{frames} frames: {rel:e}");
+    }
+}
+
+#[test]
 fn voice_on_cuda_matches_cpu() {
     let Some(path) = env_path("FAVLO_TEST_PIPER_ONNX") else {
         eprintln!("skipped: set FAVLO_TEST_PIPER_ONNX to the en_US-joe-medium.onnx path");
@@ -186,22 +249,34 @@ fn voice_on_cuda_matches_cpu() {
         v.synthesize(&ids, scales, Noise::Stream(&mut s), 2600, None)
             .unwrap()
     };
-    let a = run(&cpu);
+    let traced = |v: &Vits| {
+        let mut s = Normals::for_sentence(7, 0);
+        let mut t = Trace::default();
+        let w = v
+            .synthesize(&ids, scales, Noise::Stream(&mut s), 2600, Some(&mut t))
+            .unwrap();
+        (w, t)
+    };
+    let (a, ta) = traced(&cpu);
     assert!(a.len() > 22_050 / 2, "{} samples", a.len());
     if !cuda_or_skip("voice_on_cuda_matches_cpu") {
         return;
     }
     let gpu = Vits::open_on(&path, &ledger, &owner, Device::Cuda(0), 2600).unwrap();
     assert_eq!(gpu.device(), Device::Cuda(0));
-    let b = run(&gpu);
+    let (b, tb) = traced(&gpu);
     assert_eq!(a.len(), b.len());
+    assert_eq!(ta.w_ceil, tb.w_ceil, "durations (both on the CPU)");
+    let zrel = rel_diff(&tb.z, &ta.z);
+    println!("voice: flow output max|gpu − cpu| / max|cpu| {zrel:.3e} (bound 1e-4)");
+    assert!(zrel <= 1e-4, "flow output: {zrel:e}");
     let d = max_abs_diff(&b, &a);
     let secs = a.len() as f64 / RATE;
     let t_cpu = median_s(3, || drop(run(&cpu)));
     let t_gpu = median_s(3, || drop(run(&gpu)));
     println!(
         "voice: {} samples ({secs:.2} s): max|gpu − cpu| {d:.3e} (bound {BOUND:e}); \
-         sentence RTF all-CPU {:.4} ({:.1} ms), decoder on the GPU {:.4} ({:.1} ms)",
+         sentence RTF all-CPU {:.4} ({:.1} ms), flow + decoder on the GPU {:.4} ({:.1} ms)",
         a.len(),
         t_cpu / secs,
         t_cpu * 1e3,

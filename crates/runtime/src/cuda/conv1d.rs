@@ -1,7 +1,8 @@
 //! 1-D convolutions on the GPU (`kernels/conv1d.cu`): dense (dilated, zero-padded,
 //! stride 1) with an optional leaky ReLU fused into its input gather, an optional
 //! residual and an optional accumulation into the output; transposed (strided) with the
-//! same fused input activation; tanh in place. The geometry is the CPU's
+//! same fused input activation; tanh in place; the WaveNet gate tanh(a)·σ(b) and a row
+//! copy (optionally reversed) for a VITS flow's halves and channel flips. The geometry is the CPU's
 //! [`crate::cpu::Conv1d`] / [`crate::cpu::ConvTranspose1d`] and the tensors are
 //! `[channels, time]` f32 of one sequence, so a HiFi-GAN generator can run the CPU's
 //! layer sequence here unchanged.
@@ -53,6 +54,17 @@ fn grid(cout: usize, lout: usize, op: &'static str) -> Result<LaunchConfig, Cuda
     })
 }
 
+/// A grid-stride launch over `n` elements.
+fn flat(n: usize, op: &'static str) -> Result<LaunchConfig, CudaError> {
+    let blocks = u32::try_from(n.div_ceil(THREADS as usize).min(65_536))
+        .map_err(|_| shape(op, format!("{n} values")))?;
+    Ok(LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
 /// `(has_act, slope)` of an optional fused leaky ReLU.
 fn act(slope: Option<f32>) -> (i32, f32) {
     slope.map_or((0, 0.0), |s| (1, s))
@@ -64,6 +76,8 @@ pub struct Conv1dOps {
     conv: CudaFunction,
     conv_t: CudaFunction,
     tanh: CudaFunction,
+    gate: CudaFunction,
+    copy_rows: CudaFunction,
 }
 
 impl std::fmt::Debug for Conv1dOps {
@@ -81,6 +95,8 @@ impl Conv1dOps {
             conv: f("conv1d")?,
             conv_t: f("conv_t1d")?,
             tanh: f("tanh_f32")?,
+            gate: f("gate_f32")?,
+            copy_rows: f("copy_rows_f32")?,
             ctx: Arc::clone(ctx),
         })
     }
@@ -264,18 +280,95 @@ impl Conv1dOps {
         if n == 0 {
             return Ok(());
         }
-        let blocks = u32::try_from(n.div_ceil(THREADS as usize).min(65_536))
-            .map_err(|_| shape(op, format!("{n} values")))?;
-        let cfg = LaunchConfig {
-            grid_dim: (blocks, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = flat(n, op)?;
         let nn = n as i64;
         let mut b = self.ctx.stream().launch_builder(&self.tanh);
         b.arg(&mut x.slice).arg(&nn);
         // SAFETY: argument order and types match `tanh_f32`; x holds n values (checked).
         unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(tanh_f32)"))?;
+        Ok(())
+    }
+
+    /// `out[c, t] = tanh(a[c, t]) · σ(a[channels + c, t])` for `c < channels`,
+    /// `t < len`: the gate of a WaveNet layer on its in-layer's `[2·channels, len]`
+    /// output. `out` must not alias `a`.
+    pub fn gate(
+        &self,
+        a: &DeviceBuffer<f32>,
+        channels: usize,
+        len: usize,
+        out: &mut DeviceBuffer<f32>,
+    ) -> Result<(), CudaError> {
+        let op = "gate_f32";
+        let n = channels
+            .checked_mul(len)
+            .ok_or_else(|| shape(op, format!("{channels} × {len}")))?;
+        if a.len() < 2 * n || out.len() < n {
+            return Err(shape(
+                op,
+                format!("[{channels}, {len}]: a {}, out {}", a.len(), out.len()),
+            ));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let cfg = flat(n, op)?;
+        let nn = n as i64;
+        let mut b = self.ctx.stream().launch_builder(&self.gate);
+        b.arg(&a.slice).arg(&mut out.slice).arg(&nn);
+        // SAFETY: argument order and types match `gate_f32`; a holds 2n values and out
+        // n (checked); out is a distinct buffer (it is borrowed mutably).
+        unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(gate_f32)"))?;
+        Ok(())
+    }
+
+    /// `dst[dst_row + r, t] = src[r', t]` for `r < rows`, `t < len`, where `r' = r`, or
+    /// `rows − 1 − r` when `reverse`: copies a `[rows, len]` tensor into rows
+    /// `dst_row..dst_row + rows` of a `[_, len]` one, optionally in reversed row order.
+    pub fn copy_rows(
+        &self,
+        src: &DeviceBuffer<f32>,
+        rows: usize,
+        len: usize,
+        reverse: bool,
+        dst: &mut DeviceBuffer<f32>,
+        dst_row: usize,
+    ) -> Result<(), CudaError> {
+        let op = "copy_rows_f32";
+        let n = rows
+            .checked_mul(len)
+            .ok_or_else(|| shape(op, format!("{rows} × {len}")))?;
+        let end = dst_row
+            .checked_add(rows)
+            .and_then(|r| r.checked_mul(len))
+            .ok_or_else(|| shape(op, format!("rows {dst_row}+{rows} × {len}")))?;
+        if src.len() < n || dst.len() < end {
+            return Err(shape(
+                op,
+                format!(
+                    "[{rows}, {len}] into row {dst_row}: src {}, dst {}",
+                    src.len(),
+                    dst.len()
+                ),
+            ));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let cfg = flat(n, op)?;
+        let (r, l, r0) = (int(rows, op)?, int(len, op)?, int(dst_row, op)?);
+        let rev = i32::from(reverse);
+        let mut b = self.ctx.stream().launch_builder(&self.copy_rows);
+        b.arg(&src.slice)
+            .arg(&mut dst.slice)
+            .arg(&r)
+            .arg(&l)
+            .arg(&r0)
+            .arg(&rev);
+        // SAFETY: argument order and types match `copy_rows_f32`; src holds rows·len
+        // values and dst (dst_row + rows)·len (checked, all below i32::MAX rows and
+        // len); dst is a distinct buffer (it is borrowed mutably).
+        unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(copy_rows_f32)"))?;
         Ok(())
     }
 }

@@ -1,19 +1,25 @@
-//! The HiFi-GAN generator on a CUDA GPU (feature `cuda`): the CPU [`Decoder`]'s layer
-//! sequence on the runtime's 1-D convolution kernels (`favlo_runtime::cuda::Conv1dOps`).
-//! The text encoder, the durations and the flow stay on the CPU; the flow's output
-//! `z [C, frames]` goes up, the waveform comes back.
+//! The voice's GPU stages (feature `cuda`): the reverse flow ([`CudaFlow`], `flow.rs`,
+//! its step sequence in `flow_plan.rs`) and the HiFi-GAN generator ([`CudaDecoder`],
+//! here: the CPU [`Decoder`]'s layer sequence), both on the runtime's 1-D convolution
+//! kernels (`favlo_runtime::cuda::Conv1dOps`). The text encoder and the durations stay
+//! on the CPU; the prior sample `z_p [C, frames]` goes up once, the flow's output stays
+//! on the device as the decoder's input, the waveform comes back.
 //!
 //! Key design choices:
-//! - The weights are the CPU decoder's own (the mean over a stage's blocks already
-//!   folded into the next weights), uploaded once as `Resident` spans of the CUDA
-//!   context's ledger under the voice's owner; a sentence's tensors are `Scratch` spans
-//!   that live for the call.
+//! - The weights are the CPU modules' own (the decoder's mean over a stage's blocks
+//!   already folded into the next weights; the flow's flips and subtraction folded
+//!   into permuted / negated copies), uploaded once as `Resident` spans of the CUDA
+//!   context's ledger under the voice's owner; a sentence's tensors are `Scratch`
+//!   spans that live for the call.
 //! - Whole-tensor convolutions (no time chunks: the GPU has the memory), each a single
 //!   launch with the leaky ReLU fused into its input gather; a block's last convolution
 //!   adds its residual and accumulates straight into the stage's block sum, so a stage
 //!   holds four `[C, L]` tensors (upsampled input, block sum, two chain temporaries).
 //!   Zero padding of the whole tensor is what the CPU's chunked halo reproduces, so the
 //!   two paths compute the same function; only summation orders differ (exact f32).
+
+mod flow;
+mod flow_plan;
 
 use std::sync::Arc;
 
@@ -23,6 +29,8 @@ use favlo_runtime::ledger::{self, Owner, SpanKind};
 use crate::error::VitsError;
 use crate::model::decoder::{Decoder, SLOPE, SLOPE_POST};
 use crate::weights::{Conv, ConvKind};
+
+pub use flow::CudaFlow;
 
 /// A CUDA error as the crate's error: a ledger refusal stays a ledger refusal ("does
 /// not fit"), anything else is a device error.
@@ -60,7 +68,7 @@ impl DevConv {
     fn upload(ctx: &CudaContext, owner: &Owner, c: &Conv) -> Result<Self, VitsError> {
         if matches!(c.kind(), ConvKind::Depthwise(_)) {
             return Err(VitsError::Device {
-                message: "the decoder has a depthwise convolution (not supported on CUDA)".into(),
+                message: "a depthwise convolution (not supported on CUDA)".into(),
             });
         }
         let put = |v: &[f32]| ctx.upload(owner, SpanKind::Resident, v).map_err(dev_err);
@@ -103,7 +111,7 @@ impl DevConv {
             }
             _ => {
                 return Err(VitsError::Device {
-                    message: "decoder: unsupported convolution fusion on CUDA".into(),
+                    message: "unsupported convolution fusion on CUDA".into(),
                 });
             }
         }
@@ -193,6 +201,11 @@ impl CudaDecoder {
         self.ctx.ordinal() as u32
     }
 
+    /// The context the decoder's weights live in.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
     fn scratch(&self, len: usize) -> Result<DeviceBuffer<f32>, VitsError> {
         self.ctx
             .alloc(&self.owner, SpanKind::Scratch, len.max(1))
@@ -205,10 +218,21 @@ impl CudaDecoder {
             .ctx
             .upload(&self.owner, SpanKind::Scratch, z)
             .map_err(dev_err)?;
+        self.run_on_device(zd, frames)
+    }
+
+    /// [`CudaDecoder::run`] on `z [C, frames]` already in this decoder's context (e.g.
+    /// [`CudaFlow::reverse`]'s output); `z` is freed once the first convolution has
+    /// read it.
+    pub fn run_on_device(
+        &self,
+        z: DeviceBuffer<f32>,
+        frames: usize,
+    ) -> Result<Vec<f32>, VitsError> {
         let none = Conv1dEpilogue::default();
         let mut x = self.scratch(self.pre.out_channels() * self.pre.out_len(frames))?;
-        self.pre.run(&self.ops, &zd, frames, None, none, &mut x)?;
-        drop(zd);
+        self.pre.run(&self.ops, &z, frames, None, none, &mut x)?;
+        drop(z);
         let mut len = frames;
         for stage in &self.stages {
             let c = stage.up.out_channels();

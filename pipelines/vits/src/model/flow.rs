@@ -13,10 +13,13 @@ use crate::weights::{Conv, Loader, Workspace};
 
 /// WaveNet stack (`modules.WN`, no global conditioning).
 #[derive(Debug)]
-struct WaveNet {
-    ins: Vec<Conv>,
-    res_skip: Vec<Conv>,
-    hidden: usize,
+pub(crate) struct WaveNet {
+    /// Dilated in-layers `hidden → 2·hidden`.
+    pub(crate) ins: Vec<Conv>,
+    /// 1×1 `hidden → 2·hidden` (residual rows, then skip rows), the last `→ hidden`
+    /// (skip only).
+    pub(crate) res_skip: Vec<Conv>,
+    pub(crate) hidden: usize,
 }
 
 impl WaveNet {
@@ -56,10 +59,10 @@ impl WaveNet {
 }
 
 #[derive(Debug)]
-struct Coupling {
-    pre: Conv,
-    enc: WaveNet,
-    post: Conv,
+pub(crate) struct Coupling {
+    pub(crate) pre: Conv,
+    pub(crate) enc: WaveNet,
+    pub(crate) post: Conv,
 }
 
 /// The loaded flow.
@@ -127,5 +130,11 @@ impl Flow {
     /// Channels of `z`.
     pub fn channels(&self) -> usize {
         self.channels
+    }
+
+    /// The couplings in run order (each preceded by a flip).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn couplings(&self) -> &[Coupling] {
+        &self.layers
     }
 }

@@ -67,9 +67,9 @@ pub struct Vits {
     dp: DurationPredictor,
     flow: Flow,
     dec: Decoder,
-    /// The decoder's GPU twin when the voice was opened on CUDA.
+    /// The decoder's and the flow's GPU twins when the voice was opened on CUDA.
     #[cfg(feature = "cuda")]
-    gpu: Option<crate::cuda::CudaDecoder>,
+    gpu: Option<(crate::cuda::CudaFlow, crate::cuda::CudaDecoder)>,
     ws: Workspace,
 }
 
@@ -97,9 +97,9 @@ impl Vits {
         Self::open_on(onnx, ledger, owner, Device::Cpu, 0)
     }
 
-    /// [`Vits::open`], then with `Device::Cuda(n)` the decoder's weights also go to
-    /// cuda:`n` (fitted there for sentences of `max_frames` frames) and the decoder runs
-    /// there; `Device::Cpu` is exactly [`Vits::open`].
+    /// [`Vits::open`], then with `Device::Cuda(n)` the flow's and the decoder's weights
+    /// also go to cuda:`n` (fitted there for sentences of `max_frames` frames) and both
+    /// run there; `Device::Cpu` is exactly [`Vits::open`].
     pub fn open_on(
         onnx: &Path,
         ledger: &Arc<Ledger>,
@@ -120,17 +120,20 @@ impl Vits {
             other => other,
         };
         let dec = Decoder::load(&l).map_err(with_path)?;
+        let flow = Flow::load(&l).map_err(with_path)?;
         #[cfg(feature = "cuda")]
         let gpu = match device {
-            Device::Cuda(n) => Some(crate::cuda::CudaDecoder::open(
-                &dec, n as usize, owner, max_frames,
-            )?),
+            Device::Cuda(n) => {
+                let d = crate::cuda::CudaDecoder::open(&dec, n as usize, owner, max_frames)?;
+                let f = crate::cuda::CudaFlow::open(&flow, d.context(), owner, max_frames)?;
+                Some((f, d))
+            }
             _ => None,
         };
         Ok(Vits {
             enc: TextEncoder::load(&l).map_err(with_path)?,
             dp: DurationPredictor::load(&l).map_err(with_path)?,
-            flow: Flow::load(&l).map_err(with_path)?,
+            flow,
             dec,
             #[cfg(feature = "cuda")]
             gpu,
@@ -141,7 +144,7 @@ impl Vits {
     /// The device the decoder runs on.
     pub fn device(&self) -> Device {
         #[cfg(feature = "cuda")]
-        if let Some(g) = &self.gpu {
+        if let Some((_, g)) = &self.gpu {
             return Device::Cuda(g.ordinal());
         }
         Device::Cpu
@@ -264,13 +267,21 @@ impl Vits {
             tr.w_ceil = w_ceil.clone();
         }
         drop(e);
+        #[cfg(feature = "cuda")]
+        if let Some((f, d)) = &self.gpu {
+            // z_p goes up once; the flow's output stays on the device for the decoder.
+            let zd = f.reverse(&z, frames)?;
+            drop(z);
+            if let Some(tr) = trace {
+                let mut v = d.context().download(&zd).map_err(crate::cuda::dev_err)?;
+                v.truncate(c * frames);
+                tr.z = v;
+            }
+            return d.run_on_device(zd, frames);
+        }
         self.flow.reverse(ws, &mut z, frames)?;
         if let Some(tr) = trace {
             tr.z = z.to_vec();
-        }
-        #[cfg(feature = "cuda")]
-        if let Some(g) = &self.gpu {
-            return g.run(&z, frames);
         }
         self.dec.run(ws, &z, frames)
     }
