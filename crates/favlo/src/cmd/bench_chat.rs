@@ -4,7 +4,9 @@
 //! at a time (favlo, llama.cpp, favlo, llama.cpp, …) for `--repeat` rounds, and the
 //! summary compares each engine's best round: on a shared or throttling host the
 //! speed drifts by tens of percent between minutes, and alternating plus best-of-N
-//! gives both engines the same chances.
+//! gives both engines the same chances. On CUDA with a Hugging Face safetensors
+//! checkpoint the anchor is PyTorch `transformers` (bf16) on the same directory;
+//! elsewhere it is llama.cpp on the model's GGUF.
 
 use std::process::ExitCode;
 
@@ -21,6 +23,10 @@ pub struct ChatBench {
     /// Registry id of a chat model.
     #[arg(long, default_value = DEFAULT_CHAT)]
     pub model: String,
+    /// A checkpoint directory (or .gguf file) to measure instead of a registry model:
+    /// a Hugging Face directory (config.json + safetensors) or a GGUF.
+    #[arg(long, conflicts_with = "model")]
+    pub dir: Option<std::path::PathBuf>,
     /// Thread counts to measure.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 2])]
     pub threads: Vec<usize>,
@@ -35,7 +41,8 @@ pub struct ChatBench {
     #[arg(long, default_value = "native")]
     pub weights: String,
     /// Also run llama.cpp (the `llama-cpp-python` package) on the same GGUF,
-    /// alternating with favlo.
+    /// alternating with favlo; on CUDA with a safetensors checkpoint, PyTorch
+    /// `transformers` in bf16 instead.
     #[arg(long)]
     pub anchor: bool,
     /// Rounds of measurements (default: 3 with --anchor, else 1); the summary
@@ -60,8 +67,8 @@ fn row(engine: &str, threads: usize, r: Rate, gbs: Option<f64>) {
 }
 
 /// The (prefill, decode) figures of the anchor script's row, if it printed one.
-fn parse_anchor(out: &str) -> Option<Rate> {
-    let line = out.lines().find(|l| l.starts_with("llama.cpp"))?;
+fn parse_anchor(out: &str, engine: &str) -> Option<Rate> {
+    let line = out.lines().find(|l| l.starts_with(engine))?;
     let nums: Vec<f64> = line
         .split_whitespace()
         .filter_map(|w| w.parse().ok())
@@ -75,16 +82,79 @@ fn best(rates: &[Rate]) -> Rate {
         .fold((0.0f64, 0.0f64), |b, r| (b.0.max(r.0), b.1.max(r.1)))
 }
 
+/// Which engine `--anchor` runs beside favlo.
+enum Anchor {
+    /// llama.cpp on this GGUF.
+    LlamaCpp(std::path::PathBuf),
+    /// PyTorch `transformers` on this safetensors checkpoint directory (CUDA only).
+    Torch(std::path::PathBuf),
+}
+
+impl Anchor {
+    fn engine(&self) -> &'static str {
+        match self {
+            Anchor::LlamaCpp(_) => "llama.cpp",
+            Anchor::Torch(_) => "torch-bf16",
+        }
+    }
+
+    /// The anchor's (prefill, decode) at `threads`, or its own explanation printed.
+    fn run(&self, threads: usize, prompt: usize, decode: usize) -> anyhow::Result<Option<Rate>> {
+        let (script, mut args) = match self {
+            Anchor::LlamaCpp(g) => (
+                include_str!("../../../../tools/bench/chat_anchor.py"),
+                vec![g.display().to_string(), threads.to_string()],
+            ),
+            Anchor::Torch(d) => (
+                include_str!("../../../../tools/bench/chat_torch_anchor.py"),
+                vec![d.display().to_string()],
+            ),
+        };
+        args.extend([prompt.to_string(), decode.to_string()]);
+        let out = run_anchor(script, &args)?;
+        let rate = parse_anchor(&out, self.engine());
+        if rate.is_none() {
+            print!("{out}");
+        }
+        Ok(rate)
+    }
+}
+
+/// The anchor for `dir` on `device`.
+fn anchor_for(dir: &std::path::Path, device: Device) -> anyhow::Result<Anchor> {
+    let hf = dir.is_dir() && dir.join("config.json").is_file();
+    if device != Device::Cpu && hf {
+        return Ok(Anchor::Torch(dir.to_path_buf()));
+    }
+    if dir.is_file() {
+        return Ok(Anchor::LlamaCpp(dir.to_path_buf()));
+    }
+    Ok(Anchor::LlamaCpp(find_gguf(dir)?))
+}
+
 pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
-    let dir = model_dir(&b.model)?;
+    let (dir, name) = match &b.dir {
+        Some(d) => {
+            anyhow::ensure!(
+                d.exists(),
+                "--dir {}: no such file or directory",
+                d.display()
+            );
+            (d.clone(), d.display().to_string())
+        }
+        None => (model_dir(&b.model)?, b.model.clone()),
+    };
     let format = favlo_llama::WeightFormat::parse(&b.weights)
         .with_context(|| format!("unknown --weights {:?}", b.weights))?;
     let ledger = Ledger::new(Device::Cpu, None);
     let owner = Owner::mint("bench-chat");
     let device = crate::cmd::common::device(&b.device)?;
+    // Room for the prompt and the decoded tokens (at least the 1024 the figures have
+    // always been taken at).
+    let context = (b.prompt + b.decode + 1).max(1024);
     let opts = favlo_llama::OpenOptions {
         format,
-        max_context: Some(1024),
+        max_context: Some(context),
         device,
         ..Default::default()
     };
@@ -96,14 +166,15 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
         b.threads.clone()
     };
     let rounds = b.repeat.unwrap_or(if b.anchor { 3 } else { 1 }).max(1);
-    let gguf = if b.anchor {
-        Some(find_gguf(&dir)?)
+    let anchor = if b.anchor {
+        Some(anchor_for(&dir, device)?)
     } else {
         None
     };
+    let anchor_name = anchor.as_ref().map_or("", Anchor::engine);
     println!(
         "model {} ({}), weights {}, device {}, {} round(s){}",
-        b.model,
+        name,
         dir.display(),
         match (cuda, format) {
             (true, favlo_llama::WeightFormat::Mxfp4) => "mxfp4",
@@ -113,9 +184,9 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
         rt.model().device_name(),
         rounds,
         if b.anchor {
-            ", alternating with llama.cpp"
+            format!(", alternating with {anchor_name}")
         } else {
-            ""
+            String::new()
         }
     );
     println!(
@@ -138,24 +209,11 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
             let rate = (r.prefill_tok_s, r.decode_tok_s);
             row(engine, t, rate, Some(r.decode_gb_s));
             ours[i].push(rate);
-            if let Some(g) = &gguf {
-                let args = [
-                    g.display().to_string(),
-                    t.to_string(),
-                    b.prompt.to_string(),
-                    b.decode.to_string(),
-                ];
-                let out = run_anchor(
-                    include_str!("../../../../tools/bench/chat_anchor.py"),
-                    &args,
-                )?;
-                match parse_anchor(&out) {
-                    Some(rate) => {
-                        row("llama.cpp", t, rate, None);
-                        theirs[i].push(rate);
-                    }
-                    None => print!("{out}"),
-                }
+            if let Some(a) = &anchor
+                && let Some(rate) = a.run(t, b.prompt, b.decode)?
+            {
+                row(a.engine(), t, rate, None);
+                theirs[i].push(rate);
             }
         }
     }
@@ -166,7 +224,7 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
             row(engine, t, o, None);
             if !theirs[i].is_empty() {
                 let a = best(&theirs[i]);
-                row("llama.cpp", t, a, None);
+                row(anchor_name, t, a, None);
                 println!(
                     "{:<10} {t:>8} {:>13.2}× {:>13.2}×",
                     "ratio",
@@ -188,11 +246,17 @@ mod tests {
     #[test]
     fn anchor_rows_parse_and_best_takes_each_maximum() {
         let out = "llama.cpp         2          141.3           58.8             \n";
-        assert_eq!(parse_anchor(out), Some((141.3, 58.8)));
+        assert_eq!(parse_anchor(out, "llama.cpp"), Some((141.3, 58.8)));
         assert_eq!(
-            parse_anchor("llama.cpp   (not installed: pip install llama-cpp-python)\n"),
+            parse_anchor(
+                "llama.cpp   (not installed: pip install llama-cpp-python)\n",
+                "llama.cpp"
+            ),
             None
         );
+        let out = "loading...\ntorch-bf16        1         9123.4           31.5             \n";
+        assert_eq!(parse_anchor(out, "torch-bf16"), Some((9123.4, 31.5)));
+        assert_eq!(parse_anchor(out, "llama.cpp"), None);
         assert_eq!(best(&[(1.0, 5.0), (3.0, 2.0)]), (3.0, 5.0));
     }
 }
