@@ -18,11 +18,19 @@
 //!   CPU gate's polynomial exp is within ~1e-7); the same step sequence on an f64 host
 //!   backend (`cuda::flow_plan` unit test) is within 5e-7 · max |z| of the CPU flow.
 //!   Needs a whole voice (`FAVLO_TEST_PIPER_ONNX`).
-//! - `voice_on_cuda_matches_cpu`: `Vits::open_on(.., Device::Cuda(0), ..)` (flow and
-//!   decoder on the GPU, `z` handed from one to the other on the device) synthesizes
-//!   the fixture's case-b ids (seeded noise, scales 0.667/1/0.8) like `Vits::open`: same
-//!   sample count and frame count, the traced flow output within 1e-4 · max |z|, the
-//!   waveform max |Δ| ≤ 1e-4. Needs a whole voice (`FAVLO_TEST_PIPER_ONNX`; any copy of
+//! - `encoder_on_gpu_matches_cpu`: the device text encoder (`CudaEncoder`) vs
+//!   `TextEncoder::run` on the fixture's ids (cases a and b: 33 and 75 phonemes): hidden
+//!   states and `[m_p; logs_p]` each within 1e-4 · their max |·| (printed). Why: exact
+//!   f32 on both sides, 6 layers of 1×1 / k3 convolutions, attention and layer norms
+//!   whose summation orders differ; the CPU encoder is itself within 1.1e-6 of
+//!   onnxruntime. Needs a whole voice (`FAVLO_TEST_PIPER_ONNX`).
+//! - `voice_on_cuda_matches_cpu`: `Vits::open_on(.., Device::Cuda(0), ..)` (encoder, flow
+//!   and decoder on the GPU, `z` handed from the flow to the decoder on the device)
+//!   synthesizes the fixture's case-b ids (seeded noise, scales 0.667/1/0.8) like
+//!   `Vits::open`: same frame counts per phoneme (the durations run on the CPU from the
+//!   encoder's output; a 1e-6 difference could in principle move a `ceil` across an
+//!   integer, which would show here first), the traced `m_p`, `logs_p` and flow output
+//!   each within 1e-4 · max |·|, the waveform max |Δ| ≤ 1e-4. Needs a whole voice (`FAVLO_TEST_PIPER_ONNX`; any copy of
 //!   the voice's weights, e.g. the bf16-rounded one of
 //!   `tools/fixtures/vits_voice_bf16.py`, since both sides use the same file).
 //!
@@ -37,8 +45,8 @@ use std::time::Instant;
 use favlo_runtime::cuda::{CudaContext, CudaError};
 use favlo_runtime::device::Device;
 use favlo_runtime::ledger::{Ledger, Owner};
-use favlo_vits::cuda::{CudaDecoder, CudaFlow};
-use favlo_vits::model::{Decoder, Flow};
+use favlo_vits::cuda::{CudaDecoder, CudaEncoder, CudaFlow};
+use favlo_vits::model::{Decoder, Flow, TextEncoder};
 use favlo_vits::noise::Normals;
 use favlo_vits::weights::{Loader, Workspace};
 use favlo_vits::{Noise, Scales, Trace, Vits};
@@ -225,6 +233,49 @@ fn flow_on_gpu_matches_cpu() {
 }
 
 #[test]
+fn encoder_on_gpu_matches_cpu() {
+    let Some(path) = env_path("FAVLO_TEST_PIPER_ONNX") else {
+        eprintln!("skipped: set FAVLO_TEST_PIPER_ONNX to the en_US-joe-medium.onnx path");
+        return;
+    };
+    let ledger = Ledger::new(Device::Cpu, None);
+    let owner = Owner::mint("vits-cuda-encoder");
+    let loader = Loader::open(&path, &ledger, &owner).unwrap();
+    let enc = TextEncoder::load(&loader).unwrap();
+    let ws = Workspace::new(&ledger, &owner);
+    let bytes = fixture();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    if !cuda_or_skip("encoder_on_gpu_matches_cpu") {
+        return;
+    }
+    let ctx = CudaContext::open(0, None).unwrap();
+    let gpu = CudaEncoder::open(&enc, &ctx, &owner).unwrap();
+    for case in ["a", "b"] {
+        let ids = i64s(&st, &format!("{case}_ids"));
+        let t = ids.len();
+        let cpu = enc.run(&ws, &ids).unwrap();
+        let x0 = enc.embed(&ws, &ids).unwrap();
+        let got = gpu.run(&x0, t).unwrap();
+        let c = cpu.m.len() / t;
+        assert_eq!(got.x.len(), cpu.x.len());
+        assert_eq!(got.stats.len(), 2 * c * t);
+        let ex = rel_diff(&got.x, &cpu.x);
+        let em = rel_diff(&got.stats[..c * t], &cpu.m);
+        let el = rel_diff(&got.stats[c * t..], &cpu.logs);
+        drop(cpu);
+        let t_cpu = median_s(3, || drop(enc.run(&ws, &ids).unwrap()));
+        let t_gpu = median_s(5, || drop(gpu.run(&x0, t).unwrap()));
+        println!(
+            "encoder case {case} ({t} phonemes): rel |gpu − cpu| x {ex:.3e}, m_p {em:.3e}, \
+             logs_p {el:.3e} (bound 1e-4); cpu {:.2} ms, gpu {:.2} ms (transfers included)",
+            t_cpu * 1e3,
+            t_gpu * 1e3
+        );
+        assert!(ex <= 1e-4 && em <= 1e-4 && el <= 1e-4, "case {case}");
+    }
+}
+
+#[test]
 fn voice_on_cuda_matches_cpu() {
     let Some(path) = env_path("FAVLO_TEST_PIPER_ONNX") else {
         eprintln!("skipped: set FAVLO_TEST_PIPER_ONNX to the en_US-joe-medium.onnx path");
@@ -266,9 +317,15 @@ fn voice_on_cuda_matches_cpu() {
     assert_eq!(gpu.device(), Device::Cuda(0));
     let (b, tb) = traced(&gpu);
     assert_eq!(a.len(), b.len());
-    assert_eq!(ta.w_ceil, tb.w_ceil, "durations (both on the CPU)");
+    assert_eq!(ta.w_ceil, tb.w_ceil, "frames per phoneme");
+    let mrel = rel_diff(&tb.m_p, &ta.m_p);
+    let lrel = rel_diff(&tb.logs_p, &ta.logs_p);
     let zrel = rel_diff(&tb.z, &ta.z);
-    println!("voice: flow output max|gpu − cpu| / max|cpu| {zrel:.3e} (bound 1e-4)");
+    println!(
+        "voice: max|gpu − cpu| / max|cpu|: m_p {mrel:.3e}, logs_p {lrel:.3e}, flow output \
+         {zrel:.3e} (bound 1e-4 each)"
+    );
+    assert!(mrel <= 1e-4 && lrel <= 1e-4, "encoder: {mrel:e} / {lrel:e}");
     assert!(zrel <= 1e-4, "flow output: {zrel:e}");
     let d = max_abs_diff(&b, &a);
     let secs = a.len() as f64 / RATE;
@@ -276,7 +333,7 @@ fn voice_on_cuda_matches_cpu() {
     let t_gpu = median_s(3, || drop(run(&gpu)));
     println!(
         "voice: {} samples ({secs:.2} s): max|gpu − cpu| {d:.3e} (bound {BOUND:e}); \
-         sentence RTF all-CPU {:.4} ({:.1} ms), flow + decoder on the GPU {:.4} ({:.1} ms)",
+         sentence RTF all-CPU {:.4} ({:.1} ms), encoder + flow + decoder on the GPU {:.4} ({:.1} ms)",
         a.len(),
         t_cpu / secs,
         t_cpu * 1e3,

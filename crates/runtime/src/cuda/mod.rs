@@ -23,6 +23,7 @@ mod graph;
 mod kernels;
 mod launch;
 mod mx_gemm;
+mod rel_encoder;
 mod rope_store;
 mod sample;
 mod timing;
@@ -50,6 +51,7 @@ pub use gemv::{
 pub use graph::CudaGraph;
 pub use kernels::{CudaKernels, GemvDecode, MxDevice, rope_tables};
 pub use mx_gemm::{MAX_TERMS, MxGemm, mx_gemm_k};
+pub use rel_encoder::RelEncoderOps;
 pub use rope_store::RopeStore;
 pub use sample::{DeviceSampler, MAX_VOCAB, SAMPLE_OUT_LEN, SampleParams};
 pub use timing::{copy_bandwidth_gbps, time_ms};

@@ -1,14 +1,18 @@
-//! The voice's GPU stages (feature `cuda`): the reverse flow ([`CudaFlow`], `flow.rs`,
-//! its step sequence in `flow_plan.rs`) and the HiFi-GAN generator ([`CudaDecoder`],
-//! here: the CPU [`Decoder`]'s layer sequence), both on the runtime's 1-D convolution
-//! kernels (`favlo_runtime::cuda::Conv1dOps`). The text encoder and the durations stay
-//! on the CPU; the prior sample `z_p [C, frames]` goes up once, the flow's output stays
-//! on the device as the decoder's input, the waveform comes back.
+//! The voice's GPU stages (feature `cuda`): the text encoder ([`CudaEncoder`],
+//! `encoder.rs`), the reverse flow ([`CudaFlow`], `flow.rs`, its step sequence in
+//! `flow_plan.rs`) and the HiFi-GAN generator ([`CudaDecoder`], here: the CPU
+//! [`Decoder`]'s layer sequence), on the runtime's 1-D convolution kernels
+//! (`favlo_runtime::cuda::Conv1dOps`) and, for the encoder's attention and layer norms,
+//! `favlo_runtime::cuda::RelEncoderOps`. The stochastic duration predictor, the length
+//! regulation and the prior sample stay on the CPU: the embedded ids go up and the
+//! encoder's hidden states and prior statistics come back (the durations need them);
+//! the prior sample `z_p [C, frames]` goes up once, the flow's output stays on the
+//! device as the decoder's input, and the waveform comes back.
 //!
 //! Key design choices:
 //! - The weights are the CPU modules' own (the decoder's mean over a stage's blocks
 //!   already folded into the next weights; the flow's flips and subtraction folded
-//!   into permuted / negated copies), uploaded once as `Resident` spans of the CUDA
+//!   into permuted / negated copies; the encoder's unchanged), uploaded once as `Resident` spans of the CUDA
 //!   context's ledger under the voice's owner; a sentence's tensors are `Scratch`
 //!   spans that live for the call.
 //! - Whole-tensor convolutions (no time chunks: the GPU has the memory), each a single
@@ -18,6 +22,7 @@
 //!   Zero padding of the whole tensor is what the CPU's chunked halo reproduces, so the
 //!   two paths compute the same function; only summation orders differ (exact f32).
 
+mod encoder;
 mod flow;
 mod flow_plan;
 
@@ -30,6 +35,7 @@ use crate::error::VitsError;
 use crate::model::decoder::{Decoder, SLOPE, SLOPE_POST};
 use crate::weights::{Conv, ConvKind};
 
+pub use encoder::{CudaEncoder, EncodedHost, FIT_PHONEMES};
 pub use flow::CudaFlow;
 
 /// A CUDA error as the crate's error: a ledger refusal stays a ledger refusal ("does

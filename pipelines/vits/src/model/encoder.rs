@@ -31,6 +31,18 @@ impl Norm {
         })
     }
 
+    /// γ `[C]`.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn gamma(&self) -> &[f32] {
+        &self.gamma
+    }
+
+    /// β `[C]`.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn beta(&self) -> &[f32] {
+        &self.beta
+    }
+
     /// `out = LN(x[C, T])` over channels.
     pub fn run(&self, x: &[f32], len: usize, out: &mut [f32]) {
         cpu::layer_norm_channels(
@@ -45,18 +57,20 @@ impl Norm {
     }
 }
 
+/// One post-norm layer: `x = LN1(x + o(attn(q(x), k(x), v(x))))`,
+/// `x = LN2(x + ffn2(relu(ffn1(x))))`.
 #[derive(Debug)]
-struct Layer {
-    q: Conv,
-    k: Conv,
-    v: Conv,
-    o: Conv,
-    emb_k: Buffer<f32>,
-    emb_v: Buffer<f32>,
-    norm1: Norm,
-    ffn1: Conv,
-    ffn2: Conv,
-    norm2: Norm,
+pub(crate) struct Layer {
+    pub(crate) q: Conv,
+    pub(crate) k: Conv,
+    pub(crate) v: Conv,
+    pub(crate) o: Conv,
+    pub(crate) emb_k: Buffer<f32>,
+    pub(crate) emb_v: Buffer<f32>,
+    pub(crate) norm1: Norm,
+    pub(crate) ffn1: Conv,
+    pub(crate) ffn2: Conv,
+    pub(crate) norm2: Norm,
 }
 
 /// What the encoder produces for one sentence.
@@ -145,8 +159,30 @@ impl TextEncoder {
         self.hidden
     }
 
-    /// Runs the encoder on phoneme ids (ids outside the vocabulary are an error).
-    pub fn run<'w>(&self, ws: &'w Workspace, ids: &[i64]) -> Result<Encoded<'w>, VitsError> {
+    /// The layers in order.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn layers(&self) -> &[Layer] {
+        &self.layers
+    }
+
+    /// The 1×1 projection to `[m; logs]`.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn proj(&self) -> &Conv {
+        &self.proj
+    }
+
+    /// The attention shape of a `len`-phoneme sentence.
+    pub(crate) fn attn_shape(&self, len: usize) -> RelAttnShape {
+        RelAttnShape {
+            heads: self.heads,
+            head_dim: self.head_dim,
+            len,
+            window: self.window,
+        }
+    }
+
+    /// `x[h, T]` = embedding · √h of the ids (ids outside the vocabulary are an error).
+    pub fn embed<'w>(&self, ws: &'w Workspace, ids: &[i64]) -> Result<Scratch<'w>, VitsError> {
         let (h, t) = (self.hidden, ids.len());
         let scale = (h as f32).sqrt();
         let mut x = ws.buf(h * t)?;
@@ -165,12 +201,14 @@ impl TextEncoder {
                 x[c * t + j] = self.emb[row * h + c] * scale;
             }
         }
-        let shape = RelAttnShape {
-            heads: self.heads,
-            head_dim: self.head_dim,
-            len: t,
-            window: self.window,
-        };
+        Ok(x)
+    }
+
+    /// Runs the encoder on phoneme ids (ids outside the vocabulary are an error).
+    pub fn run<'w>(&self, ws: &'w Workspace, ids: &[i64]) -> Result<Encoded<'w>, VitsError> {
+        let (h, t) = (self.hidden, ids.len());
+        let mut x = self.embed(ws, ids)?;
+        let shape = self.attn_shape(t);
         let mut scores = ws.buf(shape.scratch_len())?;
         let mut att = ws.buf(h * t)?;
         for layer in &self.layers {

@@ -67,10 +67,20 @@ pub struct Vits {
     dp: DurationPredictor,
     flow: Flow,
     dec: Decoder,
-    /// The decoder's and the flow's GPU twins when the voice was opened on CUDA.
+    /// The encoder's, the flow's and the decoder's GPU twins when the voice was opened
+    /// on CUDA.
     #[cfg(feature = "cuda")]
-    gpu: Option<(crate::cuda::CudaFlow, crate::cuda::CudaDecoder)>,
+    gpu: Option<Gpu>,
     ws: Workspace,
+}
+
+/// The GPU stages of a voice opened on CUDA (one context).
+#[cfg(feature = "cuda")]
+#[derive(Debug)]
+struct Gpu {
+    enc: crate::cuda::CudaEncoder,
+    flow: crate::cuda::CudaFlow,
+    dec: crate::cuda::CudaDecoder,
 }
 
 /// Whether `device` can run the voice's decoder here: `Ok` for the CPU; for
@@ -97,9 +107,10 @@ impl Vits {
         Self::open_on(onnx, ledger, owner, Device::Cpu, 0)
     }
 
-    /// [`Vits::open`], then with `Device::Cuda(n)` the flow's and the decoder's weights
-    /// also go to cuda:`n` (fitted there for sentences of `max_frames` frames) and both
-    /// run there; `Device::Cpu` is exactly [`Vits::open`].
+    /// [`Vits::open`], then with `Device::Cuda(n)` the text encoder's, the flow's and
+    /// the decoder's weights also go to cuda:`n` (fitted there for sentences of
+    /// `max_frames` frames) and those stages run there; `Device::Cpu` is exactly
+    /// [`Vits::open`].
     pub fn open_on(
         onnx: &Path,
         ledger: &Arc<Ledger>,
@@ -121,17 +132,22 @@ impl Vits {
         };
         let dec = Decoder::load(&l).map_err(with_path)?;
         let flow = Flow::load(&l).map_err(with_path)?;
+        let enc = TextEncoder::load(&l).map_err(with_path)?;
         #[cfg(feature = "cuda")]
         let gpu = match device {
             Device::Cuda(n) => {
-                let d = crate::cuda::CudaDecoder::open(&dec, n as usize, owner, max_frames)?;
-                let f = crate::cuda::CudaFlow::open(&flow, d.context(), owner, max_frames)?;
-                Some((f, d))
+                let dec = crate::cuda::CudaDecoder::open(&dec, n as usize, owner, max_frames)?;
+                let ctx = dec.context();
+                Some(Gpu {
+                    flow: crate::cuda::CudaFlow::open(&flow, ctx, owner, max_frames)?,
+                    enc: crate::cuda::CudaEncoder::open(&enc, ctx, owner)?,
+                    dec,
+                })
             }
             _ => None,
         };
         Ok(Vits {
-            enc: TextEncoder::load(&l).map_err(with_path)?,
+            enc,
             dp: DurationPredictor::load(&l).map_err(with_path)?,
             flow,
             dec,
@@ -144,8 +160,8 @@ impl Vits {
     /// The device the decoder runs on.
     pub fn device(&self) -> Device {
         #[cfg(feature = "cuda")]
-        if let Some((_, g)) = &self.gpu {
-            return Device::Cuda(g.ordinal());
+        if let Some(g) = &self.gpu {
+            return Device::Cuda(g.dec.ordinal());
         }
         Device::Cpu
     }
@@ -192,6 +208,30 @@ impl Vits {
         self.ws.release();
     }
 
+    /// The text encoder on the voice's device: on CUDA the embedded ids go up and the
+    /// hidden states and prior statistics come back (the durations and the prior sample
+    /// run on the CPU).
+    fn encode<'w>(
+        &self,
+        ws: &'w Workspace,
+        ids: &[i64],
+    ) -> Result<encoder::Encoded<'w>, VitsError> {
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &self.gpu {
+            let t = ids.len();
+            let x = self.enc.embed(ws, ids)?;
+            let out = g.enc.run(&x, t)?;
+            drop(x);
+            let c = out.stats.len() / (2 * t);
+            return Ok(encoder::Encoded {
+                x: ws.copy(&out.x)?,
+                m: ws.copy(&out.stats[..c * t])?,
+                logs: ws.copy(&out.stats[c * t..2 * c * t])?,
+            });
+        }
+        self.enc.run(ws, ids)
+    }
+
     fn run(
         &self,
         ids: &[i64],
@@ -205,7 +245,7 @@ impl Vits {
         if t == 0 {
             return Ok(Vec::new());
         }
-        let e = self.enc.run(ws, ids)?;
+        let e = self.encode(ws, ids)?;
         // Duration noise now; the prior's noise once the frame count is known.
         let (dp_noise, z_src) = match noise {
             Noise::Stream(s) => (s.take(2 * t), Noise::Stream(s)),
@@ -268,16 +308,20 @@ impl Vits {
         }
         drop(e);
         #[cfg(feature = "cuda")]
-        if let Some((f, d)) = &self.gpu {
+        if let Some(g) = &self.gpu {
             // z_p goes up once; the flow's output stays on the device for the decoder.
-            let zd = f.reverse(&z, frames)?;
+            let zd = g.flow.reverse(&z, frames)?;
             drop(z);
             if let Some(tr) = trace {
-                let mut v = d.context().download(&zd).map_err(crate::cuda::dev_err)?;
+                let mut v = g
+                    .dec
+                    .context()
+                    .download(&zd)
+                    .map_err(crate::cuda::dev_err)?;
                 v.truncate(c * frames);
                 tr.z = v;
             }
-            return d.run_on_device(zd, frames);
+            return g.dec.run_on_device(zd, frames);
         }
         self.flow.reverse(ws, &mut z, frames)?;
         if let Some(tr) = trace {
