@@ -9,6 +9,8 @@
 //! - Fusions through the convolution's epilogue and input activation: `o(att) + x` and
 //!   `ffn2(relu(f)) + x` are single launches (the ReLU is the fused leaky ReLU with
 //!   slope 0, the residual the epilogue's), in the CPU's order (conv + bias, then + x).
+//!   The step sequence itself lives in `encoder_seq.rs`, checked there on a host
+//!   backend.
 //! - Weights are `Resident` spans under the voice's owner, a sentence's tensors
 //!   `Scratch` spans freed with it.
 
@@ -18,6 +20,7 @@ use favlo_runtime::cpu::RelAttnShape;
 use favlo_runtime::cuda::{Conv1dEpilogue, Conv1dOps, CudaContext, DeviceBuffer, RelEncoderOps};
 use favlo_runtime::ledger::{self, Owner, SpanKind};
 
+use super::encoder_seq::{EncBackend, EncDims, EncLayer, run};
 use super::{DevConv, dev_err};
 use crate::error::VitsError;
 use crate::model::TextEncoder;
@@ -27,24 +30,6 @@ use crate::weights::Conv;
 /// Phonemes per sentence the device ledger is fitted for at open (longer sentences
 /// still run while their working set fits).
 pub const FIT_PHONEMES: usize = 1000;
-
-struct DevNorm {
-    gamma: DeviceBuffer<f32>,
-    beta: DeviceBuffer<f32>,
-}
-
-struct DevLayer {
-    q: DevConv,
-    k: DevConv,
-    v: DevConv,
-    o: DevConv,
-    emb_k: DeviceBuffer<f32>,
-    emb_v: DeviceBuffer<f32>,
-    norm1: DevNorm,
-    ffn1: DevConv,
-    ffn2: DevConv,
-    norm2: DevNorm,
-}
 
 /// What the device encoder returns: hidden states `x [h, T]` and the projection
 /// `[m; logs]` `[2c, T]`, on the host.
@@ -62,11 +47,8 @@ pub struct CudaEncoder {
     conv: Conv1dOps,
     attn: RelEncoderOps,
     owner: Owner,
-    hidden: usize,
-    ffn: usize,
-    /// The attention's shape (its `len` set per sentence).
-    shape: RelAttnShape,
-    layers: Vec<DevLayer>,
+    dims: EncDims,
+    layers: Vec<EncLayer<DevConv, DeviceBuffer<f32>>>,
     proj: DevConv,
 }
 
@@ -76,6 +58,80 @@ impl std::fmt::Debug for CudaEncoder {
             .field("device", &self.ctx.name())
             .field("layers", &self.layers.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// A sentence's device: the encoder's kernels and the owner of its scratch.
+struct Dev<'a> {
+    enc: &'a CudaEncoder,
+}
+
+impl EncBackend for Dev<'_> {
+    type Buf = DeviceBuffer<f32>;
+    type Conv = DevConv;
+    type Vec = DeviceBuffer<f32>;
+
+    fn upload(&self, v: &[f32]) -> Result<DeviceBuffer<f32>, VitsError> {
+        let e = self.enc;
+        e.ctx
+            .upload(&e.owner, SpanKind::Scratch, v)
+            .map_err(dev_err)
+    }
+
+    fn scratch(&self, n: usize) -> Result<DeviceBuffer<f32>, VitsError> {
+        let e = self.enc;
+        e.ctx
+            .alloc(&e.owner, SpanKind::Scratch, n.max(1))
+            .map_err(dev_err)
+    }
+
+    fn conv(
+        &self,
+        c: &DevConv,
+        x: &DeviceBuffer<f32>,
+        len: usize,
+        relu: bool,
+        residual: Option<&DeviceBuffer<f32>>,
+        y: &mut DeviceBuffer<f32>,
+    ) -> Result<(), VitsError> {
+        let epi = Conv1dEpilogue {
+            residual,
+            accumulate: false,
+        };
+        // ReLU = the fused leaky ReLU with slope 0 on the convolution's input.
+        c.run(&self.enc.conv, x, len, relu.then_some(0.0), epi, y)
+    }
+
+    fn attention(
+        &self,
+        q: &DeviceBuffer<f32>,
+        k: &DeviceBuffer<f32>,
+        v: &DeviceBuffer<f32>,
+        emb_k: &DeviceBuffer<f32>,
+        emb_v: &DeviceBuffer<f32>,
+        shape: RelAttnShape,
+        scores: &mut DeviceBuffer<f32>,
+        out: &mut DeviceBuffer<f32>,
+    ) -> Result<(), VitsError> {
+        self.enc
+            .attn
+            .rel_attention(q, k, v, emb_k, emb_v, shape, scores, out)
+            .map_err(dev_err)
+    }
+
+    fn norm(
+        &self,
+        x: &DeviceBuffer<f32>,
+        channels: usize,
+        len: usize,
+        gamma: &DeviceBuffer<f32>,
+        beta: &DeviceBuffer<f32>,
+        out: &mut DeviceBuffer<f32>,
+    ) -> Result<(), VitsError> {
+        self.enc
+            .attn
+            .layer_norm_channels(x, channels, len, gamma, beta, LN_EPS, out)
+            .map_err(dev_err)
     }
 }
 
@@ -92,15 +148,21 @@ impl CudaEncoder {
         owner: &Owner,
     ) -> Result<Self, VitsError> {
         let h = enc.hidden();
-        let ffn = enc.layers().first().map_or(0, |l| l.ffn1.out_channels());
+        let dims = EncDims {
+            hidden: h,
+            ffn: enc.layers().first().map_or(0, |l| l.ffn1.out_channels()),
+            proj_out: enc.proj().out_channels(),
+            shape: enc.attn_shape(0),
+        };
         for (i, l) in enc.layers().iter().enumerate() {
             let ok = [&l.q, &l.k, &l.v, &l.o]
                 .iter()
                 .all(|c| c.in_channels() == h && c.out_channels() == h && c.kernel() == 1)
                 && l.ffn1.in_channels() == h
-                && l.ffn1.out_channels() == ffn
-                && l.ffn2.in_channels() == ffn
-                && l.ffn2.out_channels() == h;
+                && l.ffn1.out_channels() == dims.ffn
+                && l.ffn2.in_channels() == dims.ffn
+                && l.ffn2.out_channels() == h
+                && enc.proj().in_channels() == h;
             if !ok {
                 return Err(VitsError::Device {
                     message: format!("text encoder on CUDA: layer {i} has unexpected shapes"),
@@ -122,10 +184,9 @@ impl CudaEncoder {
             .sum::<usize>()
             + conv_values(enc.proj());
         let weights = 4 * values as u64;
-        let shape = enc.attn_shape(FIT_PHONEMES);
         let per_sentence = 4
-            * (shape.scratch_len() + (6 * h + ffn + enc.proj().out_channels()) * FIT_PHONEMES)
-                as u64;
+            * (enc.attn_shape(FIT_PHONEMES).scratch_len()
+                + (6 * h + dims.ffn + dims.proj_out) * FIT_PHONEMES) as u64;
         ledger::fit(
             ctx.ledger(),
             &format!(
@@ -142,23 +203,19 @@ impl CudaEncoder {
             .layers()
             .iter()
             .map(|l| {
-                Ok(DevLayer {
+                Ok(EncLayer {
                     q: up(&l.q)?,
                     k: up(&l.k)?,
                     v: up(&l.v)?,
                     o: up(&l.o)?,
                     emb_k: put(&l.emb_k)?,
                     emb_v: put(&l.emb_v)?,
-                    norm1: DevNorm {
-                        gamma: put(l.norm1.gamma())?,
-                        beta: put(l.norm1.beta())?,
-                    },
+                    gamma1: put(l.norm1.gamma())?,
+                    beta1: put(l.norm1.beta())?,
                     ffn1: up(&l.ffn1)?,
                     ffn2: up(&l.ffn2)?,
-                    norm2: DevNorm {
-                        gamma: put(l.norm2.gamma())?,
-                        beta: put(l.norm2.beta())?,
-                    },
+                    gamma2: put(l.norm2.gamma())?,
+                    beta2: put(l.norm2.beta())?,
                 })
             })
             .collect::<Result<Vec<_>, VitsError>>()?;
@@ -166,93 +223,28 @@ impl CudaEncoder {
             conv: Conv1dOps::load(ctx).map_err(dev_err)?,
             attn: RelEncoderOps::load(ctx).map_err(dev_err)?,
             owner: owner.clone(),
-            hidden: h,
-            ffn,
-            shape,
+            dims,
             layers,
             proj: up(enc.proj())?,
             ctx: Arc::clone(ctx),
         })
     }
 
-    fn scratch(&self, n: usize) -> Result<DeviceBuffer<f32>, VitsError> {
-        self.ctx
-            .alloc(&self.owner, SpanKind::Scratch, n.max(1))
-            .map_err(dev_err)
-    }
-
     /// The encoder on `x [h, T]` (the embedded ids, [`TextEncoder::embed`]), as
     /// [`TextEncoder::run`].
     pub fn run(&self, x_host: &[f32], t: usize) -> Result<EncodedHost, VitsError> {
-        let h = self.hidden;
-        if x_host.len() != h * t || t == 0 {
-            return Err(VitsError::Device {
-                message: format!(
-                    "text encoder on CUDA: {} values for [{h}, {t}]",
-                    x_host.len()
-                ),
-            });
-        }
-        let shape = RelAttnShape {
-            len: t,
-            ..self.shape
-        };
-        let ops = &self.conv;
-        let none = Conv1dEpilogue::default();
-        let mut x = self
-            .ctx
-            .upload(&self.owner, SpanKind::Scratch, x_host)
-            .map_err(dev_err)?;
-        let [mut q, mut k, mut v, mut att, mut y] = [
-            self.scratch(h * t)?,
-            self.scratch(h * t)?,
-            self.scratch(h * t)?,
-            self.scratch(h * t)?,
-            self.scratch(h * t)?,
-        ];
-        let mut scores = self.scratch(shape.scratch_len())?;
-        let mut f = self.scratch(self.ffn * t)?;
-        for l in &self.layers {
-            l.q.run(ops, &x, t, None, none, &mut q)?;
-            l.k.run(ops, &x, t, None, none, &mut k)?;
-            l.v.run(ops, &x, t, None, none, &mut v)?;
-            self.attn
-                .rel_attention(&q, &k, &v, &l.emb_k, &l.emb_v, shape, &mut scores, &mut att)
-                .map_err(dev_err)?;
-            let res = Conv1dEpilogue {
-                residual: Some(&x),
-                accumulate: false,
-            };
-            l.o.run(ops, &att, t, None, res, &mut y)?;
-            self.norm(&l.norm1, &y, t, &mut x)?;
-            l.ffn1.run(ops, &x, t, None, none, &mut f)?;
-            let res = Conv1dEpilogue {
-                residual: Some(&x),
-                accumulate: false,
-            };
-            // ReLU = the fused leaky ReLU with slope 0 on ffn2's input.
-            l.ffn2.run(ops, &f, t, Some(0.0), res, &mut y)?;
-            self.norm(&l.norm2, &y, t, &mut x)?;
-        }
-        drop((q, k, v, att, y, scores, f));
-        let mut stats = self.scratch(self.proj.out_channels() * t)?;
-        self.proj.run(ops, &x, t, None, none, &mut stats)?;
+        let (x, stats) = run(
+            &Dev { enc: self },
+            &self.layers,
+            &self.proj,
+            self.dims,
+            x_host,
+            t,
+        )?;
         let mut xo = self.ctx.download(&x).map_err(dev_err)?;
         let mut so = self.ctx.download(&stats).map_err(dev_err)?;
-        xo.truncate(h * t);
-        so.truncate(self.proj.out_channels() * t);
+        xo.truncate(self.dims.hidden * t);
+        so.truncate(self.dims.proj_out * t);
         Ok(EncodedHost { x: xo, stats: so })
-    }
-
-    fn norm(
-        &self,
-        n: &DevNorm,
-        x: &DeviceBuffer<f32>,
-        t: usize,
-        out: &mut DeviceBuffer<f32>,
-    ) -> Result<(), VitsError> {
-        self.attn
-            .layer_norm_channels(x, self.hidden, t, &n.gamma, &n.beta, LN_EPS, out)
-            .map_err(dev_err)
     }
 }

@@ -37,7 +37,7 @@ pub(crate) struct Dense {
 
 impl Dense {
     /// `c`, which must be dense with `out_len(L) == L` and `cin → cout` channels.
-    fn of(c: &Conv, name: &str, cin: usize, cout: usize) -> Result<Self, VitsError> {
+    pub(crate) fn of(c: &Conv, name: &str, cin: usize, cout: usize) -> Result<Self, VitsError> {
         let ConvKind::Dense(geo) = c.kind() else {
             return Err(unsupported(format!("{name} is not a dense convolution")));
         };

@@ -1,5 +1,5 @@
 //! The voice's GPU stages (feature `cuda`): the text encoder ([`CudaEncoder`],
-//! `encoder.rs`), the reverse flow ([`CudaFlow`], `flow.rs`, its step sequence in
+//! `encoder.rs`, its step sequence in `encoder_seq.rs`), the reverse flow ([`CudaFlow`], `flow.rs`, its step sequence in
 //! `flow_plan.rs`) and the HiFi-GAN generator ([`CudaDecoder`], here: the CPU
 //! [`Decoder`]'s layer sequence), on the runtime's 1-D convolution kernels
 //! (`favlo_runtime::cuda::Conv1dOps`) and, for the encoder's attention and layer norms,
@@ -23,6 +23,7 @@
 //!   two paths compute the same function; only summation orders differ (exact f32).
 
 mod encoder;
+mod encoder_seq;
 mod flow;
 mod flow_plan;
 
