@@ -157,7 +157,7 @@ impl Vits {
         })
     }
 
-    /// The device the decoder runs on.
+    /// The device the GPU-capable stages (text encoder, flow, decoder) run on.
     pub fn device(&self) -> Device {
         #[cfg(feature = "cuda")]
         if let Some(g) = &self.gpu {
