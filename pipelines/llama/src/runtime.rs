@@ -39,6 +39,10 @@ pub struct OpenOptions {
     pub device: Device,
     /// CUDA only: the device KV cache in f16 (default) rather than f32.
     pub kv_f16: bool,
+    /// CUDA only: most prompt tokens per batched prefill chunk (`None`: 1024). Each
+    /// chunk expands every projection's MX weights to bf16 once, so larger chunks
+    /// amortize that and run larger GEMMs, for device scratch linear in the size.
+    pub prefill_chunk: Option<usize>,
 }
 
 impl Default for OpenOptions {
@@ -50,6 +54,7 @@ impl Default for OpenOptions {
             name: None,
             device: Device::Cpu,
             kv_f16: true,
+            prefill_chunk: None,
         }
     }
 }
@@ -199,6 +204,10 @@ pub fn open(
             let opts = crate::cuda::CudaOptions {
                 ordinal: n as usize,
                 kv_f16: options.kv_f16,
+                prefill_chunk: options
+                    .prefill_chunk
+                    .unwrap_or(crate::cuda::DEFAULT_PREFILL_CHUNK)
+                    .max(1),
             };
             let dev = crate::cuda::CudaLlama::open(&cfg, &w, owner, opts, min_ctx, max_ctx, &name)?;
             LlamaModel::with_cuda(cfg, w, ledger, owner, dev)?

@@ -63,7 +63,12 @@ pub(crate) struct CudaOptions {
     pub ordinal: usize,
     /// KV cache in f16 (else f32).
     pub kv_f16: bool,
+    /// Most prompt tokens per batched prefill chunk (≥ 1).
+    pub prefill_chunk: usize,
 }
+
+/// Prompt tokens per batched prefill chunk unless [`crate::OpenOptions`] says otherwise.
+pub const DEFAULT_PREFILL_CHUNK: usize = prefill::DEFAULT_CHUNK;
 
 struct Kernels {
     gemv: GemvMma,
@@ -127,9 +132,8 @@ pub(crate) struct CudaLlama {
     chunk: Option<prefill::ChunkBufs>,
     /// Embedded rows of a prefill chunk on the host.
     rows_host: Vec<f32>,
-    /// The greedy device sampler and its 8-byte result, made on first use.
-    sampler: Option<(DeviceSampler, DeviceBuffer<u32>)>,
-    owner: Owner,
+    /// The greedy device sampler and its 8-byte result.
+    sampler: (DeviceSampler, DeviceBuffer<u32>),
 }
 
 /// K padded for either MX format (FP4 pads to 256 values, FP8 to 128).
@@ -194,7 +198,7 @@ impl CudaLlama {
         // Batched prefill unless `FAVLO_CUDA_PREFILL=loop` turns it off.
         let batched = std::env::var("FAVLO_CUDA_PREFILL").map_or(true, |v| v != "loop");
         let chunk_bytes = if batched {
-            prefill::chunk_bytes(d, qd, kvd, ff)
+            prefill::chunk_bytes(opts.prefill_chunk, d, qd, kvd, ff)
         } else {
             0
         };
@@ -261,8 +265,19 @@ impl CudaLlama {
             ops: DecodeOps::load(&ctx).map_err(e)?,
             prefill: PrefillOps::load(&ctx).map_err(e)?,
         };
+        // The greedy device sampler, loaded now so the first request does not compile it.
+        let sampler = (
+            DeviceSampler::load(&ctx).map_err(e)?,
+            ctx.alloc::<u32>(owner, SpanKind::Scratch, SAMPLE_OUT_LEN)
+                .map_err(e)?,
+        );
         let chunk = if batched {
-            Some(prefill::ChunkBufs::new(&ctx, owner, (d, qd, kvd, ff))?)
+            Some(prefill::ChunkBufs::new(
+                &ctx,
+                owner,
+                opts.prefill_chunk,
+                (d, qd, kvd, ff),
+            )?)
         } else {
             None
         };
@@ -309,8 +324,7 @@ impl CudaLlama {
             weight_bytes,
             chunk,
             rows_host: Vec::new(),
-            sampler: None,
-            owner: owner.clone(),
+            sampler,
         })
     }
 
@@ -381,19 +395,7 @@ impl CudaLlama {
         let e = dev_err;
         self.advance(embed, ids, n_past)?;
         self.head_graph()?.launch().map_err(e)?;
-        if self.sampler.is_none() {
-            let s = DeviceSampler::load(&self.ctx).map_err(e)?;
-            let out = self
-                .ctx
-                .alloc::<u32>(&self.owner, SpanKind::Scratch, SAMPLE_OUT_LEN)
-                .map_err(e)?;
-            self.sampler = Some((s, out));
-        }
-        let Some((s, out)) = self.sampler.as_mut() else {
-            return Err(LlamaError::Device {
-                message: "device sampler missing".into(),
-            });
-        };
+        let (s, out) = &mut self.sampler;
         let vocab = self.b.logits.len();
         s.sample(&self.b.logits, vocab, &SampleParams::GREEDY, 0.0, out)
             .map_err(e)?;

@@ -1,4 +1,5 @@
-//! Batched prefill on the GPU: the prompt runs in chunks of up to [`CHUNK`] tokens, each
+//! Batched prefill on the GPU: the prompt runs in chunks of up to `chunk` tokens
+//! ([`DEFAULT_CHUNK`] unless the open options say otherwise), each
 //! chunk through every layer with one launch per step for the whole chunk (RMSNorm into
 //! the x preparation, bias + RoPE + KV store, causal flash attention over the cache,
 //! SwiGLU), and the projections as GEMMs over the chunk's rows.
@@ -29,14 +30,18 @@ use super::{CudaLlama, dev_err, padded};
 use crate::error::LlamaError;
 use crate::weights::Matrix;
 
-/// Most prompt tokens per chunk.
-pub(crate) const CHUNK: usize = 256;
+/// Prompt tokens per chunk by default: every chunk expands each projection's weights to
+/// bf16 once, so on an 8B model 256-token chunks spent more on expansion and small GEMMs
+/// than 1024-token ones (docs/CUDA.md), for ~0.35 GB more scratch there.
+pub(crate) const DEFAULT_CHUNK: usize = 1024;
 /// bf16 planes per x row in the projection GEMMs (16 significant bits).
 const TERMS: usize = 2;
 
 /// Device buffers of one chunk (rows of the chunk's tokens).
 pub(super) struct ChunkBufs {
-    /// Residual stream [CHUNK, hidden].
+    /// Most tokens per chunk.
+    chunk: usize,
+    /// Residual stream [chunk, hidden].
     h: DeviceBuffer<f32>,
     /// x preparations: rows of padded(hidden), padded(q_dim), padded(ff).
     prep_d: XPrep,
@@ -51,13 +56,13 @@ pub(super) struct ChunkBufs {
 }
 
 /// (largest matrix, largest x block) in values, K padded for either MX format.
-fn gemm_sizes((d, qd, kvd, ff): (usize, usize, usize, usize)) -> (usize, usize) {
+fn gemm_sizes(chunk: usize, (d, qd, kvd, ff): (usize, usize, usize, usize)) -> (usize, usize) {
     let (pd, pa, pf) = (padded(d), padded(qd), padded(ff));
     let w = ((qd + 2 * kvd) * pd)
         .max(d * pa)
         .max(2 * ff * pd)
         .max(d * pf);
-    (w, CHUNK * pd.max(pa).max(pf))
+    (w, chunk * pd.max(pa).max(pf))
 }
 
 /// Whether the projections should try the GEMM (`FAVLO_CUDA_PREFILL=gemv` says no).
@@ -70,11 +75,12 @@ impl ChunkBufs {
     pub(super) fn new(
         ctx: &Arc<CudaContext>,
         owner: &Owner,
+        chunk: usize,
         (d, qd, kvd, ff): (usize, usize, usize, usize),
     ) -> Result<ChunkBufs, LlamaError> {
         let e = dev_err;
         let gemm = if want_gemm() {
-            let (mw, mx) = gemm_sizes((d, qd, kvd, ff));
+            let (mw, mx) = gemm_sizes(chunk, (d, qd, kvd, ff));
             match MxGemm::new(ctx, owner, mw, mx, TERMS) {
                 Ok(g) => Some(g),
                 Err(CudaError::Unavailable { reason }) => {
@@ -88,25 +94,26 @@ impl ChunkBufs {
         };
         let scratch = |n: usize| ctx.alloc::<f32>(owner, SpanKind::Scratch, n).map_err(e);
         Ok(ChunkBufs {
-            h: scratch(CHUNK * d)?,
-            prep_d: XPrep::new(ctx, owner, CHUNK * padded(d)).map_err(e)?,
-            prep_a: XPrep::new(ctx, owner, CHUNK * padded(qd)).map_err(e)?,
-            prep_f: XPrep::new(ctx, owner, CHUNK * padded(ff)).map_err(e)?,
-            qkv: scratch(CHUNK * (qd + 2 * kvd))?,
-            q: scratch(CHUNK * qd)?,
-            o: scratch(CHUNK * qd)?,
-            gu: scratch(CHUNK * 2 * ff)?,
+            chunk,
+            h: scratch(chunk * d)?,
+            prep_d: XPrep::new(ctx, owner, chunk * padded(d)).map_err(e)?,
+            prep_a: XPrep::new(ctx, owner, chunk * padded(qd)).map_err(e)?,
+            prep_f: XPrep::new(ctx, owner, chunk * padded(ff)).map_err(e)?,
+            qkv: scratch(chunk * (qd + 2 * kvd))?,
+            q: scratch(chunk * qd)?,
+            o: scratch(chunk * qd)?,
+            gu: scratch(chunk * 2 * ff)?,
             gemm,
         })
     }
 }
 
 /// Bytes [`ChunkBufs`] takes for these widths (for the context's memory fit).
-pub(super) fn chunk_bytes(d: usize, qd: usize, kvd: usize, ff: usize) -> u64 {
-    let prep = |k: usize| CHUNK * padded(k) * 2 * 2 + CHUNK * padded(k) / 32 * 4;
-    let f32s = CHUNK * (d + (qd + 2 * kvd) + 2 * qd + 2 * ff);
+pub(super) fn chunk_bytes(chunk: usize, d: usize, qd: usize, kvd: usize, ff: usize) -> u64 {
+    let prep = |k: usize| chunk * padded(k) * 2 * 2 + chunk * padded(k) / 32 * 4;
+    let f32s = chunk * (d + (qd + 2 * kvd) + 2 * qd + 2 * ff);
     let gemm = if want_gemm() {
-        let (mw, mx) = gemm_sizes((d, qd, kvd, ff));
+        let (mw, mx) = gemm_sizes(chunk, (d, qd, kvd, ff));
         MxGemm::bytes_for(mw, mx, TERMS)
     } else {
         0
@@ -140,7 +147,8 @@ impl CudaLlama {
         };
         let (k, b) = (&self.k, &mut self.b);
         let mut last = 0;
-        for (ci, chunk) in ids.chunks(CHUNK).enumerate() {
+        let size = cb.chunk;
+        for (ci, chunk) in ids.chunks(size).enumerate() {
             let t = chunk.len();
             last = t;
             self.rows_host.resize(t * d, 0.0);
@@ -148,7 +156,7 @@ impl CudaLlama {
             self.ctx.write(&mut cb.h, &self.rows_host).map_err(e)?;
             let s = PrefillShape {
                 t,
-                n_past: n_past + ci * CHUNK,
+                n_past: n_past + ci * size,
                 n_heads: dm.n_heads,
                 n_kv_heads: dm.n_kv_heads,
                 head_dim: dm.head_dim,
