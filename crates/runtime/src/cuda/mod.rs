@@ -27,6 +27,7 @@ mod rel_encoder;
 mod rope_store;
 mod sample;
 mod timing;
+mod vits_dp;
 
 pub use attention::{
     ATTN_HEAD_DIM, ATTN_HEAD_DIMS, ATTN_ONEPASS_MIN_CAPACITY, AttentionDecode, AttnKernel, AttnOut,
@@ -55,6 +56,7 @@ pub use rel_encoder::RelEncoderOps;
 pub use rope_store::RopeStore;
 pub use sample::{DeviceSampler, MAX_VOCAB, SAMPLE_OUT_LEN, SampleParams};
 pub use timing::{copy_bandwidth_gbps, time_ms};
+pub use vits_dp::{SPLINE_MAX_BINS, VitsDpOps};
 
 use crate::ledger::LedgerError;
 
