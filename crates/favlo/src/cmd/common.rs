@@ -115,6 +115,43 @@ fn usable(d: Device) -> Result<(), String> {
     Ok(())
 }
 
+/// Compiles every CUDA kernel module cuda:`ordinal` lacks in the disk cache, side by
+/// side on a background thread (a first run, or the first after an upgrade), so the
+/// first request that opens a model reads them from the cache instead of waiting for
+/// NVRTC; logs what it did. Failures are only logged: a model's own open compiles what
+/// it needs and reports errors on its request.
+#[cfg(feature = "cuda")]
+pub fn warm_cuda_kernels(ordinal: usize) {
+    use favlo_runtime::cuda::{CudaContext, KernelSet, warm_kernels};
+    let spawned = std::thread::Builder::new()
+        .name("cuda-kernels".into())
+        .spawn(move || {
+            let t0 = std::time::Instant::now();
+            let arch = match CudaContext::open(ordinal, None) {
+                Ok(ctx) => ctx.arch(),
+                Err(e) => {
+                    tracing::warn!("CUDA kernel warm-up skipped: {e}");
+                    return;
+                }
+            };
+            match warm_kernels(&arch, KernelSet::All) {
+                Ok(r) if r.compiled.is_empty() => {
+                    tracing::debug!("CUDA kernels for {arch}: all {} cached", r.cached)
+                }
+                Ok(r) => tracing::info!(
+                    "compiled {} CUDA kernel modules for {arch} in {:.1} s ({} were cached)",
+                    r.compiled.len(),
+                    t0.elapsed().as_secs_f64(),
+                    r.cached
+                ),
+                Err(e) => tracing::warn!("CUDA kernel warm-up: {e}"),
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("CUDA kernel warm-up not started: {e}");
+    }
+}
+
 /// Structured logs on stderr; `RUST_LOG` overrides the default `info` level.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

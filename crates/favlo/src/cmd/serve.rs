@@ -57,6 +57,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     init_logging();
     args.runtime.init_threads()?;
     let device = args.runtime.device()?;
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(n) = device {
+        crate::cmd::common::warm_cuda_kernels(n as usize);
+    }
     let home = Home::from_env()?;
     let registry = Registry::load(&home)?;
     if !args.no_default_pull && args.pull == PullPolicy::Auto {

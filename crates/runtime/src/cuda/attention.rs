@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
-use super::compile::LoadedModule;
+use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::gemv::XPrep;
 use super::launch::{arg_ptr, launch_ex};
@@ -30,6 +30,11 @@ const SRC: &str = concat!(
     include_str!("../../kernels/attention.cu"),
     include_str!("../../kernels/attention_onepass.cu")
 );
+/// This family's kernel module (see [`super::warm`]).
+pub(crate) const MODULE: Module = Module {
+    name: "attention",
+    src: SRC,
+};
 /// The head size of [`AttentionDecode::decode`] and [`KvCache::new`]
 /// ([`AttentionDecode::decode_hd`] and [`KvCache::with_head_dim`] also take 64).
 pub const ATTN_HEAD_DIM: usize = 128;
@@ -189,7 +194,7 @@ pub fn attn_partials_len(n_heads: usize, capacity: usize) -> usize {
 impl AttentionDecode {
     /// Compiles (or reads from the cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<AttentionDecode, CudaError> {
-        let m = LoadedModule::load(ctx, "attention", SRC)?;
+        let m = LoadedModule::load(ctx, MODULE)?;
         let f = |n: String| m.function(&n);
         let set = |t: &str, suf: &str| -> Result<[CudaFunction; 8], CudaError> {
             let v = (1..=8)

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
 use super::attention::KvCache;
-use super::compile::LoadedModule;
+use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::gemv::XPrep;
 use super::{CudaError, driver_err};
@@ -24,6 +24,11 @@ const SRC: &str = concat!(
     include_str!("../../kernels/prep32.cuh"),
     include_str!("../../kernels/attn_prefill.cu")
 );
+/// This family's kernel module (see [`super::warm`]).
+pub(crate) const MODULE: Module = Module {
+    name: "attn_prefill",
+    src: SRC,
+};
 /// Query rows (token × head-in-group) per attention block (`AP_ROWS`).
 const ROWS: usize = 64;
 
@@ -113,7 +118,7 @@ fn is_f16(cache: &KvCache) -> bool {
 impl PrefillOps {
     /// Compiles (or reads from the cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<PrefillOps, CudaError> {
-        let m = LoadedModule::load(ctx, "attn_prefill", SRC)?;
+        let m = LoadedModule::load(ctx, MODULE)?;
         let f = |n: &str| m.function(n);
         Ok(PrefillOps {
             attn: [

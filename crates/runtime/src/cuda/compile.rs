@@ -20,6 +20,15 @@ use super::{CudaError, driver_err};
 /// NVRTC options every kernel is compiled with (precise math, like the CPU path).
 const OPTIONS: &[&str] = &["--std=c++17", "--fmad=true"];
 
+/// A kernel module as its family compiles it: the cache name and the full source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Module {
+    /// Name in the cache file and in compile errors.
+    pub name: &'static str,
+    /// The CUDA C++ source (helpers prepended).
+    pub src: &'static str,
+}
+
 /// A compiled kernel module.
 #[derive(Debug, Clone)]
 pub struct CompiledKernel {
@@ -40,9 +49,9 @@ pub(crate) struct LoadedModule {
 }
 
 impl LoadedModule {
-    /// [`load_or_compile`] `src` for the context's arch, then load it.
-    pub(crate) fn load(ctx: &CudaContext, name: &str, src: &str) -> Result<Self, CudaError> {
-        let k = load_or_compile(name, src, &ctx.arch())?;
+    /// [`load_or_compile`] `m` for the context's arch, then load it.
+    pub(crate) fn load(ctx: &CudaContext, m: Module) -> Result<Self, CudaError> {
+        let k = load_or_compile(m.name, m.src, &ctx.arch())?;
         let module = ctx
             .raw()
             .load_module(Ptx::from_binary(k.cubin))
@@ -142,8 +151,8 @@ pub fn compile_cubin(name: &str, src: &str, arch: &str) -> Result<Vec<u8>, CudaE
     out
 }
 
-/// The cached CUBIN for (`src`, `arch`), compiling and storing it on a miss.
-pub fn load_or_compile(name: &str, src: &str, arch: &str) -> Result<CompiledKernel, CudaError> {
+/// The cache file of (`name`, `src`, `arch`) under this NVRTC, if there is a cache dir.
+fn cache_path(name: &str, src: &str, arch: &str) -> Result<Option<PathBuf>, CudaError> {
     let (major, minor) = nvrtc_version()?;
     let ver = format!("{major}.{minor}");
     let key = fnv1a(&[
@@ -152,7 +161,90 @@ pub fn load_or_compile(name: &str, src: &str, arch: &str) -> Result<CompiledKern
         ver.as_bytes(),
         OPTIONS.join(" ").as_bytes(),
     ]);
-    let path = cache_dir().map(|d| d.join(format!("{name}-{arch}-{key:016x}.cubin")));
+    Ok(cache_dir().map(|d| d.join(format!("{name}-{arch}-{key:016x}.cubin"))))
+}
+
+/// What [`warm_cache`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WarmReport {
+    /// Modules compiled now, in the order given.
+    pub compiled: Vec<&'static str>,
+    /// Modules the cache already held.
+    pub cached: usize,
+}
+
+/// Compiles into the disk cache every module of `modules` it does not hold yet for
+/// `arch`, several at once (NVRTC programs are independent; up to the machine's
+/// parallelism), so a first run waits for the slowest module instead of the sum of
+/// them. Loading afterwards ([`LoadedModule::load`]) reads the cache. Without a
+/// usable cache dir nothing is compiled (each load compiles for itself). The first
+/// compile error is returned after every started compile has finished.
+pub fn warm_cache(arch: &str, modules: &[Module]) -> Result<WarmReport, CudaError> {
+    let mut todo = Vec::new();
+    let mut cached = 0;
+    for m in modules {
+        match cache_path(m.name, m.src, arch)? {
+            Some(p) if p.is_file() => cached += 1,
+            Some(p) => {
+                if !todo
+                    .iter()
+                    .any(|(t, _): &(Module, PathBuf)| t.name == m.name)
+                {
+                    todo.push((*m, p));
+                }
+            }
+            None => {
+                return Ok(WarmReport {
+                    compiled: Vec::new(),
+                    cached,
+                });
+            }
+        }
+    }
+    let width = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .max(1);
+    let mut first_err = None;
+    for batch in todo.chunks(width) {
+        let results: Vec<Result<(), CudaError>> = std::thread::scope(|sc| {
+            let handles: Vec<_> = batch
+                .iter()
+                .map(|(m, p)| {
+                    sc.spawn(move || {
+                        let cubin = compile_cubin(m.name, m.src, arch)?;
+                        store(p, &cubin)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(CudaError::Unavailable {
+                            reason: "an NVRTC compile thread panicked".into(),
+                        })
+                    })
+                })
+                .collect()
+        });
+        for r in results {
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(WarmReport {
+            compiled: todo.iter().map(|(m, _)| m.name).collect(),
+            cached,
+        }),
+    }
+}
+
+/// The cached CUBIN for (`src`, `arch`), compiling and storing it on a miss.
+pub fn load_or_compile(name: &str, src: &str, arch: &str) -> Result<CompiledKernel, CudaError> {
+    let path = cache_path(name, src, arch)?;
     if let Some(p) = &path
         && let Ok(cubin) = std::fs::read(p)
         && !cubin.is_empty()

@@ -16,12 +16,17 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
-use super::compile::LoadedModule;
+use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::{CudaError, driver_err};
 use crate::cpu::{Conv1d, ConvTranspose1d};
 
 const SRC: &str = include_str!("../../kernels/conv1d.cu");
+/// This family's kernel module (see [`super::warm`]).
+pub(crate) const MODULE: Module = Module {
+    name: "conv1d",
+    src: SRC,
+};
 /// Output channels one thread computes (`C1D_CPT`).
 const CPT: usize = 4;
 const THREADS: u32 = 256;
@@ -89,7 +94,7 @@ impl std::fmt::Debug for Conv1dOps {
 impl Conv1dOps {
     /// Compiles (or reads from the disk cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Conv1dOps, CudaError> {
-        let m = LoadedModule::load(ctx, "conv1d", SRC)?;
+        let m = LoadedModule::load(ctx, MODULE)?;
         let f = |n: &str| m.function(n);
         Ok(Conv1dOps {
             conv: f("conv1d")?,

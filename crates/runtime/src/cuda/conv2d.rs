@@ -16,12 +16,17 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
-use super::compile::LoadedModule;
+use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::{CudaError, driver_err};
 use crate::cpu::ConvTranspose2d;
 
 const SRC: &str = include_str!("../../kernels/conv2d.cu");
+/// This family's kernel module (see [`super::warm`]).
+pub(crate) const MODULE: Module = Module {
+    name: "conv2d",
+    src: SRC,
+};
 /// Output channels one thread of `conv_t2d` computes (`CONV_CPT`).
 const CPT: usize = 4;
 const THREADS: u32 = 256;
@@ -90,7 +95,7 @@ impl std::fmt::Debug for Conv2dOps {
 impl Conv2dOps {
     /// Compiles (or reads from the disk cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<Conv2dOps, CudaError> {
-        let m = LoadedModule::load(ctx, "conv2d", SRC)?;
+        let m = LoadedModule::load(ctx, MODULE)?;
         let f = |n: &str| m.function(n);
         Ok(Conv2dOps {
             conv_t: f("conv_t2d")?,

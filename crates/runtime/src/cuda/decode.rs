@@ -10,7 +10,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
 use super::attention::{ATTN_HEAD_DIM, KvCache};
-use super::compile::LoadedModule;
+use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::launch::{arg_ptr, launch_ex};
 use super::{CudaError, driver_err};
@@ -19,6 +19,11 @@ const SRC: &str = concat!(
     include_str!("../../kernels/prep32.cuh"),
     include_str!("../../kernels/decode.cu")
 );
+/// This family's kernel module (see [`super::warm`]).
+pub(crate) const MODULE: Module = Module {
+    name: "decode",
+    src: SRC,
+};
 
 /// The decode-step kernels of one context.
 pub struct DecodeOps {
@@ -38,7 +43,7 @@ fn shape(op: &'static str, detail: String) -> CudaError {
 impl DecodeOps {
     /// Compiles (or reads from the cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<DecodeOps, CudaError> {
-        let m = LoadedModule::load(ctx, "decode", SRC)?;
+        let m = LoadedModule::load(ctx, MODULE)?;
         let f = |n: &str| m.function(n);
         Ok(DecodeOps {
             qk_f16: f("qk_norm_rope_store_f16")?,

@@ -13,11 +13,16 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
-use super::compile::LoadedModule;
+use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::{CudaError, driver_err};
 
 const SRC: &str = include_str!("../../kernels/encoder.cu");
+/// This family's kernel module (see [`super::warm`]).
+pub(crate) const MODULE: Module = Module {
+    name: "encoder",
+    src: SRC,
+};
 /// Query rows per attention tile (`ENC_BQ` in the kernel).
 pub const ENC_QUERY_TILE: usize = 32;
 /// The largest head dimension the attention kernel takes.
@@ -130,7 +135,7 @@ impl std::fmt::Debug for EncoderOps {
 impl EncoderOps {
     /// Compiles (or reads from the disk cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<EncoderOps, CudaError> {
-        let m = LoadedModule::load(ctx, "encoder", SRC)?;
+        let m = LoadedModule::load(ctx, MODULE)?;
         let f = |n: &str| m.function(n);
         Ok(EncoderOps {
             embed_ln: f("enc_embed_ln")?,

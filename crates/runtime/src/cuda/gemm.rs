@@ -18,12 +18,17 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use favlo_mx::{ElementFormat, MxView};
 
-use super::compile::LoadedModule;
+use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
 const SRC: &str = include_str!("../../kernels/gemm_mx.cu");
+/// This family's kernel module (see [`super::warm`]).
+pub(crate) const MODULE: Module = Module {
+    name: "gemm_mx",
+    src: SRC,
+};
 /// Tokens per block tile and weight rows per block tile (`GM_TILE`).
 pub const GEMM_TILE: usize = 128;
 /// K values per pipeline stage (`GM_KB`).
@@ -279,7 +284,7 @@ impl GemmMx {
                 reason: format!("the MXFP8 GEMM needs sm_90a (Hopper wgmma); device is {arch}"),
             });
         }
-        let m = LoadedModule::load(ctx, "gemm_mx", SRC)?;
+        let m = LoadedModule::load(ctx, MODULE)?;
         let f = |n: &str| m.function(n);
         let big_with = |n: &str, smem: usize| -> Result<CudaFunction, CudaError> {
             let func = f(n)?;

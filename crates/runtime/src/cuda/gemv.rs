@@ -17,7 +17,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 
-use super::compile::LoadedModule;
+use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::launch::{arg_ptr, launch_ex};
 use super::{CudaError, driver_err};
@@ -27,6 +27,11 @@ const SRC: &str = concat!(
     include_str!("../../kernels/prep32.cuh"),
     include_str!("../../kernels/gemv_mma.cu")
 );
+/// This family's kernel module (see [`super::warm`]).
+pub(crate) const MODULE: Module = Module {
+    name: "gemv_mma",
+    src: SRC,
+};
 /// Rows per block (`TILE_ROWS` in gemv_mma.cu).
 const TILE_ROWS: usize = 32;
 /// Most warps per block (the kernel's shared partial-sum array holds 16).
@@ -310,7 +315,7 @@ pub fn warps_per_block(tiles: usize, chunks: usize, sms: usize) -> usize {
 impl GemvMma {
     /// Compiles (or reads from the cache) and loads the module for `ctx`'s arch.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<GemvMma, CudaError> {
-        let m = LoadedModule::load(ctx, "gemv_mma", SRC)?;
+        let m = LoadedModule::load(ctx, MODULE)?;
         let f = |n: &str| m.function(n);
         use cudarc::driver::sys::CUdevice_attribute as A;
         let attr = |a: A| {

@@ -9,13 +9,23 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 
-use super::compile::LoadedModule;
+use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
 const GEMV_SRC: &str = include_str!("../../kernels/gemv_mx.cu");
 const OPS_SRC: &str = include_str!("../../kernels/ops.cu");
+/// The CUDA-core MX GEMV module (see [`super::warm`]).
+pub(crate) const GEMV_MODULE: Module = Module {
+    name: "gemv_mx",
+    src: GEMV_SRC,
+};
+/// The element-wise ops module.
+pub(crate) const OPS_MODULE: Module = Module {
+    name: "ops",
+    src: OPS_SRC,
+};
 /// Output rows per GEMV block (`ROWS` in gemv_mx.cu).
 const GEMV_ROWS: usize = 4;
 
@@ -81,13 +91,13 @@ impl CudaKernels {
     /// Compiles (or reads from the cache) and loads every kernel for `ctx`'s arch.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<CudaKernels, CudaError> {
         let mut cache_hits = Vec::new();
-        let mut module = |name: &'static str, src: &str| -> Result<_, CudaError> {
-            let m = LoadedModule::load(ctx, name, src)?;
-            cache_hits.push((name, m.from_cache));
-            Ok(m)
+        let mut module = |m: Module| -> Result<_, CudaError> {
+            let l = LoadedModule::load(ctx, m)?;
+            cache_hits.push((m.name, l.from_cache));
+            Ok(l)
         };
-        let gemv = module("gemv_mx", GEMV_SRC)?;
-        let ops = module("ops", OPS_SRC)?;
+        let gemv = module(GEMV_MODULE)?;
+        let ops = module(OPS_MODULE)?;
         let f = |m: &LoadedModule, n: &str| m.function(n);
         Ok(CudaKernels {
             gemv_fp8: f(&gemv, "gemv_mxfp8")?,

@@ -28,6 +28,7 @@ mod rope_store;
 mod sample;
 mod timing;
 mod vits_dp;
+mod warm;
 
 pub use attention::{
     ATTN_HEAD_DIM, ATTN_HEAD_DIMS, ATTN_ONEPASS_MIN_CAPACITY, AttentionDecode, AttnKernel, AttnOut,
@@ -35,7 +36,9 @@ pub use attention::{
 };
 pub use attn_prefill::{PrefillOps, PrefillShape, QkNorm};
 pub use blas::{BlasLt, BlasOut};
-pub use compile::{CompiledKernel, cache_dir, compile_cubin, nvrtc_version};
+pub use compile::{
+    CompiledKernel, Module, WarmReport, cache_dir, compile_cubin, nvrtc_version, warm_cache,
+};
 pub use context::{CudaContext, DeviceBuffer, MIN_COMPUTE_CAPABILITY};
 pub use conv1d::{Conv1dEpilogue, Conv1dOps};
 pub use conv2d::{CONV_SPLIT_MAX, ChannelAffine, Conv2dOps, ConvAct};
@@ -57,6 +60,7 @@ pub use rope_store::RopeStore;
 pub use sample::{DeviceSampler, MAX_VOCAB, SAMPLE_OUT_LEN, SampleParams};
 pub use timing::{copy_bandwidth_gbps, time_ms};
 pub use vits_dp::{SPLINE_MAX_BINS, VitsDpOps};
+pub use warm::{KernelSet, warm_kernels};
 
 use crate::ledger::LedgerError;
 

@@ -18,13 +18,18 @@ use cudarc::driver::{CudaFunction, DevicePtrMut, LaunchConfig, PushKernelArg};
 use favlo_mx::ElementFormat;
 
 use super::blas::BlasLt;
-use super::compile::LoadedModule;
+use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::gemv::{MxTiled, XPrep};
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
 const SRC: &str = include_str!("../../kernels/mx_bf16.cu");
+/// This family's kernel module (see [`super::warm`]).
+pub(crate) const MODULE: Module = Module {
+    name: "mx_bf16",
+    src: SRC,
+};
 
 /// Most bf16 planes an x row is split into.
 pub const MAX_TERMS: usize = 3;
@@ -69,7 +74,7 @@ impl MxGemm {
         if !(1..=MAX_TERMS).contains(&terms) {
             return Err(shape("MxGemm::new", format!("terms {terms} (1..=3)")));
         }
-        let m = LoadedModule::load(ctx, "mx_bf16", SRC)?;
+        let m = LoadedModule::load(ctx, MODULE)?;
         let f = |n: &str| m.function(n);
         let x = (0..terms)
             .map(|_| ctx.alloc::<u16>(owner, SpanKind::Scratch, max_x.max(1)))

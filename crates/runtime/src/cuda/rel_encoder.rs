@@ -14,12 +14,17 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
-use super::compile::LoadedModule;
+use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::{CudaError, driver_err};
 use crate::cpu::RelAttnShape;
 
 const SRC: &str = include_str!("../../kernels/rel_encoder.cu");
+/// This family's kernel module (see [`super::warm`]).
+pub(crate) const MODULE: Module = Module {
+    name: "rel_encoder",
+    src: SRC,
+};
 const THREADS: u32 = 256;
 
 fn shape(op: &'static str, detail: String) -> CudaError {
@@ -59,7 +64,7 @@ impl std::fmt::Debug for RelEncoderOps {
 impl RelEncoderOps {
     /// Compiles (or reads from the disk cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<RelEncoderOps, CudaError> {
-        let m = LoadedModule::load(ctx, "rel_encoder", SRC)?;
+        let m = LoadedModule::load(ctx, MODULE)?;
         let f = |n: &str| m.function(n);
         Ok(RelEncoderOps {
             scores: f("rel_scores")?,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, DevicePtr, DevicePtrMut, LaunchConfig};
 
 use super::attention::KvCache;
-use super::compile::LoadedModule;
+use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::launch::{arg_ptr, launch_ex};
 use super::{CudaError, driver_err};
@@ -20,6 +20,11 @@ const SRC: &str = concat!(
     include_str!("../../kernels/prep32.cuh"),
     include_str!("../../kernels/rope_store.cu")
 );
+/// This family's kernel module (see [`super::warm`]).
+pub(crate) const MODULE: Module = Module {
+    name: "rope_store",
+    src: SRC,
+};
 
 /// The bias + RoPE + store kernels of one context.
 pub struct RopeStore {
@@ -41,7 +46,7 @@ fn shape(detail: String) -> CudaError {
 impl RopeStore {
     /// Compiles (or reads from the cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<RopeStore, CudaError> {
-        let m = LoadedModule::load(ctx, "rope_store", SRC)?;
+        let m = LoadedModule::load(ctx, MODULE)?;
         let f = |n: &str| m.function(n);
         Ok(RopeStore {
             f: [

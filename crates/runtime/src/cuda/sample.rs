@@ -13,12 +13,17 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, DevicePtr, DevicePtrMut};
 
-use super::compile::LoadedModule;
+use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::launch::arg_ptr;
 use super::{CudaError, driver_err};
 
 const SRC: &str = include_str!("../../kernels/sample.cu");
+/// This family's kernel module (see [`super::warm`]).
+pub(crate) const MODULE: Module = Module {
+    name: "sample",
+    src: SRC,
+};
 
 /// Length in `u32`s of the result buffer: token id, then the bits of its f32
 /// log-probability under the unmodified distribution.
@@ -66,7 +71,7 @@ fn shape(detail: String) -> CudaError {
 impl DeviceSampler {
     /// Compiles (or reads from the cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<DeviceSampler, CudaError> {
-        let f = LoadedModule::load(ctx, "sample", SRC)?.function("favlo_sample")?;
+        let f = LoadedModule::load(ctx, MODULE)?.function("favlo_sample")?;
         Ok(DeviceSampler {
             ctx: Arc::clone(ctx),
             f,

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use favlo_runtime::cpu::RopeLayout;
 use favlo_runtime::cuda::{
     AttentionDecode, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps, DeviceBuffer,
-    DeviceSampler, GemvMma, MxTiled, PrefillOps, RopeStore, SAMPLE_OUT_LEN, SampleParams, XPrep,
-    attn_partials_len,
+    DeviceSampler, GemvMma, KernelSet, MxTiled, PrefillOps, RopeStore, SAMPLE_OUT_LEN,
+    SampleParams, XPrep, attn_partials_len, warm_kernels,
 };
 use favlo_runtime::ledger::{self, Owner, SpanKind};
 
@@ -155,6 +155,18 @@ impl CudaLlama {
         name: &str,
     ) -> Result<CudaLlama, LlamaError> {
         let ctx = CudaContext::open(opts.ordinal, None).map_err(dev_err)?;
+        // First run: compile the chat kernels side by side into the disk cache (the
+        // loads below then read it).
+        let t0 = std::time::Instant::now();
+        let warm = warm_kernels(&ctx.arch(), KernelSet::Chat).map_err(dev_err)?;
+        if !warm.compiled.is_empty() {
+            tracing::info!(
+                "compiled {} CUDA kernel modules for {} in {:.1} s (cached from now on)",
+                warm.compiled.len(),
+                ctx.arch(),
+                t0.elapsed().as_secs_f64()
+            );
+        }
         let (d, ff, qd, kvd, hd) = (
             cfg.hidden,
             cfg.intermediate,
