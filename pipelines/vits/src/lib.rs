@@ -99,10 +99,11 @@ pub fn open_path(
     open_path_on(onnx, ledger, owner, Device::Cpu)
 }
 
-/// [`open_path`] with the text encoder, the flow and the HiFi-GAN decoder on `device`
-/// (`Device::Cpu`: exactly [`open_path`]; `Device::Cuda(n)`: their weights also go to
-/// cuda:`n`, fitted in its ledger for the same longest sentence, and every sentence's
-/// encoder, flow and decoder run there). The device is checked before anything loads.
+/// [`open_path`] with the text encoder, the duration predictor, the flow and the
+/// HiFi-GAN decoder on `device` (`Device::Cpu`: exactly [`open_path`];
+/// `Device::Cuda(n)`: their weights also go to cuda:`n`, fitted in its ledger for the
+/// same longest sentence, and every sentence's encoder, durations, flow and decoder run
+/// there). The device is checked before anything loads.
 pub fn open_path_on(
     onnx: &Path,
     ledger: &Arc<Ledger>,

@@ -1,7 +1,7 @@
-//! The HiFi-GAN decoder (`favlo_vits::cuda::CudaDecoder`) and the reverse flow
-//! (`favlo_vits::cuda::CudaFlow`) on the GPU against the CPU modules on the real Piper
-//! voice's weights, and the whole voice opened with `Device::Cuda(0)` against the same
-//! voice on the CPU.
+//! The HiFi-GAN decoder (`favlo_vits::cuda::CudaDecoder`), the reverse flow
+//! (`favlo_vits::cuda::CudaFlow`), the text encoder and the duration predictor on the
+//! GPU against the CPU modules on the real Piper voice's weights, and the whole voice
+//! opened with `Device::Cuda(0)` against the same voice on the CPU.
 //!
 //! - `decoder_on_gpu_matches_cpu`: both decoders on the flow outputs of the onnxruntime
 //!   fixture (`tests/fixtures/vits_ref.safetensors`, cases a and b: 94 and 200 frames);
@@ -24,13 +24,23 @@
 //!   f32 on both sides, 6 layers of 1×1 / k3 convolutions, attention and layer norms
 //!   whose summation orders differ; the CPU encoder is itself within 1.1e-6 of
 //!   onnxruntime. Needs a whole voice (`FAVLO_TEST_PIPER_ONNX`).
-//! - `voice_on_cuda_matches_cpu`: `Vits::open_on(.., Device::Cuda(0), ..)` (encoder, flow
-//!   and decoder on the GPU, `z` handed from the flow to the decoder on the device)
-//!   synthesizes the fixture's case-b ids (seeded noise, scales 0.667/1/0.8) like
-//!   `Vits::open`: same frame counts per phoneme (the durations run on the CPU from the
-//!   encoder's output; a 1e-6 difference could in principle move a `ceil` across an
-//!   integer, which would show here first), the traced `m_p`, `logs_p` and flow output
-//!   each within 1e-4 · max |·|, the waveform max |Δ| ≤ 1e-4. Needs a whole voice (`FAVLO_TEST_PIPER_ONNX`; any copy of
+//! - `durations_on_gpu_match_cpu`: the device duration predictor (`CudaDuration`) vs
+//!   `DurationPredictor::run` on the fixture's ids (cases a and b, 33 and 75 phonemes;
+//!   noise_w 0.8 and 0) with the CPU path's own noise stream (`Normals::for_sentence(7,
+//!   0)`, scaled on the host): `logw` within 1e-4 · max |logw| both for the predictor
+//!   alone (fed the CPU encoder's states) and chained after the device encoder (states
+//!   never leaving the device), and equal frames per phoneme after `ceil`. Why 1e-4:
+//!   exact f32 on both sides (the spline kernel repeats the CPU's f32 operations, only
+//!   exp / log / erf ulps and convolution summation orders differ); the same step
+//!   sequence on an f64 host backend (`cuda::dp_seq` unit test) is within 3.2e-6 of the
+//!   CPU. Needs a whole voice (`FAVLO_TEST_PIPER_ONNX`).
+//! - `voice_on_cuda_matches_cpu`: `Vits::open_on(.., Device::Cuda(0), ..)` (encoder,
+//!   durations, flow and decoder on the GPU, the encoder's states handed to the
+//!   durations and `z` from the flow to the decoder on the device) synthesizes the
+//!   fixture's case-b ids (seeded noise, scales 0.667/1/0.8) like `Vits::open`: same
+//!   frame counts per phoneme (a 1e-6 difference in `logw` could in principle move a
+//!   `ceil` across an integer, which would show here first), the traced `logw`, `m_p`,
+//!   `logs_p` and flow output each within 1e-4 · max |·|, the waveform max |Δ| ≤ 1e-4. Needs a whole voice (`FAVLO_TEST_PIPER_ONNX`; any copy of
 //!   the voice's weights, e.g. the bf16-rounded one of
 //!   `tools/fixtures/vits_voice_bf16.py`, since both sides use the same file).
 //!
@@ -44,9 +54,9 @@ use std::time::Instant;
 
 use favlo_runtime::cuda::{CudaContext, CudaError};
 use favlo_runtime::device::Device;
-use favlo_runtime::ledger::{Ledger, Owner};
-use favlo_vits::cuda::{CudaDecoder, CudaEncoder, CudaFlow};
-use favlo_vits::model::{Decoder, Flow, TextEncoder};
+use favlo_runtime::ledger::{Ledger, Owner, SpanKind};
+use favlo_vits::cuda::{CudaDecoder, CudaDuration, CudaEncoder, CudaFlow};
+use favlo_vits::model::{Decoder, DurationPredictor, Flow, TextEncoder};
 use favlo_vits::noise::Normals;
 use favlo_vits::weights::{Loader, Workspace};
 use favlo_vits::{Noise, Scales, Trace, Vits};
@@ -276,6 +286,66 @@ fn encoder_on_gpu_matches_cpu() {
 }
 
 #[test]
+fn durations_on_gpu_match_cpu() {
+    let Some(path) = env_path("FAVLO_TEST_PIPER_ONNX") else {
+        eprintln!("skipped: set FAVLO_TEST_PIPER_ONNX to the en_US-joe-medium.onnx path");
+        return;
+    };
+    let ledger = Ledger::new(Device::Cpu, None);
+    let owner = Owner::mint("vits-cuda-durations");
+    let loader = Loader::open(&path, &ledger, &owner).unwrap();
+    let enc = TextEncoder::load(&loader).unwrap();
+    let dp = DurationPredictor::load(&loader).unwrap();
+    let ws = Workspace::new(&ledger, &owner);
+    let bytes = fixture();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    if !cuda_or_skip("durations_on_gpu_match_cpu") {
+        return;
+    }
+    let ctx = CudaContext::open(0, None).unwrap();
+    let genc = CudaEncoder::open(&enc, &ctx, &owner).unwrap();
+    let gdp = CudaDuration::open(&dp, &ctx, &owner).unwrap();
+    for (case, noise_w) in [("a", 0.8f32), ("b", 0.8), ("b", 0.0)] {
+        let ids = i64s(&st, &format!("{case}_ids"));
+        let t = ids.len();
+        // The CPU path's own noise stream, scaled on the host as Vits::synthesize does.
+        let noise: Vec<f32> = Normals::for_sentence(7, 0)
+            .take(2 * t)
+            .iter()
+            .map(|v| v * noise_w)
+            .collect();
+        let cpu_enc = enc.run(&ws, &ids).unwrap();
+        let want = dp.run(&ws, &cpu_enc.x, t, &noise).unwrap();
+        // The device predictor alone, on the CPU encoder's states.
+        let xc = ctx.upload(&owner, SpanKind::Scratch, &cpu_enc.x).unwrap();
+        let alone = gdp.run(&xc, t, &noise).unwrap();
+        drop(xc);
+        // Encoder and predictor on the device, the hidden states never leaving it.
+        let x0 = enc.embed(&ws, &ids).unwrap();
+        let (xd, _) = genc.run_on_device(&x0, t).unwrap();
+        let got = gdp.run(&xd, t, &noise).unwrap();
+        assert_eq!(got.len(), t);
+        let e_alone = rel_diff(&alone, &want);
+        let e_chain = rel_diff(&got, &want);
+        let t_cpu = median_s(5, || drop(dp.run(&ws, &cpu_enc.x, t, &noise).unwrap()));
+        let t_gpu = median_s(5, || drop(gdp.run(&xd, t, &noise).unwrap()));
+        println!(
+            "durations case {case} ({t} phonemes, noise_w {noise_w}): max|gpu − cpu| / \
+             max|cpu| of logw: predictor alone {e_alone:.3e}, encoder + predictor \
+             {e_chain:.3e} (bound 1e-4); cpu {:.2} ms, gpu {:.2} ms (noise up, logw down)",
+            t_cpu * 1e3,
+            t_gpu * 1e3
+        );
+        assert!(e_alone <= 1e-4 && e_chain <= 1e-4, "case {case}");
+        assert_eq!(
+            Vits::frames_of(&got, 1.0),
+            Vits::frames_of(&want, 1.0),
+            "case {case}: frames per phoneme"
+        );
+    }
+}
+
+#[test]
 fn voice_on_cuda_matches_cpu() {
     let Some(path) = env_path("FAVLO_TEST_PIPER_ONNX") else {
         eprintln!("skipped: set FAVLO_TEST_PIPER_ONNX to the en_US-joe-medium.onnx path");
@@ -318,6 +388,11 @@ fn voice_on_cuda_matches_cpu() {
     let (b, tb) = traced(&gpu);
     assert_eq!(a.len(), b.len());
     assert_eq!(ta.w_ceil, tb.w_ceil, "frames per phoneme");
+    let wrel = rel_diff(&tb.logw, &ta.logw);
+    println!(
+        "voice: logw (durations on the GPU) max|gpu − cpu| / max|cpu| {wrel:.3e} (bound 1e-4)"
+    );
+    assert!(wrel <= 1e-4, "logw: {wrel:e}");
     let mrel = rel_diff(&tb.m_p, &ta.m_p);
     let lrel = rel_diff(&tb.logs_p, &ta.logs_p);
     let zrel = rel_diff(&tb.z, &ta.z);
@@ -333,7 +408,8 @@ fn voice_on_cuda_matches_cpu() {
     let t_gpu = median_s(3, || drop(run(&gpu)));
     println!(
         "voice: {} samples ({secs:.2} s): max|gpu − cpu| {d:.3e} (bound {BOUND:e}); \
-         sentence RTF all-CPU {:.4} ({:.1} ms), encoder + flow + decoder on the GPU {:.4} ({:.1} ms)",
+         sentence RTF all-CPU {:.4} ({:.1} ms), encoder + durations + flow + decoder on \
+         the GPU {:.4} ({:.1} ms)",
         a.len(),
         t_cpu / secs,
         t_cpu * 1e3,

@@ -4,8 +4,9 @@
 //!
 //! Key design choices:
 //! - The embedding lookup stays on the host (it validates the ids and is a copy), so
-//!   `x [h, T]` goes up once; the hidden states and the prior statistics come back once,
-//!   because the duration predictor and the prior sample run on the CPU.
+//!   `x [h, T]` goes up once; in the voice ([`CudaEncoder::run_on_device`]) the hidden
+//!   states stay on the device for the duration predictor and only the prior statistics
+//!   come back (the prior sample runs on the host); [`CudaEncoder::run`] returns both.
 //! - Fusions through the convolution's epilogue and input activation: `o(att) + x` and
 //!   `ffn2(relu(f)) + x` are single launches (the ReLU is the fused leaky ReLU with
 //!   slope 0, the residual the epilogue's), in the CPU's order (conv + bias, then + x).
@@ -233,6 +234,19 @@ impl CudaEncoder {
     /// The encoder on `x [h, T]` (the embedded ids, [`TextEncoder::embed`]), as
     /// [`TextEncoder::run`].
     pub fn run(&self, x_host: &[f32], t: usize) -> Result<EncodedHost, VitsError> {
+        let (x, stats) = self.run_on_device(x_host, t)?;
+        let mut xo = self.ctx.download(&x).map_err(dev_err)?;
+        xo.truncate(self.dims.hidden * t);
+        Ok(EncodedHost { x: xo, stats })
+    }
+
+    /// [`CudaEncoder::run`] with the hidden states `[h, T]` left on the device (the
+    /// [`super::CudaDuration`]'s input); only `[m; logs]` `[2c, T]` comes back.
+    pub fn run_on_device(
+        &self,
+        x_host: &[f32],
+        t: usize,
+    ) -> Result<(DeviceBuffer<f32>, Vec<f32>), VitsError> {
         let (x, stats) = run(
             &Dev { enc: self },
             &self.layers,
@@ -241,10 +255,8 @@ impl CudaEncoder {
             x_host,
             t,
         )?;
-        let mut xo = self.ctx.download(&x).map_err(dev_err)?;
         let mut so = self.ctx.download(&stats).map_err(dev_err)?;
-        xo.truncate(self.dims.hidden * t);
         so.truncate(self.dims.proj_out * t);
-        Ok(EncodedHost { x: xo, stats: so })
+        Ok((x, so))
     }
 }

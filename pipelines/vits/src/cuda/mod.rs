@@ -1,13 +1,16 @@
 //! The voice's GPU stages (feature `cuda`): the text encoder ([`CudaEncoder`],
-//! `encoder.rs`, its step sequence in `encoder_seq.rs`), the reverse flow ([`CudaFlow`], `flow.rs`, its step sequence in
-//! `flow_plan.rs`) and the HiFi-GAN generator ([`CudaDecoder`], here: the CPU
-//! [`Decoder`]'s layer sequence), on the runtime's 1-D convolution kernels
-//! (`favlo_runtime::cuda::Conv1dOps`) and, for the encoder's attention and layer norms,
-//! `favlo_runtime::cuda::RelEncoderOps`. The stochastic duration predictor, the length
-//! regulation and the prior sample stay on the CPU: the embedded ids go up and the
-//! encoder's hidden states and prior statistics come back (the durations need them);
-//! the prior sample `z_p [C, frames]` goes up once, the flow's output stays on the
-//! device as the decoder's input, and the waveform comes back.
+//! `encoder.rs`, its step sequence in `encoder_seq.rs`), the stochastic duration
+//! predictor ([`CudaDuration`], `duration.rs`, its step sequence in `dp_seq.rs`), the
+//! reverse flow ([`CudaFlow`], `flow.rs`, its step sequence in `flow_plan.rs`) and the
+//! HiFi-GAN generator ([`CudaDecoder`], here: the CPU [`Decoder`]'s layer sequence), on
+//! the runtime's 1-D convolution kernels (`favlo_runtime::cuda::Conv1dOps`), for the
+//! attention and layer norms `favlo_runtime::cuda::RelEncoderOps`, and for the
+//! durations' depthwise convolutions, GELU and spline `favlo_runtime::cuda::VitsDpOps`.
+//! Per sentence the embedded ids and the scaled duration noise go up; the encoder's
+//! hidden states stay on the device for the durations; the prior statistics and `logw`
+//! come back (length regulation and the prior sample run on the host); the prior sample
+//! `z_p [C, frames]` goes up once, the flow's output stays on the device as the
+//! decoder's input, and the waveform comes back.
 //!
 //! Key design choices:
 //! - The weights are the CPU modules' own (the decoder's mean over a stage's blocks
@@ -22,6 +25,8 @@
 //!   Zero padding of the whole tensor is what the CPU's chunked halo reproduces, so the
 //!   two paths compute the same function; only summation orders differ (exact f32).
 
+mod dp_seq;
+mod duration;
 mod encoder;
 mod encoder_seq;
 mod flow;
@@ -36,6 +41,7 @@ use crate::error::VitsError;
 use crate::model::decoder::{Decoder, SLOPE, SLOPE_POST};
 use crate::weights::{Conv, ConvKind};
 
+pub use duration::CudaDuration;
 pub use encoder::{CudaEncoder, EncodedHost, FIT_PHONEMES};
 pub use flow::CudaFlow;
 

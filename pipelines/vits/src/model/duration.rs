@@ -17,17 +17,17 @@ use crate::model::spline;
 use crate::weights::{Conv, Loader, Workspace};
 
 /// Spline bins of VITS's `ConvFlow`.
-const BINS: usize = 10;
+pub(crate) const BINS: usize = 10;
 /// Spline tail bound.
-const TAIL: f32 = 5.0;
+pub(crate) const TAIL: f32 = 5.0;
 
 /// Dilated depth-separable conv stack (`modules.DDSConv`).
 #[derive(Debug)]
-struct DdsConv {
-    sep: Vec<Conv>,
-    pw: Vec<Conv>,
-    n1: Vec<Norm>,
-    n2: Vec<Norm>,
+pub(crate) struct DdsConv {
+    pub(crate) sep: Vec<Conv>,
+    pub(crate) pw: Vec<Conv>,
+    pub(crate) n1: Vec<Norm>,
+    pub(crate) n2: Vec<Norm>,
 }
 
 impl DdsConv {
@@ -75,24 +75,26 @@ impl DdsConv {
     }
 }
 
+/// A `ConvFlow`: `pre` (1 → filter), a DDSConv conditioned on the predictor's `g`,
+/// `proj` (filter → 3·BINS − 1 spline parameters).
 #[derive(Debug)]
-struct ConvFlow {
-    pre: Conv,
-    convs: DdsConv,
-    proj: Conv,
-    filter: usize,
+pub(crate) struct ConvFlow {
+    pub(crate) pre: Conv,
+    pub(crate) convs: DdsConv,
+    pub(crate) proj: Conv,
+    pub(crate) filter: usize,
 }
 
 /// The loaded duration predictor.
 #[derive(Debug)]
 pub struct DurationPredictor {
-    pre: Conv,
-    convs: DdsConv,
-    proj: Conv,
+    pub(crate) pre: Conv,
+    pub(crate) convs: DdsConv,
+    pub(crate) proj: Conv,
     /// Reverse order: flows 7, 5, 3 (each after a flip).
-    flows: Vec<ConvFlow>,
-    m: [f32; 2],
-    exp_neg_logs: [f32; 2],
+    pub(crate) flows: Vec<ConvFlow>,
+    pub(crate) m: [f32; 2],
+    pub(crate) exp_neg_logs: [f32; 2],
 }
 
 impl DurationPredictor {

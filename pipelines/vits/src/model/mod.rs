@@ -23,7 +23,7 @@ use favlo_runtime::ledger::{Ledger, Owner};
 use crate::config::Scales;
 use crate::error::VitsError;
 use crate::noise::Normals;
-use crate::weights::{Loader, Workspace};
+use crate::weights::{Loader, Scratch, Workspace};
 
 pub use decoder::Decoder;
 pub use duration::DurationPredictor;
@@ -67,8 +67,8 @@ pub struct Vits {
     dp: DurationPredictor,
     flow: Flow,
     dec: Decoder,
-    /// The encoder's, the flow's and the decoder's GPU twins when the voice was opened
-    /// on CUDA.
+    /// The encoder's, the durations', the flow's and the decoder's GPU twins when the
+    /// voice was opened on CUDA.
     #[cfg(feature = "cuda")]
     gpu: Option<Gpu>,
     ws: Workspace,
@@ -79,6 +79,7 @@ pub struct Vits {
 #[derive(Debug)]
 struct Gpu {
     enc: crate::cuda::CudaEncoder,
+    dp: crate::cuda::CudaDuration,
     flow: crate::cuda::CudaFlow,
     dec: crate::cuda::CudaDecoder,
 }
@@ -107,8 +108,8 @@ impl Vits {
         Self::open_on(onnx, ledger, owner, Device::Cpu, 0)
     }
 
-    /// [`Vits::open`], then with `Device::Cuda(n)` the text encoder's, the flow's and
-    /// the decoder's weights also go to cuda:`n` (fitted there for sentences of
+    /// [`Vits::open`], then with `Device::Cuda(n)` the text encoder's, the duration
+    /// predictor's, the flow's and the decoder's weights also go to cuda:`n` (fitted there for sentences of
     /// `max_frames` frames) and those stages run there; `Device::Cpu` is exactly
     /// [`Vits::open`].
     pub fn open_on(
@@ -133,6 +134,7 @@ impl Vits {
         let dec = Decoder::load(&l).map_err(with_path)?;
         let flow = Flow::load(&l).map_err(with_path)?;
         let enc = TextEncoder::load(&l).map_err(with_path)?;
+        let dp = DurationPredictor::load(&l).map_err(with_path)?;
         #[cfg(feature = "cuda")]
         let gpu = match device {
             Device::Cuda(n) => {
@@ -141,6 +143,7 @@ impl Vits {
                 Some(Gpu {
                     flow: crate::cuda::CudaFlow::open(&flow, ctx, owner, max_frames)?,
                     enc: crate::cuda::CudaEncoder::open(&enc, ctx, owner)?,
+                    dp: crate::cuda::CudaDuration::open(&dp, ctx, owner)?,
                     dec,
                 })
             }
@@ -148,7 +151,7 @@ impl Vits {
         };
         Ok(Vits {
             enc,
-            dp: DurationPredictor::load(&l).map_err(with_path)?,
+            dp,
             flow,
             dec,
             #[cfg(feature = "cuda")]
@@ -157,7 +160,7 @@ impl Vits {
         })
     }
 
-    /// The device the GPU-capable stages (text encoder, flow, decoder) run on.
+    /// The device the GPU-capable stages (text encoder, durations, flow, decoder) run on.
     pub fn device(&self) -> Device {
         #[cfg(feature = "cuda")]
         if let Some(g) = &self.gpu {
@@ -208,28 +211,35 @@ impl Vits {
         self.ws.release();
     }
 
-    /// The text encoder on the voice's device: on CUDA the embedded ids go up and the
-    /// hidden states and prior statistics come back (the durations and the prior sample
-    /// run on the CPU).
-    fn encode<'w>(
+    /// The text encoder and the stochastic durations on the voice's device, for noise
+    /// `[2, T]` already scaled by `noise_w`: prior means, log-sds (`[C, T]` each) and
+    /// `logw [T]`. On CUDA the embedded ids and the noise go up, the hidden states stay
+    /// on the device between the two stages, and the prior statistics and `logw` come
+    /// back (length regulation and the prior sample run on the host).
+    fn encode_durations<'w>(
         &self,
         ws: &'w Workspace,
         ids: &[i64],
-    ) -> Result<encoder::Encoded<'w>, VitsError> {
+        dp_noise: &[f32],
+    ) -> Result<(Scratch<'w>, Scratch<'w>, Vec<f32>), VitsError> {
+        let t = ids.len();
         #[cfg(feature = "cuda")]
         if let Some(g) = &self.gpu {
-            let t = ids.len();
             let x = self.enc.embed(ws, ids)?;
-            let out = g.enc.run(&x, t)?;
+            let (xd, stats) = g.enc.run_on_device(&x, t)?;
             drop(x);
-            let c = out.stats.len() / (2 * t);
-            return Ok(encoder::Encoded {
-                x: ws.copy(&out.x)?,
-                m: ws.copy(&out.stats[..c * t])?,
-                logs: ws.copy(&out.stats[c * t..2 * c * t])?,
-            });
+            let logw = g.dp.run(&xd, t, dp_noise)?;
+            drop(xd);
+            let c = stats.len() / (2 * t);
+            return Ok((
+                ws.copy(&stats[..c * t])?,
+                ws.copy(&stats[c * t..2 * c * t])?,
+                logw,
+            ));
         }
-        self.enc.run(ws, ids)
+        let e = self.enc.run(ws, ids)?;
+        let logw = self.dp.run(ws, &e.x, t, dp_noise)?;
+        Ok((e.m, e.logs, logw))
     }
 
     fn run(
@@ -245,7 +255,6 @@ impl Vits {
         if t == 0 {
             return Ok(Vec::new());
         }
-        let e = self.encode(ws, ids)?;
         // Duration noise now; the prior's noise once the frame count is known.
         let (dp_noise, z_src) = match noise {
             Noise::Stream(s) => (s.take(2 * t), Noise::Stream(s)),
@@ -261,7 +270,7 @@ impl Vits {
             }
         };
         let scaled: Vec<f32> = dp_noise.iter().map(|v| v * scales.noise_w).collect();
-        let logw = self.dp.run(ws, &e.x, t, &scaled)?;
+        let (e_m, e_logs, logw) = self.encode_durations(ws, ids, &scaled)?;
         let w_ceil = Self::frames_of(&logw, scales.length_scale);
         let frames = (w_ceil.iter().map(|v| *v as f64).sum::<f64>().max(1.0)) as usize;
         if frames > max_frames {
@@ -292,7 +301,7 @@ impl Vits {
         for (j, w) in w_ceil.iter().enumerate() {
             let n = (*w as usize).min(frames - f0.min(frames));
             for ch in 0..c {
-                let (m, ls) = (e.m[ch * t + j], e.logs[ch * t + j]);
+                let (m, ls) = (e_m[ch * t + j], e_logs[ch * t + j]);
                 let row = ch * frames;
                 for f in f0..f0 + n {
                     z[row + f] = m + eps[row + f] * ls.exp() * scales.noise_scale;
@@ -301,12 +310,12 @@ impl Vits {
             f0 += n;
         }
         if let Some(tr) = trace.as_deref_mut() {
-            tr.m_p = e.m.to_vec();
-            tr.logs_p = e.logs.to_vec();
+            tr.m_p = e_m.to_vec();
+            tr.logs_p = e_logs.to_vec();
             tr.logw = logw.clone();
             tr.w_ceil = w_ceil.clone();
         }
-        drop(e);
+        drop((e_m, e_logs));
         #[cfg(feature = "cuda")]
         if let Some(g) = &self.gpu {
             // z_p goes up once; the flow's output stays on the device for the decoder.
