@@ -25,6 +25,8 @@
 //!   Zero padding of the whole tensor is what the CPU's chunked halo reproduces, so the
 //!   two paths compute the same function; only summation orders differ (exact f32).
 
+#[cfg(test)]
+mod dp_emulated;
 mod dp_seq;
 mod duration;
 mod encoder;
