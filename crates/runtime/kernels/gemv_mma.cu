@@ -480,27 +480,42 @@ __device__ __forceinline__ float e8m0_sel(unsigned s) {
 }
 
 // Bulk copies (the Hopper copy engine, `cp.async.bulk`) completing on an mbarrier: one
-// lane moves a whole stage with four instructions instead of 11 per lane.
+// lane moves a whole stage with four instructions instead of 11 per lane. sm_90 only:
+// built for Ada (sm_89) these trap, and the host never launches the bulk-copy (TMA)
+// kernels there (`GemvMma` refuses `GemvKernel::Tma` below sm_90).
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return (unsigned)__cvta_generic_to_shared(p);
 }
 __device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+#if __CUDA_ARCH__ >= 900
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count));
+#else
+    __trap();
+#endif
 }
 __device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
+#if __CUDA_ARCH__ >= 900
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
                  "r"(bytes)
                  : "memory");
+#else
+    __trap();
+#endif
 }
 __device__ __forceinline__ void bulk_g2s(void* dst, const void* src, unsigned bytes,
                                          unsigned long long* bar) {
+#if __CUDA_ARCH__ >= 900
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
             smem_u32(dst)),
         "l"(src), "r"(bytes), "r"(smem_u32(bar))
         : "memory");
+#else
+    __trap();
+#endif
 }
 __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+#if __CUDA_ARCH__ >= 900
     unsigned done;
     do {
         asm volatile(
@@ -510,6 +525,9 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned pari
             : "r"(smem_u32(bar)), "r"(parity)
             : "memory");
     } while (!done);
+#else
+    __trap();
+#endif
 }
 
 template <int FMT>
@@ -552,7 +570,9 @@ __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__
         if (lane == 0) {
 #pragma unroll
             for (int i = 0; i < D; ++i) mbar_init(&mbar[warp][i], 1);
+#if __CUDA_ARCH__ >= 900
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
         }
         __syncwarp();
     }
@@ -562,7 +582,9 @@ __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__
         unsigned char* s = ring + slot * STAGE;
         if (TMA) {
             if (lane == 0) {
+#if __CUDA_ARCH__ >= 900
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
                 unsigned long long* bar = &mbar[warp][slot];
                 mbar_expect_tx(bar, STAGE);
                 bulk_g2s(s, wd + ((long long)tile * chunks + c) * 4096, 4096, bar);

@@ -4,6 +4,9 @@
 //! `compile_cubin` gives. With `FAVLO_WARM_TIMING=1` it also times the chat set
 //! compiled one after another against `warm_kernels` (an A/B for docs/CUDA.md).
 //!
+//! Also: every module of the runtime but the Hopper-only wgmma GEMM compiles for sm_89
+//! (the oldest GPU the kernels accept, `MIN_COMPUTE_CAPABILITY`: Ada, e.g. an RTX 4090).
+//!
 //! Own test binary: it points `FAVLO_HOME` at a temporary directory.
 #![cfg(feature = "cuda")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -21,6 +24,27 @@ fn nvrtc_or_skip() -> bool {
         eprintln!("\n**** SKIPPED: libnvrtc not found; the kernel cache test did not run ****\n");
     }
     ok
+}
+
+#[test]
+fn every_module_compiles_for_sm89() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let failed: Vec<String> = KernelSet::All
+        .modules_for("sm_89")
+        .iter()
+        .filter_map(|m| {
+            compile_cubin(m.name, m.src, "sm_89")
+                .err()
+                .map(|e| format!("{}: {}", m.name, e.to_string().lines().next().unwrap_or("")))
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "not compiling for sm_89:\n{}",
+        failed.join("\n")
+    );
 }
 
 #[test]

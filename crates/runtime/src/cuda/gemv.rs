@@ -656,6 +656,16 @@ impl GemvMma {
             return Ok(());
         }
         let kernel = self.resolve(l.format, tiles, chunks);
+        if (kernel == GemvKernel::Tma || probe == Some(4)) && self.ctx.compute_capability() < (9, 0)
+        {
+            return Err(shape(
+                op,
+                format!(
+                    "the bulk-copy (TMA) GEMV needs sm_90 or newer; device is {}",
+                    self.ctx.arch()
+                ),
+            ));
+        }
         let fi = usize::from(l.format != ElementFormat::Fp4E2M1);
         let (f, warps, smem) = match (kernel, probe) {
             (_, Some(mode)) => {

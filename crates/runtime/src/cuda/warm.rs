@@ -63,10 +63,22 @@ impl KernelSet {
     }
 }
 
+impl KernelSet {
+    /// [`Self::modules`] that exist for `arch`: the wgmma GEMM (`gemm_mx`) only for
+    /// sm_90a, as `GemmMx::load` requires; every other module builds for sm_89 and up.
+    pub fn modules_for(self, arch: &str) -> Vec<Module> {
+        let mut v = self.modules();
+        if arch != "sm_90a" {
+            v.retain(|m| *m != gemm::MODULE);
+        }
+        v
+    }
+}
+
 /// Compiles `set`'s modules for `arch` (e.g. `CudaContext::arch()`) into the disk cache
 /// where it does not hold them yet, several at once; see [`WarmReport`].
 pub fn warm_kernels(arch: &str, set: KernelSet) -> Result<WarmReport, CudaError> {
-    warm_cache(arch, &set.modules())
+    warm_cache(arch, &set.modules_for(arch))
 }
 
 #[cfg(test)]
