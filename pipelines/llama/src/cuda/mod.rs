@@ -295,10 +295,13 @@ impl CudaLlama {
         };
         // Programmatic dependent launch on every step kernel (same results, measured
         // bit-identical in cuda_decode_bench; each kernel waits before reading).
-        k.gemv.pdl = true;
-        k.attn.pdl = true;
-        k.rope.pdl = true;
-        k.ops.pdl = true;
+        // (sm_90+ only: older GPUs have no programmatic launches, and the kernels' waits
+        // compile to nothing there.)
+        let pdl = ctx.compute_capability().0 >= 9;
+        k.gemv.pdl = pdl;
+        k.attn.pdl = pdl;
+        k.rope.pdl = pdl;
+        k.ops.pdl = pdl;
         let weight_bytes = head.device_bytes()
             + layers
                 .iter()
