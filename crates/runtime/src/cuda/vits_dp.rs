@@ -13,15 +13,18 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::Ptx;
 
-use super::compile::load_or_compile;
+use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::{CudaError, driver_err};
 use crate::cpu::Conv1d;
 
 const SRC: &str = include_str!("../../kernels/vits_dp.cu");
-const NAME: &str = "vits_dp";
+/// This family's kernel module (for [`super::warm`]'s voice set).
+pub(crate) const MODULE: Module = Module {
+    name: "vits_dp",
+    src: SRC,
+};
 const THREADS: u32 = 256;
 /// The most spline bins the kernel holds per thread (`SPL_MAX_BINS`).
 pub const SPLINE_MAX_BINS: usize = 32;
@@ -74,16 +77,8 @@ impl std::fmt::Debug for VitsDpOps {
 impl VitsDpOps {
     /// Compiles (or reads from the disk cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<VitsDpOps, CudaError> {
-        let k = load_or_compile(NAME, SRC, &ctx.arch())?;
-        let module = ctx
-            .raw()
-            .load_module(Ptx::from_binary(k.cubin))
-            .map_err(driver_err("cuModuleLoadData"))?;
-        let f = |n: &str| {
-            module
-                .load_function(n)
-                .map_err(driver_err("cuModuleGetFunction"))
-        };
+        let m = LoadedModule::load(ctx, MODULE)?;
+        let f = |n: &str| m.function(n);
         Ok(VitsDpOps {
             dw: f("dw_conv1d")?,
             gelu: f("gelu_f32")?,
