@@ -11,7 +11,7 @@
 use super::compile::{Module, WarmReport, warm_cache};
 use super::{
     CudaError, attention, attn_prefill, conv1d, conv2d, decode, encoder, gemm, gemv, kernels,
-    mx_gemm, rel_encoder, rope_store, sample,
+    mx_gemm, rel_encoder, rope_store, sample, vits_dp,
 };
 
 /// A workload's kernel modules.
@@ -45,7 +45,7 @@ impl KernelSet {
             KernelSet::Chat => chat.to_vec(),
             KernelSet::Embeddings => vec![encoder::MODULE],
             KernelSet::Images => vec![conv2d::MODULE],
-            KernelSet::Voice => vec![conv1d::MODULE, rel_encoder::MODULE],
+            KernelSet::Voice => vec![conv1d::MODULE, rel_encoder::MODULE, vits_dp::MODULE],
             KernelSet::All => {
                 let mut v = chat.to_vec();
                 v.extend([
@@ -53,6 +53,7 @@ impl KernelSet {
                     conv2d::MODULE,
                     conv1d::MODULE,
                     rel_encoder::MODULE,
+                    vits_dp::MODULE,
                     gemm::MODULE,
                     kernels::GEMV_MODULE,
                     kernels::OPS_MODULE,

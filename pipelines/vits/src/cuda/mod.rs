@@ -36,7 +36,9 @@ mod flow_plan;
 
 use std::sync::Arc;
 
-use favlo_runtime::cuda::{Conv1dEpilogue, Conv1dOps, CudaContext, CudaError, DeviceBuffer};
+use favlo_runtime::cuda::{
+    Conv1dEpilogue, Conv1dOps, CudaContext, CudaError, DeviceBuffer, KernelSet, warm_kernels,
+};
 use favlo_runtime::ledger::{self, Owner, SpanKind};
 
 use crate::error::VitsError;
@@ -178,6 +180,8 @@ impl CudaDecoder {
         max_frames: usize,
     ) -> Result<Self, VitsError> {
         let ctx = CudaContext::open(ordinal, None).map_err(dev_err)?;
+        // First run: the voice's kernel modules compiled side by side into the disk cache.
+        warm_kernels(&ctx.arch(), KernelSet::Voice).map_err(dev_err)?;
         let weights = weight_bytes(dec);
         let peak = dec.peak_per_frame() as u64;
         ledger::fit(
