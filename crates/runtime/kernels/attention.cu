@@ -27,11 +27,6 @@ struct RowV {
     float v[P];
 };
 
-__device__ __forceinline__ void h2f2(unsigned u, float& a, float& b) {
-    asm("{.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\tcvt.f32.f16 %1, hi;}"
-        : "=f"(a), "=f"(b) : "r"(u));
-}
-
 __device__ __forceinline__ void load_row(const unsigned short* p, RowV<4>& r) {
     const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
     h2f2(u.x, r.v[0], r.v[1]);

@@ -68,6 +68,7 @@ fn decode_kernels_compile_with_nvrtc_for_sm90a() {
             "attention",
             concat!(
                 include_str!("../kernels/prep32.cuh"),
+                include_str!("../kernels/attn_common.cuh"),
                 include_str!("../kernels/attention.cu"),
                 include_str!("../kernels/attention_onepass.cu")
             ),

@@ -27,9 +27,21 @@ pub use onepass::QkvRope;
 
 const SRC: &str = concat!(
     include_str!("../../kernels/prep32.cuh"),
-    include_str!("../../kernels/attention.cu"),
+    include_str!("../../kernels/attn_common.cuh"),
+    include_str!("../../kernels/attention.cu")
+);
+/// The one-launch kernels, a module of their own: the two compile side by side on a
+/// first run (the one-pass set alone is most of the attention's compile time).
+const ONEPASS_SRC: &str = concat!(
+    include_str!("../../kernels/prep32.cuh"),
+    include_str!("../../kernels/attn_common.cuh"),
     include_str!("../../kernels/attention_onepass.cu")
 );
+/// The one-launch attention's kernel module.
+pub(crate) const ONEPASS_MODULE: Module = Module {
+    name: "attention_onepass",
+    src: ONEPASS_SRC,
+};
 /// This family's kernel module (see [`super::warm`]).
 pub(crate) const MODULE: Module = Module {
     name: "attention",
@@ -195,6 +207,7 @@ impl AttentionDecode {
     /// Compiles (or reads from the cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<AttentionDecode, CudaError> {
         let m = LoadedModule::load(ctx, MODULE)?;
+        let m1 = LoadedModule::load(ctx, ONEPASS_MODULE)?;
         let f = |n: String| m.function(&n);
         let set = |t: &str, suf: &str| -> Result<[CudaFunction; 8], CudaError> {
             let v = (1..=8)
@@ -216,7 +229,7 @@ impl AttentionDecode {
                 f("attn_decode_combine_prep".into())?,
                 f("attn_decode_combine_prep_hd64".into())?,
             ],
-            one: onepass::OnePass::load(ctx, &m.module)?,
+            one: onepass::OnePass::load(ctx, &m1.module)?,
             pdl: false,
             kernel: AttnKernel::Auto,
             light_fence: false,

@@ -35,6 +35,7 @@ impl KernelSet {
         let chat = [
             gemv::MODULE,
             attention::MODULE,
+            attention::ONEPASS_MODULE,
             rope_store::MODULE,
             decode::MODULE,
             attn_prefill::MODULE,
