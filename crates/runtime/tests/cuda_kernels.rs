@@ -8,7 +8,7 @@
 //! K ≤ 4096); norms/softmax/activations/RoPE max abs error ≤ 1e-5·(1+|ref|).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cpu::{RopeLayout, WeightRef, reference};
@@ -19,11 +19,17 @@ use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-fn setup() -> Option<(Arc<CudaContext>, CudaKernels)> {
+/// Held by every device test of this binary for its whole run: the ledger test reads
+/// the process's free device memory before and after its own allocations, which another
+/// test allocating at the same time would move (cargo runs tests on parallel threads).
+static DEVICE: Mutex<()> = Mutex::new(());
+
+fn setup() -> Option<(Arc<CudaContext>, CudaKernels, MutexGuard<'static, ()>)> {
+    let serial = DEVICE.lock().unwrap_or_else(|p| p.into_inner());
     match CudaContext::open(0, None) {
         Ok(ctx) => {
             let k = CudaKernels::load(&ctx).expect("kernels load");
-            Some((ctx, k))
+            Some((ctx, k, serial))
         }
         Err(CudaError::Unavailable { reason }) => {
             if std::env::var("FAVLO_REQUIRE_CUDA").is_ok_and(|v| v == "1") {
@@ -135,7 +141,9 @@ fn check_gemv(
 
 #[test]
 fn gemv_mxfp8_matches_reference() {
-    let Some((ctx, k)) = setup() else { return };
+    let Some((ctx, k, _serial)) = setup() else {
+        return;
+    };
     check_gemv(&ctx, &k, ElementFormat::Fp8E4M3, 67, 1000, 1);
     check_gemv(&ctx, &k, ElementFormat::Fp8E4M3, 256, 4096, 2);
     check_gemv(&ctx, &k, ElementFormat::Fp8E4M3, 5, 96, 3);
@@ -143,7 +151,9 @@ fn gemv_mxfp8_matches_reference() {
 
 #[test]
 fn gemv_mxfp4_matches_reference() {
-    let Some((ctx, k)) = setup() else { return };
+    let Some((ctx, k, _serial)) = setup() else {
+        return;
+    };
     check_gemv(&ctx, &k, ElementFormat::Fp4E2M1, 67, 1000, 4);
     check_gemv(&ctx, &k, ElementFormat::Fp4E2M1, 256, 4096, 5);
     check_gemv(&ctx, &k, ElementFormat::Fp4E2M1, 5, 96, 6);
@@ -151,7 +161,9 @@ fn gemv_mxfp4_matches_reference() {
 
 #[test]
 fn rms_norm_softmax_match_reference() {
-    let Some((ctx, k)) = setup() else { return };
+    let Some((ctx, k, _serial)) = setup() else {
+        return;
+    };
     let mut rng = StdRng::seed_from_u64(7);
     let owner = Owner::mint("cuda-test-ops");
     let (rows, dim) = (7, 4096);
@@ -183,7 +195,9 @@ fn rms_norm_softmax_match_reference() {
 
 #[test]
 fn silu_swiglu_match_reference() {
-    let Some((ctx, k)) = setup() else { return };
+    let Some((ctx, k, _serial)) = setup() else {
+        return;
+    };
     let mut rng = StdRng::seed_from_u64(8);
     let owner = Owner::mint("cuda-test-act");
     let n = 100_003;
@@ -214,7 +228,9 @@ fn silu_swiglu_match_reference() {
 
 #[test]
 fn rope_neox_matches_reference() {
-    let Some((ctx, k)) = setup() else { return };
+    let Some((ctx, k, _serial)) = setup() else {
+        return;
+    };
     let mut rng = StdRng::seed_from_u64(9);
     let owner = Owner::mint("cuda-test-rope");
     for (t, heads, hd, rot) in [(5, 4, 128, 128), (3, 8, 64, 32)] {
@@ -235,7 +251,9 @@ fn rope_neox_matches_reference() {
 
 #[test]
 fn device_memory_goes_through_the_ledger() {
-    let Some((ctx, _k)) = setup() else { return };
+    let Some((ctx, _k, _serial)) = setup() else {
+        return;
+    };
     let (free, total) = ctx.mem_info().unwrap();
     let budget = ctx.ledger().budget();
     assert!(
