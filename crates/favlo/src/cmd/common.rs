@@ -127,8 +127,8 @@ pub fn warm_cuda_kernels(ordinal: usize) {
         .name("cuda-kernels".into())
         .spawn(move || {
             let t0 = std::time::Instant::now();
-            let arch = match CudaContext::open(ordinal, None) {
-                Ok(ctx) => ctx.arch(),
+            let arch = match CudaContext::device_arch(ordinal) {
+                Ok(arch) => arch,
                 Err(e) => {
                     tracing::warn!("CUDA kernel warm-up skipped: {e}");
                     return;

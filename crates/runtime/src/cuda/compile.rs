@@ -9,7 +9,7 @@
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaFunction, CudaModule};
 use cudarc::nvrtc::{Ptx, result, sys};
@@ -178,21 +178,18 @@ pub struct WarmReport {
 /// parallelism), so a first run waits for the slowest module instead of the sum of
 /// them. Loading afterwards ([`LoadedModule::load`]) reads the cache. Without a
 /// usable cache dir nothing is compiled (each load compiles for itself). The first
-/// compile error is returned after every started compile has finished.
+/// compile error is returned after every started compile has finished. Calls in one
+/// process take turns (`favlo serve`'s background warm-up and a model's open), so a
+/// module is never compiled twice at once: the later call finds it cached.
 pub fn warm_cache(arch: &str, modules: &[Module]) -> Result<WarmReport, CudaError> {
+    static TURN: Mutex<()> = Mutex::new(());
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let mut todo = Vec::new();
     let mut cached = 0;
     for m in modules {
         match cache_path(m.name, m.src, arch)? {
             Some(p) if p.is_file() => cached += 1,
-            Some(p) => {
-                if !todo
-                    .iter()
-                    .any(|(t, _): &(Module, PathBuf)| t.name == m.name)
-                {
-                    todo.push((*m, p));
-                }
-            }
+            Some(p) => todo.push((*m, p)),
             None => {
                 return Ok(WarmReport {
                     compiled: Vec::new(),

@@ -61,6 +61,16 @@ pub(crate) fn check_libraries() -> Result<(), CudaError> {
     Ok(())
 }
 
+/// The NVRTC target of compute capability `(major, minor)`: `sm_90a` on Hopper (its
+/// arch-specific features: wgmma, setmaxnreg), else `sm_XY`.
+fn arch_name((ma, mi): (i32, i32)) -> String {
+    if ma == 9 && mi == 0 {
+        "sm_90a".into()
+    } else {
+        format!("sm_{ma}{mi}")
+    }
+}
+
 impl CudaContext {
     /// Whether CUDA can be used here: `Ok(device count)` or why not.
     pub fn probe() -> Result<usize, CudaError> {
@@ -138,12 +148,31 @@ impl CudaContext {
     }
     /// The NVRTC target: `sm_90a` on Hopper (arch-specific features), else `sm_XY`.
     pub fn arch(&self) -> String {
-        let (ma, mi) = self.cc;
-        if ma == 9 && mi == 0 {
-            "sm_90a".into()
-        } else {
-            format!("sm_{ma}{mi}")
+        arch_name(self.cc)
+    }
+
+    /// [`Self::arch`] of device `ordinal`, read from the driver without creating a
+    /// context (no device memory, no ledger): what compiling kernels ahead needs.
+    pub fn device_arch(ordinal: usize) -> Result<String, CudaError> {
+        let count = Self::probe()?;
+        if ordinal >= count {
+            return Err(CudaError::Unavailable {
+                reason: format!("cuda:{ordinal} asked for, but only {count} device(s) exist"),
+            });
         }
+        let ord = i32::try_from(ordinal).map_err(|_| CudaError::Unavailable {
+            reason: format!("cuda:{ordinal}: ordinal out of range"),
+        })?;
+        let dev = drv::result::device::get(ord).map_err(driver_err("cuDeviceGet"))?;
+        use drv::sys::CUdevice_attribute as A;
+        // SAFETY: `dev` was just returned by cuDeviceGet (the driver is initialised by
+        // `probe`).
+        let attr = |a: A| unsafe { drv::result::device::get_attribute(dev, a) };
+        let major = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+            .map_err(driver_err("cuDeviceGetAttribute"))?;
+        let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+            .map_err(driver_err("cuDeviceGetAttribute"))?;
+        Ok(arch_name((major, minor)))
     }
     /// The ledger accounting this device's memory.
     pub fn ledger(&self) -> &Arc<Ledger> {
