@@ -26,27 +26,16 @@
 #![cfg(feature = "cuda")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+mod common;
 
-use favlo_llama::{LlamaRuntime, OpenOptions, WeightFormat, open};
+use std::path::PathBuf;
+
+use common::{cuda_ok, open_on, rel};
+use favlo_llama::LlamaRuntime;
 use favlo_runtime::device::Device;
-use favlo_runtime::ledger::{Ledger, Owner};
 
 const CASES: usize = 5;
 const STEPS: usize = 32;
-
-fn cuda_ok() -> bool {
-    match favlo_runtime::cuda::CudaContext::probe() {
-        Ok(_) => true,
-        Err(e) => {
-            if std::env::var("FAVLO_REQUIRE_CUDA").is_ok_and(|v| v == "1") {
-                panic!("FAVLO_REQUIRE_CUDA=1 but CUDA is unavailable: {e}");
-            }
-            eprintln!("\n**** SKIPPED: {e}; the CUDA chat test did not run ****\n");
-            false
-        }
-    }
-}
 
 fn model_path(env: &str) -> Option<PathBuf> {
     let p = std::env::var_os(env).map(PathBuf::from);
@@ -80,21 +69,6 @@ fn prompts(refs: &str) -> Vec<Vec<u32>> {
         .collect()
 }
 
-fn open_on(path: &Path, device: Device, kv_f16: bool) -> LlamaRuntime {
-    let ledger = Ledger::new(Device::Cpu, None);
-    let owner = Owner::mint("cuda-chat-test");
-    let opts = OpenOptions {
-        format: WeightFormat::Mxfp8,
-        max_context: Some(512),
-        device,
-        kv_f16,
-        // Small chunks, so the prompts below span several (the default is 1024).
-        prefill_chunk: Some(128),
-        ..OpenOptions::default()
-    };
-    open(path, &ledger, &owner, &opts).unwrap()
-}
-
 /// Prompt logits, then `STEPS` pure argmax tokens (no stop tokens).
 fn greedy(rt: &mut LlamaRuntime, prompt: &[u32]) -> (Vec<f32>, Vec<u32>) {
     let v = rt.config().vocab_size;
@@ -114,7 +88,7 @@ fn greedy(rt: &mut LlamaRuntime, prompt: &[u32]) -> (Vec<f32>, Vec<u32>) {
 
 fn compare(env: &str, refs: &str) {
     let Some(path) = model_path(env) else { return };
-    if !cuda_ok() {
+    if !cuda_ok("the CUDA chat test") {
         return;
     }
     let prompts = prompts(refs);
@@ -171,17 +145,10 @@ fn qwen25_cuda_matches_cpu() {
     compare("FAVLO_TEST_QWEN25_GGUF", "qwen25_refs.json");
 }
 
-/// Max |a − b| / max |b|.
-fn rel(a: &[f32], b: &[f32]) -> f32 {
-    assert!(a.iter().all(|x| x.is_finite()), "non-finite logits");
-    let max = b.iter().fold(0f32, |m, x| m.max(x.abs()));
-    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / max
-}
-
 /// Batched chunk prefill (and the decode step after it) against the token loop.
 fn prefill_matches_token_loop(env: &str, refs: &str) {
     let Some(path) = model_path(env) else { return };
-    if !cuda_ok() {
+    if !cuda_ok("the CUDA chat test") {
         return;
     }
     let mut cases = prompts(refs);
@@ -253,7 +220,7 @@ fn smollm2_cuda_complete_is_the_greedy_text() {
     let Some(path) = model_path("FAVLO_TEST_SMOLLM2_GGUF") else {
         return;
     };
-    if !cuda_ok() {
+    if !cuda_ok("the CUDA chat test") {
         return;
     }
     let mut rt = open_on(&path, Device::Cuda(0), true);

@@ -21,11 +21,14 @@
 #![cfg(feature = "cuda")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
 
-use favlo_llama::{LlamaRuntime, OpenOptions, WeightFormat, open};
+use common::{cuda_ok, open_on, rel};
+use favlo_llama::LlamaRuntime;
+use favlo_llama::sampler::SplitMix64;
 use favlo_runtime::device::Device;
-use favlo_runtime::ledger::{Ledger, Owner};
 
 const HIDDEN: usize = 256;
 const HEADS: usize = 4;
@@ -36,31 +39,9 @@ const LAYERS: usize = 3;
 const VOCAB: usize = 384;
 const STEPS: usize = 24;
 
-fn cuda_ok() -> bool {
-    match favlo_runtime::cuda::CudaContext::probe() {
-        Ok(_) => true,
-        Err(e) => {
-            if std::env::var("FAVLO_REQUIRE_CUDA").is_ok_and(|v| v == "1") {
-                panic!("FAVLO_REQUIRE_CUDA=1 but CUDA is unavailable: {e}");
-            }
-            eprintln!("\n**** SKIPPED: {e}; the CUDA Qwen3 test did not run ****\n");
-            false
-        }
-    }
-}
-
-/// splitmix64: a seeded stream of uniform values in [-1, 1).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f32 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
+/// Uniform in [-1, 1) from the top 24 bits of the next SplitMix64 output.
+fn uniform(rng: &mut SplitMix64) -> f32 {
+    ((rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
 }
 
 /// Writes the checkpoint directory: config.json and one f32 safetensors file.
@@ -84,11 +65,13 @@ fn write_checkpoint(dir: &Path) {
         "eos_token_id": 2,
     });
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-    let mut rng = Rng(0x5eed_0003);
+    let mut rng = SplitMix64::new(0x5eed_0003);
     let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
     let mut add = |name: String, shape: Vec<usize>, centre: f32, spread: f32| {
         let n = shape.iter().product();
-        let v = (0..n).map(|_| centre + spread * rng.next()).collect();
+        let v = (0..n)
+            .map(|_| centre + spread * uniform(&mut rng))
+            .collect();
         tensors.push((name, shape, v));
     };
     let lin = |fan_in: usize| 1.7 / (fan_in as f32).sqrt();
@@ -165,28 +148,6 @@ fn write_checkpoint(dir: &Path) {
     std::fs::write(dir.join("model.safetensors"), bytes).unwrap();
 }
 
-fn open_on(dir: &Path, device: Device, kv_f16: bool) -> LlamaRuntime {
-    let ledger = Ledger::new(Device::Cpu, None);
-    let owner = Owner::mint("cuda-qwen3-test");
-    let opts = OpenOptions {
-        format: WeightFormat::Mxfp8,
-        max_context: Some(512),
-        device,
-        kv_f16,
-        // Small chunks, so the prompts below span several (the default is 1024).
-        prefill_chunk: Some(128),
-        ..OpenOptions::default()
-    };
-    open(dir, &ledger, &owner, &opts).unwrap()
-}
-
-/// Max |a − b| / max |b|.
-fn rel(a: &[f32], b: &[f32]) -> f32 {
-    assert!(a.iter().all(|x| x.is_finite()), "non-finite logits");
-    let max = b.iter().fold(0f32, |m, x| m.max(x.abs()));
-    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / max
-}
-
 /// The prompt's last logits, then `STEPS` argmax tokens and the smallest top-2 gap.
 fn greedy(rt: &mut LlamaRuntime, prompt: &[u32]) -> (Vec<f32>, Vec<u32>, f32) {
     let m = rt.model();
@@ -210,12 +171,12 @@ fn greedy(rt: &mut LlamaRuntime, prompt: &[u32]) -> (Vec<f32>, Vec<u32>, f32) {
 }
 
 fn prompts() -> Vec<Vec<u32>> {
-    let mut rng = Rng(77);
+    let mut rng = SplitMix64::new(77);
     [1usize, 9, 77, 301]
         .iter()
         .map(|&n| {
             (0..n)
-                .map(|_| ((rng.next() + 1.0) * 0.5 * (VOCAB - 3) as f32) as u32 + 3)
+                .map(|_| ((uniform(&mut rng) + 1.0) * 0.5 * (VOCAB - 3) as f32) as u32 + 3)
                 .collect()
         })
         .collect()
@@ -223,7 +184,7 @@ fn prompts() -> Vec<Vec<u32>> {
 
 #[test]
 fn qwen3_cuda_batched_prefill_matches_cpu_and_token_loop() {
-    if !cuda_ok() {
+    if !cuda_ok("the CUDA Qwen3 test") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,47 @@
+//! What the CUDA chat tests share: the skip rule, opening a model on a device with the
+//! tests' settings, and the logits metric.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use favlo_llama::{LlamaRuntime, OpenOptions, WeightFormat, open};
+use favlo_runtime::device::Device;
+use favlo_runtime::ledger::{Ledger, Owner};
+
+/// True when CUDA is usable; else prints a loud skip naming `what` (or panics under
+/// `FAVLO_REQUIRE_CUDA=1`).
+pub fn cuda_ok(what: &str) -> bool {
+    match favlo_runtime::cuda::CudaContext::probe() {
+        Ok(_) => true,
+        Err(e) => {
+            if std::env::var("FAVLO_REQUIRE_CUDA").is_ok_and(|v| v == "1") {
+                panic!("FAVLO_REQUIRE_CUDA=1 but CUDA is unavailable: {e}");
+            }
+            eprintln!("\n**** SKIPPED: {e}; {what} did not run ****\n");
+            false
+        }
+    }
+}
+
+/// `path` opened on `device` with MXFP8 weights, a 512-token context and 128-token
+/// prefill chunks (so the tests' prompts span several; the default is 1024).
+pub fn open_on(path: &Path, device: Device, kv_f16: bool) -> LlamaRuntime {
+    let ledger = Ledger::new(Device::Cpu, None);
+    let owner = Owner::mint("cuda-llama-test");
+    let opts = OpenOptions {
+        format: WeightFormat::Mxfp8,
+        max_context: Some(512),
+        device,
+        kv_f16,
+        prefill_chunk: Some(128),
+        ..OpenOptions::default()
+    };
+    open(path, &ledger, &owner, &opts).unwrap()
+}
+
+/// Max |a − b| / max |b| (`a` must be finite).
+pub fn rel(a: &[f32], b: &[f32]) -> f32 {
+    assert!(a.iter().all(|x| x.is_finite()), "non-finite logits");
+    let max = b.iter().fold(0f32, |m, x| m.max(x.abs()));
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / max
+}
