@@ -5,13 +5,14 @@
 // gemv_mx*_ring{2,3,4} (per-warp shared-memory ring, cp.async), gemv_mx*_tma{2,3,4}
 // (the ring filled by bulk copies), and timing probes; docs/CUDA.md has the figures.
 //
-// Weights: the favlo-mx codes (FP4: element 0 in the low nibble; one E8M0 scale per
-// 32 values), re-tiled on upload (`MxTiled`, src/cuda/gemv.rs; described at the kernel).
+// Weights: the favlo-mx codes (one E8M0 scale per 32 values; FP4 words re-encoded, see
+// `a_frag<4>`), re-tiled on upload (`MxTiled`, src/cuda/gemv.rs; described at the kernel).
 //
 // Why tensor cores for a GEMV: the CUDA-core version spent ~4 instructions per value
 // (decode, f16->f32 widen, FFMA) and was issue-bound at 35% of copy bandwidth. Here
-// weights are decoded to f16x2 (FP4: shifts and masks to E4M3 bytes, value x 2^-6,
-// exact, then like FP8 the hardware cvt.rn.f16x2.e4m3x2, exact) and fed to mma.sync.m16n8k16 (f32 accumulate),
+// weights are decoded to f16x2 (FP4: shifts and masks of words re-encoded on upload,
+// value x 2^-14, exact; FP8: the hardware cvt.rn.f16x2.e4m3x2, exact) and fed to
+// mma.sync.m16n8k16 (f32 accumulate),
 // which does the multiply-adds and the widening for free.
 //
 // x keeps ~22 bits: `gemv_prep_x` splits x, per 32-value block scaled by 2^e so the
@@ -90,30 +91,35 @@ __device__ __forceinline__ unsigned e4m3x2_hi(unsigned v) {
     return r;
 }
 
-// Eight E2M1 nibbles (element e at bits 4e..4e+3) -> E4M3 bytes, value x 2^-6 (exact:
-// the nibble's e e m become the E4M3 exponent's low two bits and mantissa's top bit):
-// even elements (0,2,4,6) in the bytes of `lo`, odd elements (1,3,5,7) in `hi`.
-__device__ __forceinline__ void fp4_to_e4m3(unsigned w, unsigned& lo, unsigned& hi) {
-    hi = (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
-    lo = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
-}
-
 // The A fragments of k-step s of one 16-byte piece of one row: (first pair, second
 // pair) = permuted positions (4s, 4s+1), (4s+2, 4s+3) of the piece's values; within
 // every 8 values the k order is (0,2,4,6,1,3,5,7).
 template <int FMT>
 __device__ __forceinline__ void a_frag(const uint4& w, int s, unsigned& p0, unsigned& p1);
 
-// FP4: 32 nibbles = one block, 8 k-steps; step s uses word s/2, even elements (s even)
-// or odd ones, through E4M3 bytes and the hardware E4M3 -> f16x2 conversion.
+// FP4: 32 codes = one block, 8 k-steps; step s uses word s/2, even elements (s even)
+// or odd ones. The words are re-encoded on upload (`fp4_gemv_word` in gemv.rs) so that
+// each f16x2 fragment is a few shifts and masks away, with no conversion instruction:
+// an E2M1 code s|e1 e0|m placed as f16 bits 15|11 10|9 (others 0) is its value x 2^-14
+// exactly (e = 0 is the f16 subnormal m x 2^-15, e > 0 the normal (1 + m/2) 2^(e-15)).
+// Element -> bits of the stored word (eem field low bit first, then the sign bit):
+//   el0: 9..11, 15    el2: 25..27, 31   -> (el0, el2) = w & 0x8E008E00
+//   el4: 6..8, 12     el6: 22..24, 28   -> (el4, el6) = (w << 3) & 0x8E008E00
+//   el1: 0..2, 14     el3: 16..18, 30   -> (el1, el3): eem << 9, sign << 1
+//   el5: 3..5, 13     el7: 19..21, 29   -> (el5, el7): eem << 6, sign << 2
+// Six logic ops and five shifts per 8 values (the shifts compile to IMAD.SHL, on the
+// FMA pipe); the E4M3 route before it took ten ALU-pipe instructions (shifts, masks
+// and four F2FP conversions), and the ALU pipe bounded this kernel.
 template <>
 __device__ __forceinline__ void a_frag<4>(const uint4& w, int s, unsigned& p0, unsigned& p1) {
     const unsigned v = (s >> 1) == 0 ? w.x : (s >> 1) == 1 ? w.y : (s >> 1) == 2 ? w.z : w.w;
-    unsigned lo, hi;
-    fp4_to_e4m3(v, lo, hi);
-    const unsigned b = (s & 1) ? hi : lo;
-    p0 = e4m3x2(b);
-    p1 = e4m3x2_hi(b);
+    if ((s & 1) == 0) {
+        p0 = v & 0x8E008E00u;
+        p1 = (v << 3) & 0x8E008E00u;
+    } else {
+        p0 = ((v << 9) & 0x0E000E00u) | ((v << 1) & 0x80008000u);
+        p1 = ((v << 6) & 0x0E000E00u) | ((v << 2) & 0x80008000u);
+    }
 }
 
 // FP8: 16 bytes = half a block, 4 k-steps; step s uses words 2(s/2), 2(s/2)+1, bytes
@@ -157,7 +163,7 @@ __device__ __forceinline__ void gemv_mma_body(const unsigned char* __restrict__ 
     constexpr int STEPS = (FMT == 4) ? 8 : 4;    // k-steps per piece
     constexpr int XB = (FMT == 4) ? 8 : 4;       // x blocks per chunk
     constexpr int SB = (FMT == 4) ? 256 : 128;   // scale bytes per tile chunk
-    const float unbias = (FMT == 4) ? 64.0f : 1.0f;
+    const float unbias = (FMT == 4) ? 16384.0f : 1.0f;  // FP4 fragments are value x 2^-14
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int tile = blockIdx.x;
@@ -303,7 +309,7 @@ __device__ __forceinline__ void chunk_mma(const uint4 (&q)[8], uint2 sc,
                                           float (&acc)[4]) {
     constexpr int STEPS = (FMT == 4) ? 8 : 4;
     constexpr int XB = (FMT == 4) ? 8 : 4;
-    const float unbias = (FMT == 4) ? 64.0f : 1.0f;
+    const float unbias = (FMT == 4) ? 16384.0f : 1.0f;  // FP4 fragments are value x 2^-14
     const float* xf = reinterpret_cast<const float*>(xb + XB * 128);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -552,7 +558,7 @@ __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__
     constexpr int XB = RingStage<FMT>::XB;
     constexpr int STAGE = RingStage<FMT>::BYTES;
     static_assert(STAGE % 16 == 0, "stage alignment");
-    const float unbias = (FMT == 4) ? 64.0f : 1.0f;
+    const float unbias = (FMT == 4) ? 16384.0f : 1.0f;  // FP4 fragments are value x 2^-14
     extern __shared__ __align__(16) unsigned char ring_smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;

@@ -1,7 +1,7 @@
 // MX matrices and prepared x rows as bf16 operands for cuBLASLt (`cuda/mx_bf16.rs`).
 //
-// `mx_tiled_to_bf16`: a matrix re-tiled for the tensor-core GEMV (`tile_mx`) back to
-// row-major bf16 [rows, kp] with its E8M0 block scales applied. Exact: an E4M3 code has
+// `mx_tiled_to_bf16`: a matrix re-tiled for the tensor-core GEMV (`tile_mx`, FP4 words
+// re-encoded) back to row-major bf16 [rows, kp] with its E8M0 block scales applied. Exact: an E4M3 code has
 // at most 4 significant bits and an E2M1 code 2, bf16 keeps 8 and f32's exponent range.
 //
 // `xprep_split_bf16`: rows of an x preparation ((hi + lo)·2^-e per 32-value block,
@@ -30,6 +30,15 @@ __device__ __forceinline__ float e4m3(u8 b) {
         v = __int_as_float(((e + 120u) << 23) | (m << 20));  // (1 + m/8) · 2^(e-7)
     }
     return (b & 0x80) ? -v : v;
+}
+
+// Element e's E2M1 code from a word of the GEMV's FP4 tiles: the GEMV stores each code's
+// exponent-mantissa field and sign bit where its fragments want them (`FP4_PLACE` in
+// gemv.rs, `a_frag<4>` in gemv_mma.cu).
+__device__ __forceinline__ u32 fp4_code(u32 w, int e) {
+    const int field[8] = {9, 0, 25, 16, 6, 3, 22, 19};
+    const int sign[8] = {15, 14, 31, 30, 12, 13, 28, 29};
+    return ((w >> field[e]) & 7u) | (((w >> sign[e]) & 1u) << 3);
 }
 
 __device__ __forceinline__ float e2m1(u32 c) {
@@ -87,13 +96,12 @@ extern "C" __global__ void mx_tiled_to_bf16(const u8* __restrict__ data,
             const float s = e8m0(scales[tc * 256 + lane * 8 + i * 2 + j]);
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-                // Word q: 8 codes, low nibble first, values 8q .. 8q + 7.
+                // Word q: values 8q .. 8q + 7, re-encoded for the GEMV (`fp4_code`).
                 u32 o[4];
 #pragma unroll
                 for (int h = 0; h < 4; ++h) {
-                    const u32 b = (w[q] >> (8 * h)) & 0xffu;
-                    o[h] = (u32)bf16_bits(e2m1(b) * s) |
-                           ((u32)bf16_bits(e2m1(b >> 4) * s) << 16);
+                    o[h] = (u32)bf16_bits(e2m1(fp4_code(w[q], 2 * h)) * s) |
+                           ((u32)bf16_bits(e2m1(fp4_code(w[q], 2 * h + 1)) * s) << 16);
                 }
                 dst[q] = make_uint4(o[0], o[1], o[2], o[3]);
             }

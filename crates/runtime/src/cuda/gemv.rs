@@ -97,8 +97,49 @@ fn scale_tile_bytes(format: ElementFormat) -> usize {
     }
 }
 
-/// Re-tiles a favlo-mx matrix for the tensor-core GEMV. For row tile T (32 rows, zero
-/// rows past the end) and 128-byte chunk c of the data row: 4096 bytes ordered
+/// Where each element's code of an FP4 word goes in the GEMV's stored word: (low bit of
+/// the 3-bit exponent-mantissa field, sign bit), for elements 0..8 of the favlo-mx word
+/// (element e at bits 4e..4e+3). The kernel (`a_frag<4>` in gemv_mma.cu) turns each pair
+/// of elements into an f16x2 fragment with one or two shifts and masks: the field lands
+/// on f16 bits 9..11 and the sign on bit 15 (or 25..27 and 31), which is the E2M1 value
+/// times 2^-14 exactly.
+const FP4_PLACE: [(u32, u32); 8] = [
+    (9, 15),
+    (0, 14),
+    (25, 31),
+    (16, 30),
+    (6, 12),
+    (3, 13),
+    (22, 28),
+    (19, 29),
+];
+
+/// Re-encodes one little-endian word of 8 FP4 codes for the tensor-core GEMV.
+pub(crate) fn fp4_gemv_word(w: u32) -> u32 {
+    let mut out = 0u32;
+    for (e, &(field, sign)) in FP4_PLACE.iter().enumerate() {
+        let code = (w >> (4 * e)) & 0xf;
+        out |= (code & 7) << field;
+        out |= (code >> 3) << sign;
+    }
+    out
+}
+
+/// The favlo-mx word back from a GEMV word (the inverse of [`fp4_gemv_word`]; the tests'
+/// reference).
+#[cfg(test)]
+pub(crate) fn fp4_favlo_word(w: u32) -> u32 {
+    let mut out = 0u32;
+    for (e, &(field, sign)) in FP4_PLACE.iter().enumerate() {
+        let code = ((w >> field) & 7) | (((w >> sign) & 1) << 3);
+        out |= code << (4 * e);
+    }
+    out
+}
+
+/// Re-tiles a favlo-mx matrix for the tensor-core GEMV (FP4 words re-encoded by
+/// [`fp4_gemv_word`]). For row tile T (32 rows, zero rows past the end) and 128-byte
+/// chunk c of the data row: 4096 bytes ordered
 /// [i 4][j 2][lane 32][16 B], lane = 4g + t holding row 32T + g + 8i, bytes
 /// 128c + 64j + 16t; then per (T, c) the scales, 8 bytes [i 4][j 2] per lane (FP4,
 /// block 8c + 4j + t) or per lane pair p = lane/2 (FP8, block 4c + 2j + p%2).
@@ -134,6 +175,12 @@ pub fn tile_mx(view: MxView<'_>) -> MxTiledHost {
                         let s = row * drb + 128 * c + 64 * j + 16 * t;
                         let d = (tc * 8 + i * 2 + j) * 512 + lane * 16;
                         out[d..d + 16].copy_from_slice(&src[s..s + 16]);
+                        if fp4 {
+                            for word in out[d..d + 16].chunks_exact_mut(4) {
+                                let w = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+                                word.copy_from_slice(&fp4_gemv_word(w).to_le_bytes());
+                            }
+                        }
                     }
                 }
             }
@@ -792,7 +839,10 @@ fn launch_pdl(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::{SmemLimits, ring_config, ring_stage_bytes, tile_mx, warps_per_block};
+    use super::{
+        SmemLimits, fp4_favlo_word, fp4_gemv_word, ring_config, ring_stage_bytes, tile_mx,
+        warps_per_block,
+    };
     use favlo_mx::{ElementFormat, MxLayout, MxView};
 
     /// Every code byte and scale byte lands where the kernel reads it (independent
@@ -815,7 +865,14 @@ mod tests {
                     let (c, j, t4, b) =
                         (byte / 128, (byte % 128) / 64, (byte % 64) / 16, byte % 16);
                     let lane = g * 4 + t4;
-                    let got = t.bytes[((tile * chunks + c) * 8 + i * 2 + j) * 512 + lane * 16 + b];
+                    let off = ((tile * chunks + c) * 8 + i * 2 + j) * 512 + lane * 16;
+                    let got = if fp4 {
+                        let w0 = off + b / 4 * 4;
+                        let w = u32::from_le_bytes(t.bytes[w0..w0 + 4].try_into().unwrap());
+                        fp4_favlo_word(w).to_le_bytes()[b % 4]
+                    } else {
+                        t.bytes[off + b]
+                    };
                     let want = if row < l.rows {
                         src[row * l.data_row_bytes() + byte]
                     } else {
@@ -834,6 +891,46 @@ mod tests {
                         0
                     };
                     assert_eq!(got_s, want_s, "{format:?} scale row {row} byte {byte}");
+                }
+            }
+        }
+    }
+
+    /// The kernel's FP4 fragments (`a_frag<4>`, restated here) are the E2M1 values
+    /// times 2^-14 for every code at every element position, whatever the other codes of
+    /// the word, and the re-encoding round-trips.
+    #[test]
+    fn fp4_fragments_are_the_values() {
+        let frags = |v: u32| -> [u32; 4] {
+            [
+                v & 0x8E00_8E00,
+                (v << 3) & 0x8E00_8E00,
+                ((v << 9) & 0x0E00_0E00) | ((v << 1) & 0x8000_8000),
+                ((v << 6) & 0x0E00_0E00) | ((v << 2) & 0x8000_8000),
+            ]
+        };
+        // (fragment, half) holding element e: even elements in fragments 0 and 1, odd
+        // ones in 2 and 3, first of each pair in the low half.
+        let slot = |e: usize| -> (usize, usize) { ((e % 2) * 2 + e / 4, (e / 2) % 2) };
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        for e in 0..8 {
+            for code in 0..16u32 {
+                for _ in 0..16 {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1);
+                    let others = (state >> 32) as u32 & !(0xf << (4 * e));
+                    let w = others | (code << (4 * e));
+                    let g = fp4_gemv_word(w);
+                    assert_eq!(fp4_favlo_word(g), w);
+                    let (f, h) = slot(e);
+                    let bits = (frags(g)[f] >> (16 * h)) as u16;
+                    let got = half::f16::from_bits(bits).to_f32() * 16384.0;
+                    let want = favlo_mx::decode_fp4_e2m1(code as u8);
+                    assert!(
+                        got == want && got.is_sign_negative() == want.is_sign_negative(),
+                        "element {e} code {code:#x}: {got} vs {want}"
+                    );
                 }
             }
         }
