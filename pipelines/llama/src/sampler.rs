@@ -394,7 +394,7 @@ mod tests {
             let logits: Vec<f32> = (0..vocab)
                 .map(|_| {
                     let x = ((g.next_f64() + g.next_f64() + g.next_f64() - 1.5) * spread) as f32;
-                    if case % 7 == 3 && g.next_u64() % 4 == 0 {
+                    if case % 7 == 3 && g.next_u64().is_multiple_of(4) {
                         f32::NEG_INFINITY
                     } else if quant {
                         (x * 2.0).round() / 2.0

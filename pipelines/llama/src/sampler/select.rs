@@ -45,10 +45,10 @@ pub(super) fn cross(v: &mut [Cand], t: f64, reach: bool) -> usize {
         if rounds > 64 {
             // Pivots this unlucky are not expected; finish with a sort and a walk.
             v[lo..hi].sort_unstable_by(order);
-            for i in lo..hi {
-                base += v[i].w;
+            for (i, c) in v[lo..hi].iter().enumerate() {
+                base += c.w;
                 if inside(base) {
-                    return i;
+                    return lo + i;
                 }
             }
             return hi - 1;
