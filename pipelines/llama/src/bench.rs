@@ -10,7 +10,9 @@ use std::time::Instant;
 
 use crate::error::LlamaError;
 use crate::runtime::LlamaRuntime;
-use crate::sampler::{SplitMix64, argmax};
+use favlo_pipeline::SamplingParams;
+
+use crate::sampler::{Sampler, SplitMix64};
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -21,6 +23,9 @@ pub struct BenchOptions {
     pub decode_tokens: usize,
     /// Rayon threads.
     pub threads: usize,
+    /// Decode by sampling at this temperature (OpenAI's other defaults: top-p 1, no
+    /// top-k, min-p or penalties; a fixed seed) instead of greedily; 0 = greedy.
+    pub temperature: f32,
 }
 
 impl Default for BenchOptions {
@@ -29,6 +34,7 @@ impl Default for BenchOptions {
             prompt_tokens: 128,
             decode_tokens: 64,
             threads: 1,
+            temperature: 0.0,
         }
     }
 }
@@ -82,18 +88,26 @@ pub fn bench(rt: &mut LlamaRuntime, opts: &BenchOptions) -> Result<BenchReport, 
         .map(|_| (lo + rng.next_u64() % (vocab - lo)) as u32)
         .collect();
     rt.cached.clear();
+    let params = SamplingParams {
+        temperature: opts.temperature,
+        seed: Some(42),
+        ..SamplingParams::default()
+    };
+    let mut sampler = Sampler::new(&params, &prompt);
     let result = pool.install(|| -> Result<BenchReport, LlamaError> {
         let model = &mut rt.model;
         let logits = &mut rt.logits;
-        // Greedy, as `generate` runs it: on a model that takes the argmax where the
-        // logits are (CUDA), only the chosen token comes back.
-        let on_device = model.argmax_on_device();
+        // As `generate` runs a step without penalties: on a model that picks tokens
+        // where the logits are (CUDA), only the chosen token comes back.
+        let on_device = model.chooses_on_device();
         let mut step = |ids: &[u32], n_past: usize| -> Result<u32, LlamaError> {
-            if on_device && let Some(t) = model.forward_argmax(ids, n_past)? {
+            if on_device
+                && let Some(t) = model.forward_choose(ids, n_past, &sampler.device_choice())?
+            {
                 return Ok(t);
             }
             model.forward(ids, n_past, logits, false)?;
-            Ok(argmax(logits) as u32)
+            Ok(sampler.choose(logits))
         };
         // Warm-up: touch the weights and the thread pool once; on a device, the whole
         // timed path (first launches of each kernel and GEMM shape load lazily).

@@ -20,6 +20,7 @@ use favlo_pipeline::{
 };
 
 use crate::error::LlamaError;
+use crate::model::DeviceChoice;
 use crate::runtime::LlamaRuntime;
 use crate::sampler::{Sampler, logprobs};
 
@@ -88,13 +89,14 @@ impl LlamaRuntime {
             .min(prompt.len() - 1);
         self.cached.truncate(reuse);
         let mut sampler = Sampler::new(p.sampling, prompt);
-        // A plain greedy step on a model that picks its argmax where the logits are
-        // (CUDA) copies back one token instead of the logits.
-        let on_device = self.model.argmax_on_device()
-            && sampler.plain_greedy()
+        // On a model that picks tokens where the logits are (CUDA), a step without
+        // penalties, logprobs or grammar copies back one token instead of the logits.
+        let on_device = self.model.chooses_on_device()
+            && sampler.penalty_free()
             && p.logprobs.is_none()
             && p.grammar.is_none();
-        let mut next = self.run(&prompt[reuse..], reuse, on_device)?;
+        let choice = on_device.then(|| sampler.device_choice());
+        let mut next = self.run(&prompt[reuse..], reuse, choice)?;
         self.cached.extend_from_slice(&prompt[reuse..]);
         let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
         let t1 = Instant::now();
@@ -135,7 +137,8 @@ impl LlamaRuntime {
                 break;
             }
             let n_past = self.cached.len();
-            next = self.run(&[tok], n_past, on_device)?;
+            let choice = on_device.then(|| sampler.device_choice());
+            next = self.run(&[tok], n_past, choice)?;
             self.cached.push(tok);
         }
         Ok(Generated {
@@ -149,18 +152,18 @@ impl LlamaRuntime {
 }
 
 impl LlamaRuntime {
-    /// Runs `ids` at `n_past..`: with `argmax` the device's greedy choice of the next
-    /// token (`Some`), else the logits into `self.logits` (`None`).
+    /// Runs `ids` at `n_past..`: with a `choice` the device's pick of the next token
+    /// (`Some`), else the logits into `self.logits` (`None`).
     fn run(
         &mut self,
         ids: &[u32],
         n_past: usize,
-        argmax: bool,
+        choice: Option<DeviceChoice>,
     ) -> Result<Option<u32>, PipelineError> {
-        if argmax
+        if let Some(c) = choice
             && let Some(t) = self
                 .model
-                .forward_argmax(ids, n_past)
+                .forward_choose(ids, n_past, &c)
                 .map_err(LlamaError::into_pipeline)?
         {
             return Ok(Some(t));

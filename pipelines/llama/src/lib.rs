@@ -32,6 +32,6 @@ pub use bench::{BenchOptions, BenchReport, bench};
 pub use config::{Arch, LlamaConfig, RopeScaling};
 pub use error::LlamaError;
 pub use generate::{GenerateParams, Generated, Step, TokenScore};
-pub use model::{CHUNK, LlamaModel};
+pub use model::{CHUNK, DeviceChoice, LlamaModel};
 pub use runtime::{LlamaRuntime, OpenOptions, check_device, open};
 pub use weights::WeightFormat;

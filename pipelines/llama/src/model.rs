@@ -68,6 +68,29 @@ pub(crate) fn scratch_bytes(cfg: &LlamaConfig) -> u64 {
         * 4) as u64
 }
 
+/// One token choice made where the logits are ([`LlamaModel::forward_choose`]): the host
+/// sampler's parameters without penalties and the draw in [0, 1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DeviceChoice {
+    /// `<= 0`: greedy.
+    pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub uniform: f64,
+}
+
+impl DeviceChoice {
+    /// The argmax.
+    pub const GREEDY: DeviceChoice = DeviceChoice {
+        temperature: 0.0,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        uniform: 0.0,
+    };
+}
+
 /// A loaded model with its KV cache.
 pub struct LlamaModel {
     cfg: LlamaConfig,
@@ -184,30 +207,45 @@ impl LlamaModel {
         self.w.bytes()
     }
 
-    /// Whether [`Self::forward_argmax`] picks greedy tokens on the device (a model on
-    /// CUDA), so the caller need not copy logits back for a plain greedy step.
-    pub fn argmax_on_device(&self) -> bool {
+    /// Whether [`Self::forward_choose`] picks tokens on the device (a model on CUDA),
+    /// so the caller need not copy logits back for a step without penalties.
+    /// `FAVLO_CUDA_SAMPLE=host` says no (the logits come back to the host sampler; for
+    /// comparisons).
+    pub fn chooses_on_device(&self) -> bool {
         #[cfg(feature = "cuda")]
         if self.cuda.is_some() {
-            return true;
+            return std::env::var("FAVLO_CUDA_SAMPLE").map_or(true, |v| v != "host");
         }
         false
     }
 
-    /// Runs `ids` like [`Self::forward`] and returns the last token's argmax (the
-    /// largest logit, the lowest id among equals) chosen where the logits are: on the
-    /// device for a model on CUDA (8 bytes come back); `None` on the CPU, where the
-    /// caller runs [`Self::forward`] and its own sampler instead.
-    pub fn forward_argmax(
+    /// Runs `ids` like [`Self::forward`] and returns the last token chosen where the
+    /// logits are, by the host sampler's rule without penalties: the argmax (the
+    /// largest logit, the lowest id among equals) when `choice` is greedy, else the
+    /// temperature / top-k / top-p / min-p draw at `choice.uniform`. On the device for
+    /// a model on CUDA (8 bytes come back); `None` on the CPU, where the caller runs
+    /// [`Self::forward`] and its own sampler instead.
+    pub fn forward_choose(
         &mut self,
         ids: &[u32],
         n_past: usize,
+        choice: &DeviceChoice,
     ) -> Result<Option<u32>, LlamaError> {
         self.check_ids(ids, n_past)?;
         #[cfg(feature = "cuda")]
         if let Some(c) = self.cuda.as_mut() {
-            return c.forward_argmax(&self.w.embed, ids, n_past).map(Some);
+            let p = favlo_runtime::cuda::SampleParams {
+                temperature: choice.temperature,
+                top_k: choice.top_k,
+                top_p: choice.top_p,
+                min_p: choice.min_p,
+            };
+            return c
+                .forward_choose(&self.w.embed, ids, n_past, &p, choice.uniform)
+                .map(Some);
         }
+        #[cfg(not(feature = "cuda"))]
+        let _ = choice;
         Ok(None)
     }
 

@@ -17,6 +17,8 @@ use std::hash::{BuildHasher, Hasher};
 
 use favlo_pipeline::SamplingParams;
 
+use crate::model::DeviceChoice;
+
 mod select;
 use select::Cand;
 
@@ -83,15 +85,30 @@ impl Sampler {
         self.seen.insert(token, ());
     }
 
-    /// True when [`Self::choose`] is the plain argmax of the raw logits: greedy
-    /// (temperature ≤ 0 or not finite) and no penalty changes any logit.
-    pub fn plain_greedy(&self) -> bool {
-        let t = self.p.temperature;
+    /// True when no penalty changes any logit, so [`Self::choose`] depends on the raw
+    /// logits alone and the choice can be made where they are ([`Self::device_choice`]).
+    pub fn penalty_free(&self) -> bool {
         let r = self.p.repetition_penalty;
-        (t <= 0.0 || !t.is_finite())
-            && (r == 1.0 || r <= 0.0)
-            && self.p.presence_penalty == 0.0
-            && self.p.frequency_penalty == 0.0
+        (r == 1.0 || r <= 0.0) && self.p.presence_penalty == 0.0 && self.p.frequency_penalty == 0.0
+    }
+
+    /// The next step's choice as a model that picks tokens where the logits are takes
+    /// it: the parameters and, when sampling, the draw that [`Self::choose`] would take
+    /// from this sampler's generator (consumed here, once per step, as `choose` does),
+    /// so a seeded generation picks the same tokens either way except for a draw within
+    /// ~1e-6 of a boundary. Only meaningful when [`Self::penalty_free`].
+    pub fn device_choice(&mut self) -> DeviceChoice {
+        let t = self.p.temperature;
+        if t <= 0.0 || !t.is_finite() {
+            return DeviceChoice::GREEDY;
+        }
+        DeviceChoice {
+            temperature: t,
+            top_k: self.p.top_k,
+            top_p: self.p.top_p,
+            min_p: self.p.min_p,
+            uniform: self.rng.next_f64(),
+        }
     }
 
     /// Apply the penalties in place.

@@ -14,6 +14,8 @@
 //!   5 prompts (the agreement rule of the llama.cpp tests; a near-tie may flip;
 //!   measured 5/5 on both models with both caches);
 //! - one chat through `LanguagePipeline::complete` on the device gives the greedy text;
+//! - a sampled chat (temperature 1, top-p 0.9, seeded) picks its tokens with the device
+//!   sampler and gives the text the host sampler gives on the same model and seed;
 //! - the chunked batched prefill (`forward(prompt, .., all = false)`) against the token
 //!   loop over the decode graph (`all = true`) on the same device model: the prompt's
 //!   last logits, the logits of one decode step after it, and a prompt prefilled in two
@@ -240,4 +242,49 @@ fn smollm2_cuda_complete_is_the_greedy_text() {
     assert_eq!(out.text, tok.decode(&greedy_ids[..n], false).unwrap());
     assert_eq!(sink.text, out.text);
     eprintln!("cuda complete: {:?}", out.text);
+}
+
+/// A sampled chat (temperature 1, top-p 0.9, seeded) picks its tokens on the device
+/// (the request has no penalties, logprobs or grammar) and gives the text the host
+/// sampler gives on the same device model with the same seed (the request with
+/// `logprobs`, which copies the logits back and samples on the host): the device rule
+/// is the host's, fed the host's draw, so only a draw within ~1e-6 of a boundary could
+/// differ, on 3 seeds × 2 prompts.
+#[test]
+fn smollm2_cuda_sampled_chat_matches_the_host_sampler() {
+    use favlo_pipeline::StopFlag;
+    use favlo_pipeline::{ChatMessage, CollectSink, CompletionRequest, LanguagePipeline, Role};
+    let Some(path) = model_path("FAVLO_TEST_SMOLLM2_GGUF") else {
+        return;
+    };
+    if !cuda_ok("the CUDA chat test") {
+        return;
+    }
+    let mut rt = open_on(&path, Device::Cuda(0), true);
+    let (mut same, mut runs) = (0, 0);
+    for prompt in ["Tell me a story about a lighthouse.", "List three fruits."] {
+        for seed in [1u64, 2, 3] {
+            let mut req = CompletionRequest::new(vec![ChatMessage::new(Role::User, prompt)]);
+            req.sampling.temperature = 1.0;
+            req.sampling.top_p = 0.9;
+            req.sampling.seed = Some(seed);
+            req.max_tokens = Some(24);
+            let dev = rt
+                .complete(&req, &mut CollectSink::default(), &StopFlag::new())
+                .unwrap();
+            req.logprobs = true;
+            let host = rt
+                .complete(&req, &mut CollectSink::default(), &StopFlag::new())
+                .unwrap();
+            assert!(dev.completion_tokens > 0);
+            runs += 1;
+            if dev.text == host.text {
+                same += 1;
+            } else {
+                eprintln!("seed {seed}: device {:?} vs host {:?}", dev.text, host.text);
+            }
+        }
+    }
+    eprintln!("sampled chat: device sampler = host sampler on {same}/{runs}");
+    assert_eq!(same, runs);
 }

@@ -53,6 +53,11 @@ pub struct ChatBench {
     /// counts only size the host pool).
     #[arg(long, env = "FAVLO_DEVICE", default_value = "cpu")]
     pub device: String,
+    /// Decode by sampling at this temperature (top-p 1, no top-k, a fixed seed), as a
+    /// chat request with OpenAI's defaults does, instead of greedily (0). The anchors
+    /// decode greedily, so the two do not go together.
+    #[arg(long, default_value_t = 0.0, conflicts_with = "anchor")]
+    pub temperature: f32,
 }
 
 /// One measured row: (prefill tok/s, decode tok/s).
@@ -204,6 +209,7 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
                     prompt_tokens: b.prompt,
                     decode_tokens: b.decode,
                     threads: t,
+                    temperature: b.temperature,
                 },
             )?;
             let rate = (r.prefill_tok_s, r.decode_tok_s);

@@ -18,10 +18,11 @@
 //!   projections, which run as exact-operand GEMMs (`MxGemm`); only the last token's
 //!   logits are computed. Models with q/k norms, and `FAVLO_CUDA_PREFILL=loop` (for
 //!   comparisons), use the token loop over the decode step.
-//! - The logits of the last token are copied to the host, where the existing sampler
-//!   runs, so generation, streaming and the `LanguagePipeline` seam are unchanged;
-//!   a plain greedy step (no penalties, logprobs or grammar) instead picks the argmax
-//!   on the device (`forward_argmax`) and copies back 8 bytes.
+//! - A step with no penalties, logprobs or grammar picks its token on the device
+//!   (`forward_choose`: greedy, or temperature / top-k / top-p / min-p with the host
+//!   sampler's draw as the uniform) and copies back 8 bytes; otherwise the logits of
+//!   the last token are copied to the host, where the existing sampler runs, so
+//!   generation, streaming and the `LanguagePipeline` seam are unchanged.
 
 mod prefill;
 mod upload;
@@ -132,7 +133,7 @@ pub(crate) struct CudaLlama {
     chunk: Option<prefill::ChunkBufs>,
     /// Embedded rows of a prefill chunk on the host.
     rows_host: Vec<f32>,
-    /// The greedy device sampler and its 8-byte result.
+    /// The device sampler and its 8-byte result.
     sampler: (DeviceSampler, DeviceBuffer<u32>),
 }
 
@@ -277,7 +278,7 @@ impl CudaLlama {
             ops: DecodeOps::load(&ctx).map_err(e)?,
             prefill: PrefillOps::load(&ctx).map_err(e)?,
         };
-        // The greedy device sampler, loaded now so the first request does not compile it.
+        // The device sampler, loaded now so the first request does not compile it.
         let sampler = (
             DeviceSampler::load(&ctx).map_err(e)?,
             ctx.alloc::<u32>(owner, SpanKind::Scratch, SAMPLE_OUT_LEN)
@@ -398,21 +399,23 @@ impl CudaLlama {
         self.ctx.synchronize().map_err(e)
     }
 
-    /// Runs `ids` like [`Self::forward`] and picks the last token's argmax on the device
-    /// (the host sampler's greedy rule: the largest logit, the lowest id among equals),
-    /// copying back 8 bytes instead of the logits.
-    pub(crate) fn forward_argmax(
+    /// Runs `ids` like [`Self::forward`] and picks the last token on the device with
+    /// the host sampler's rule (`p`, the draw `uniform`; greedy: the largest logit, the
+    /// lowest id among equals), copying back 8 bytes instead of the logits.
+    pub(crate) fn forward_choose(
         &mut self,
         embed: &Matrix,
         ids: &[u32],
         n_past: usize,
+        p: &SampleParams,
+        uniform: f64,
     ) -> Result<u32, LlamaError> {
         let e = dev_err;
         self.advance(embed, ids, n_past)?;
         self.head_graph()?.launch().map_err(e)?;
         let (s, out) = &mut self.sampler;
         let vocab = self.b.logits.len();
-        s.sample(&self.b.logits, vocab, &SampleParams::GREEDY, 0.0, out)
+        s.sample(&self.b.logits, vocab, p, uniform, out)
             .map_err(e)?;
         let (id, _) = s.read(out).map_err(e)?;
         Ok(id)
