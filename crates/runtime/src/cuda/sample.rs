@@ -3,9 +3,11 @@
 //! buffer into an 8-byte result (token id, log-probability).
 //!
 //! Key design choice: the rule is the host sampler's (pipelines/llama `sampler.rs`),
-//! order (logit desc, id asc) included, but found without a sort: one block radix-selects
-//! each prefix boundary (k-th element, top-p mass, the draw) on the logit's 32-bit key and
-//! settles equal logits by id, so a decode step copies back 8 bytes instead of vocab × 4.
+//! order (logit desc, id asc) included, but found without a sort: a grid of blocks (one
+//! per multiprocessor at most, meeting at barriers in the result buffer's scratch)
+//! radix-selects each prefix boundary (k-th element, top-p mass, the draw) on the logit's
+//! 32-bit key and settles equal logits by id, so a decode step copies back 8 bytes
+//! instead of vocab × 4.
 //! The uniform comes from the caller, so a seeded generation stays reproducible and the
 //! kernel is testable against a CPU reference.
 
@@ -26,8 +28,15 @@ pub(crate) const MODULE: Module = Module {
 };
 
 /// Length in `u32`s of the result buffer: token id, then the bits of its f32
-/// log-probability under the unmodified distribution.
-pub const SAMPLE_OUT_LEN: usize = 2;
+/// log-probability under the unmodified distribution, then the kernel's scratch (grid
+/// barrier, per-block partials, histograms: `SmpScratch` in sample.cu, which asserts
+/// that it fits). Allocate it zeroed and keep it for the sampler's later calls: the
+/// barrier's generation word only grows.
+pub const SAMPLE_OUT_LEN: usize = 2 + SMP_SCRATCH;
+const SMP_SCRATCH: usize = 20_480;
+/// Threads per block (`SMP_BT`) and most blocks (`SMP_NB`) of the kernel.
+const THREADS: u32 = 512;
+const MAX_BLOCKS: usize = 256;
 
 /// The largest vocabulary (the kernel's fixed-point mass sums stay below 2^63).
 pub const MAX_VOCAB: usize = 1 << 19;
@@ -59,6 +68,10 @@ impl SampleParams {
 pub struct DeviceSampler {
     ctx: Arc<CudaContext>,
     f: CudaFunction,
+    /// Greedy alone: one block, no barriers.
+    greedy: CudaFunction,
+    /// Multiprocessors: the grid's blocks must all be resident (they meet at barriers).
+    sms: usize,
 }
 
 fn shape(detail: String) -> CudaError {
@@ -71,10 +84,19 @@ fn shape(detail: String) -> CudaError {
 impl DeviceSampler {
     /// Compiles (or reads from the cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<DeviceSampler, CudaError> {
-        let f = LoadedModule::load(ctx, MODULE)?.function("favlo_sample")?;
+        let m = LoadedModule::load(ctx, MODULE)?;
+        let f = m.function("favlo_sample")?;
+        let greedy = m.function("favlo_sample_greedy")?;
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        let sms = ctx
+            .raw()
+            .attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(driver_err("cuDeviceGetAttribute"))?;
         Ok(DeviceSampler {
             ctx: Arc::clone(ctx),
             f,
+            greedy,
+            sms: usize::try_from(sms).unwrap_or(1).max(1),
         })
     }
 
@@ -105,6 +127,29 @@ impl DeviceSampler {
         let s = self.ctx.stream();
         let (px, _gx) = logits.slice.device_ptr(s);
         let (po, _go) = out.slice.device_ptr_mut(s);
+        if !(p.temperature > 0.0 && p.temperature.is_finite()) {
+            let mut args = [arg_ptr(&px), arg_ptr(&n), arg_ptr(&po)];
+            // SAFETY: favlo_sample_greedy's parameters in order and type (pointer, int,
+            // pointer); lengths checked above; one block of 1024 threads, static shared
+            // memory only.
+            return unsafe {
+                cudarc::driver::sys::cuLaunchKernel(
+                    self.greedy.cu_function(),
+                    1,
+                    1,
+                    1,
+                    1024,
+                    1,
+                    1,
+                    0,
+                    s.cu_stream(),
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            }
+            .result()
+            .map_err(driver_err("cuLaunchKernel(sample_greedy)"));
+        }
         let mut args = [
             arg_ptr(&px),
             arg_ptr(&n),
@@ -116,15 +161,21 @@ impl DeviceSampler {
             arg_ptr(&po),
         ];
         // SAFETY: the kernel's parameters in order and type (device pointers as u64,
-        // int, float, int, float, float, double, pointer); lengths checked above; one
-        // block of 1024 threads with static shared memory only.
+        // int, float, int, float, float, double, pointer); lengths checked above (out
+        // holds the scratch); nb blocks of 512 threads with static shared memory only,
+        // nb ≤ the multiprocessor count, so all of them are resident at the barriers.
+        let nb = self
+            .sms
+            .min(MAX_BLOCKS)
+            .min(vocab.div_ceil(THREADS as usize))
+            .max(1) as u32;
         unsafe {
             cudarc::driver::sys::cuLaunchKernel(
                 self.f.cu_function(),
+                nb,
                 1,
                 1,
-                1,
-                1024,
+                THREADS,
                 1,
                 1,
                 0,
@@ -140,7 +191,14 @@ impl DeviceSampler {
     /// The token id and its log-probability from `out` (synchronizes the stream; copies
     /// 8 bytes).
     pub fn read(&self, out: &DeviceBuffer<u32>) -> Result<(u32, f32), CudaError> {
-        let v = self.ctx.download(out)?;
+        if out.len() < 2 {
+            return Err(shape(format!("out {}", out.len())));
+        }
+        let v = self
+            .ctx
+            .stream()
+            .clone_dtoh(&out.slice.slice(0..2))
+            .map_err(driver_err("cuMemcpyDtoH"))?;
         match v.as_slice() {
             [id, lp, ..] => Ok((*id, f32::from_bits(*lp))),
             _ => Err(shape(format!("out {}", v.len()))),
