@@ -5,7 +5,7 @@
 // stores it and resumes the waiting requests. The field is a password input
 // whose value is cleared whenever the dialog closes, so the key is not left
 // in the page; the rest of the page is made inert while the dialog is open.
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
 import type { AuthGate, GateState } from '../auth';
 
 export function useGate(gate: AuthGate): GateState {
@@ -45,17 +45,26 @@ export function ApiKeyDialog({ gate }: { gate: AuthGate }) {
   useEffect(() => {
     if (s.error) input.current?.focus();
   }, [s.error]);
+  // Esc closes the dialog wherever the focus is: when the dialog switches mode, the
+  // focused button disappears and the focus reaches the field only after a render, so
+  // a key handler on the dialog itself could miss an early Esc. A layout effect, so the
+  // listener is there as soon as the dialog is in the DOM.
+  useLayoutEffect(() => {
+    if (!s.open) return undefined;
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key === 'Escape') {
+        e.preventDefault();
+        e.stopPropagation();
+        gate.cancel();
+      }
+    };
+    document.addEventListener('keydown', onKey);
+    return () => document.removeEventListener('keydown', onKey);
+  }, [s.open, gate]);
 
   if (!s.open) return null;
   const needed = s.mode === 'needed';
   const title = needed ? 'This server needs an API key' : 'API key';
-  const onKeyDown = (e: KeyboardEvent) => {
-    if (e.key === 'Escape') {
-      e.preventDefault();
-      e.stopPropagation();
-      gate.cancel();
-    }
-  };
   return (
     <div class="modal-backdrop">
       <div
@@ -64,7 +73,6 @@ export function ApiKeyDialog({ gate }: { gate: AuthGate }) {
         aria-modal="true"
         aria-labelledby="api-key-title"
         aria-describedby="api-key-desc"
-        onKeyDown={onKeyDown}
       >
         <h2 id="api-key-title">{title}</h2>
         <div id="api-key-desc">
