@@ -144,6 +144,7 @@ pub(crate) fn fp4_favlo_word(w: u32) -> u32 {
 /// 128c + 64j + 16t; then per (T, c) the scales, 8 bytes [i 4][j 2] per lane (FP4,
 /// block 8c + 4j + t) or per lane pair p = lane/2 (FP8, block 4c + 2j + p%2).
 pub fn tile_mx(view: MxView<'_>) -> MxTiledHost {
+    use rayon::prelude::*;
     let l = view.layout;
     let src = view.bytes;
     let drb = l.data_row_bytes();
@@ -154,6 +155,9 @@ pub fn tile_mx(view: MxView<'_>) -> MxTiledHost {
     let scale_offset = tiles * chunks * 4096;
     let mut out = vec![0u8; scale_offset + tiles * chunks * sb];
     let fp4 = l.format == ElementFormat::Fp4E2M1;
+    // FP4 words re-encode byte by byte: each byte holds two elements whose bits land
+    // in fixed places, so a word is four table lookups.
+    let lut = fp4.then(fp4_byte_tables);
     let scale = |row: usize, blk: usize| -> u8 {
         if row < l.rows && blk < srb {
             src[l.scale_offset() + row * srb + blk]
@@ -161,53 +165,77 @@ pub fn tile_mx(view: MxView<'_>) -> MxTiledHost {
             0
         }
     };
-    for tile in 0..tiles {
-        for c in 0..chunks {
-            let tc = tile * chunks + c;
-            for i in 0..4 {
-                for j in 0..2 {
-                    for lane in 0..32 {
-                        let (g, t) = (lane / 4, lane % 4);
-                        let row = tile * TILE_ROWS + g + 8 * i;
-                        if row >= l.rows {
-                            continue;
+    if chunks > 0 {
+        let (data, scales) = out.split_at_mut(scale_offset);
+        // One row tile per task: its data and its scales are contiguous in `out`.
+        data.par_chunks_mut(chunks * 4096)
+            .zip(scales.par_chunks_mut(chunks * sb))
+            .enumerate()
+            .for_each(|(tile, (d_out, s_out))| {
+                for c in 0..chunks {
+                    for i in 0..4 {
+                        for j in 0..2 {
+                            for lane in 0..32 {
+                                let (g, t) = (lane / 4, lane % 4);
+                                let row = tile * TILE_ROWS + g + 8 * i;
+                                if row >= l.rows {
+                                    continue;
+                                }
+                                let s = row * drb + 128 * c + 64 * j + 16 * t;
+                                let d = (c * 8 + i * 2 + j) * 512 + lane * 16;
+                                let piece = &mut d_out[d..d + 16];
+                                piece.copy_from_slice(&src[s..s + 16]);
+                                if let Some(lut) = &lut {
+                                    for word in piece.chunks_exact_mut(4) {
+                                        let w = lut[0][usize::from(word[0])]
+                                            | lut[1][usize::from(word[1])]
+                                            | lut[2][usize::from(word[2])]
+                                            | lut[3][usize::from(word[3])];
+                                        word.copy_from_slice(&w.to_le_bytes());
+                                    }
+                                }
+                            }
                         }
-                        let s = row * drb + 128 * c + 64 * j + 16 * t;
-                        let d = (tc * 8 + i * 2 + j) * 512 + lane * 16;
-                        out[d..d + 16].copy_from_slice(&src[s..s + 16]);
-                        if fp4 {
-                            for word in out[d..d + 16].chunks_exact_mut(4) {
-                                let w = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
-                                word.copy_from_slice(&fp4_gemv_word(w).to_le_bytes());
+                    }
+                    let base = c * sb;
+                    for i in 0..4 {
+                        for j in 0..2 {
+                            if fp4 {
+                                for lane in 0..32 {
+                                    let (g, t) = (lane / 4, lane % 4);
+                                    let row = tile * TILE_ROWS + g + 8 * i;
+                                    s_out[base + lane * 8 + i * 2 + j] =
+                                        scale(row, 8 * c + 4 * j + t);
+                                }
+                            } else {
+                                for p in 0..16 {
+                                    let row = tile * TILE_ROWS + p / 2 + 8 * i;
+                                    s_out[base + p * 8 + i * 2 + j] =
+                                        scale(row, 4 * c + 2 * j + p % 2);
+                                }
                             }
                         }
                     }
                 }
-            }
-            let base = scale_offset + tc * sb;
-            for i in 0..4 {
-                for j in 0..2 {
-                    if fp4 {
-                        for lane in 0..32 {
-                            let (g, t) = (lane / 4, lane % 4);
-                            let row = tile * TILE_ROWS + g + 8 * i;
-                            out[base + lane * 8 + i * 2 + j] = scale(row, 8 * c + 4 * j + t);
-                        }
-                    } else {
-                        for p in 0..16 {
-                            let row = tile * TILE_ROWS + p / 2 + 8 * i;
-                            out[base + p * 8 + i * 2 + j] = scale(row, 4 * c + 2 * j + p % 2);
-                        }
-                    }
-                }
-            }
-        }
+            });
     }
     MxTiledHost {
         layout: l,
         bytes: out,
         scale_offset,
     }
+}
+
+/// `fp4_gemv_word` as four byte tables: entry `b` of table `k` is the re-encoded bits of
+/// byte `k` of a favlo-mx word (its elements 2k and 2k + 1) equal to `b`.
+fn fp4_byte_tables() -> [[u32; 256]; 4] {
+    let mut t = [[0u32; 256]; 4];
+    for (k, table) in t.iter_mut().enumerate() {
+        for (b, e) in table.iter_mut().enumerate() {
+            *e = fp4_gemv_word((b as u32) << (8 * k));
+        }
+    }
+    t
 }
 
 /// A re-tiled MX matrix in device memory.
