@@ -134,17 +134,53 @@ __device__ __forceinline__ void smp_grid_sync(unsigned* bar, unsigned nb, unsign
     __syncthreads();
 }
 
-// Sum over the block (every thread gets it).
-template <typename T>
+// Sum over a block of W warps (every thread gets it; red holds W values).
+template <int W, typename T>
 __device__ T smp_block_sum(T v, T* red) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     __syncthreads();
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
     __syncthreads();
     T t = 0;
-    for (int j = 0; j < SMP_BW; ++j) t += red[j];
+    for (int j = 0; j < W; ++j) t += red[j];
     __syncthreads();
     return t;
+}
+
+// (bv, bi) <- (ov, oi) when that comes first: larger value, then smaller id.
+__device__ __forceinline__ void smp_arg_merge(float& bv, int& bi, float ov, int oi) {
+    if (ov > bv || (ov == bv && oi < bi)) {
+        bv = ov;
+        bi = oi;
+    }
+}
+
+// The argmax of x[lo..hi) over a block of W warps (first id on ties, NaN never wins;
+// (-inf, INT_MAX) for an empty range); every thread gets it.
+template <int W>
+__device__ void smp_block_argmax(const float* __restrict__ x, int lo, int hi, float& bv,
+                                 int& bi, float* red_v, int* red_i) {
+    bv = -SMP_INF;
+    bi = 0x7fffffff;
+    for (int i = lo + (int)threadIdx.x; i < hi; i += W * 32) {
+        const float v = x[i];
+        if (v > bv) {
+            bv = v;
+            bi = i;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        smp_arg_merge(bv, bi, __shfl_xor_sync(0xffffffffu, bv, o),
+                      __shfl_xor_sync(0xffffffffu, bi, o));
+    if ((threadIdx.x & 31) == 0) {
+        red_v[threadIdx.x >> 5] = bv;
+        red_i[threadIdx.x >> 5] = bi;
+    }
+    __syncthreads();
+    bv = red_v[0];
+    bi = red_i[0];
+    for (int j = 1; j < W; ++j) smp_arg_merge(bv, bi, red_v[j], red_i[j]);
+    __syncthreads();
 }
 
 struct SmpGrid {
@@ -352,50 +388,19 @@ extern "C" __global__ void __launch_bounds__(SMP_BT, 1)
     }
     __syncthreads();
     gd.gen = sh_gen;
-    // 1. argmax (first id on ties, NaN never wins).
-    float bv = -SMP_INF;
-    int bi = 0x7fffffff;
-    for (int i = gd.lo + tid; i < gd.hi; i += SMP_BT) {
-        const float v = x[i];
-        if (v > bv) {
-            bv = v;
-            bi = i;
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > bv || (ov == bv && oi < bi)) {
-            bv = ov;
-            bi = oi;
-        }
-    }
-    if ((tid & 31) == 0) {
-        red_v[tid >> 5] = bv;
-        red_i[tid >> 5] = bi;
-    }
-    __syncthreads();
+    // 1. argmax (first id on ties, NaN never wins): the block's, then the grid's.
+    float bv;
+    int bi;
+    smp_block_argmax<SMP_BW>(x, gd.lo, gd.hi, bv, bi, red_v, red_i);
     if (tid == 0) {
-        for (int j = 1; j < SMP_BW; ++j) {
-            if (red_v[j] > bv || (red_v[j] == bv && red_i[j] < bi)) {
-                bv = red_v[j];
-                bi = red_i[j];
-            }
-        }
         sc->amax_v[b] = bv;
         sc->amax_i[b] = bi;
     }
     smp_grid_sync(sc->bar, nb, gd.gen);
     bv = -SMP_INF;
     bi = 0x7fffffff;
-    for (unsigned j = 0; j < nb; ++j) {
-        const float v = __ldcg(&sc->amax_v[j]);
-        const int i = __ldcg(&sc->amax_i[j]);
-        if (v > bv || (v == bv && i < bi)) {
-            bv = v;
-            bi = i;
-        }
-    }
+    for (unsigned j = 0; j < nb; ++j)
+        smp_arg_merge(bv, bi, __ldcg(&sc->amax_v[j]), __ldcg(&sc->amax_i[j]));
     const int best = bi == 0x7fffffff ? 0 : bi;
     const float maxv = bv;
     const bool sampling = temp > 0.f && temp <= 3.0e38f && maxv > -SMP_INF && maxv < SMP_INF;
@@ -421,8 +426,8 @@ extern "C" __global__ void __launch_bounds__(SMP_BT, 1)
         float w;
         if (sampling && smp_in(s, i, l, smp_key(l), &w)) z += smp_fix(w);
     }
-    se = smp_block_sum(se, red_d);
-    z = smp_block_sum(z, red_u);
+    se = smp_block_sum<SMP_BW>(se, red_d);
+    z = smp_block_sum<SMP_BW>(z, red_u);
     if (tid == 0) {
         sc->lse[b] = se;
         sc->part[b] = z;
@@ -455,7 +460,7 @@ extern "C" __global__ void __launch_bounds__(SMP_BT, 1)
                 float w;
                 if (smp_in(s, i, l, smp_key(l), &w)) m += smp_fix(w);
             }
-            m = smp_block_sum(m, red_u);
+            m = smp_block_sum<SMP_BW>(m, red_u);
             if (tid == 0) sc->kept[b] = m;
             smp_grid_sync(sc->bar, nb, gd.gen);
             m = 0;
@@ -478,49 +483,17 @@ extern "C" __global__ void __launch_bounds__(1024)
     __shared__ float red_v[32];
     __shared__ int red_i[32];
     __shared__ double red_d[32];
-    const int tid = threadIdx.x;
-    float bv = -SMP_INF;
-    int bi = 0x7fffffff;
-    for (int i = tid; i < n; i += 1024) {
-        const float v = x[i];
-        if (v > bv) {
-            bv = v;
-            bi = i;
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > bv || (ov == bv && oi < bi)) {
-            bv = ov;
-            bi = oi;
-        }
-    }
-    if ((tid & 31) == 0) {
-        red_v[tid >> 5] = bv;
-        red_i[tid >> 5] = bi;
-    }
-    __syncthreads();
-    bv = red_v[0];
-    bi = red_i[0];
-    for (int j = 1; j < 32; ++j) {
-        if (red_v[j] > bv || (red_v[j] == bv && red_i[j] < bi)) {
-            bv = red_v[j];
-            bi = red_i[j];
-        }
-    }
+    float bv;
+    int bi;
+    smp_block_argmax<32>(x, 0, n, bv, bi, red_v, red_i);
     const int best = bi == 0x7fffffff ? 0 : bi;
     double se = 0.0;
     if (bv > -SMP_INF) {
-        for (int i = tid; i < n; i += 1024) se += (double)expf(x[i] - bv);
+        for (int i = threadIdx.x; i < n; i += 1024) se += (double)expf(x[i] - bv);
     }
-    for (int o = 16; o > 0; o >>= 1) se += __shfl_xor_sync(0xffffffffu, se, o);
-    if ((tid & 31) == 0) red_d[tid >> 5] = se;
-    __syncthreads();
-    if (tid == 0) {
-        double t = 0.0;
-        for (int j = 0; j < 32; ++j) t += red_d[j];
-        const double lse = (double)bv + log(t);
+    se = smp_block_sum<32>(se, red_d);
+    if (threadIdx.x == 0) {
+        const double lse = (double)bv + log(se);
         out[0] = (unsigned)best;
         out[1] = __float_as_uint((float)((double)x[best] - lse));
     }
