@@ -44,30 +44,27 @@ fn failing(arch: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn every_module_compiles_for_sm90a() {
+/// Every module `failing` builds for `arch` compiles (skips without NVRTC).
+fn assert_all_compile(arch: &str) {
     if !nvrtc_or_skip() {
         return;
     }
-    let failed = failing("sm_90a");
+    let failed = failing(arch);
     assert!(
         failed.is_empty(),
-        "not compiling for sm_90a:\n{}",
+        "not compiling for {arch}:\n{}",
         failed.join("\n")
     );
 }
 
 #[test]
+fn every_module_compiles_for_sm90a() {
+    assert_all_compile("sm_90a");
+}
+
+#[test]
 fn every_module_compiles_for_sm89() {
-    if !nvrtc_or_skip() {
-        return;
-    }
-    let failed = failing("sm_89");
-    assert!(
-        failed.is_empty(),
-        "not compiling for sm_89:\n{}",
-        failed.join("\n")
-    );
+    assert_all_compile("sm_89");
 }
 
 #[test]

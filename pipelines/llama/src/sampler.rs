@@ -423,16 +423,22 @@ mod tests {
             if logits.iter().all(|l| *l == f32::NEG_INFINITY) {
                 continue;
             }
+            // Drawn in this order (the cases the test has always run).
+            let temperature = [0.3f32, 0.7, 1.0, 1.5][(g.next_u64() % 4) as usize];
+            let top_k = [0usize, 0, 1, 5, 40, 1000][(g.next_u64() % 6) as usize];
+            let top_p = [1.0f32, 1.0, 0.9, 0.5, 0.999][(g.next_u64() % 5) as usize];
+            let min_p = [0.0f32, 0.0, 0.05, 0.3][(g.next_u64() % 4) as usize];
+            let seed = g.next_u64();
             let p = SamplingParams {
-                temperature: [0.3f32, 0.7, 1.0, 1.5][(g.next_u64() % 4) as usize],
-                top_k: [0usize, 0, 1, 5, 40, 1000][(g.next_u64() % 6) as usize],
-                top_p: [1.0f32, 1.0, 0.9, 0.5, 0.999][(g.next_u64() % 5) as usize],
-                min_p: [0.0f32, 0.0, 0.05, 0.3][(g.next_u64() % 4) as usize],
-                seed: Some(g.next_u64()),
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                seed: Some(seed),
                 ..SamplingParams::default()
             };
             let mut s = Sampler::new(&p, &[]);
-            let mut r = SplitMix64::new(p.seed.unwrap());
+            let mut r = SplitMix64::new(seed);
             for _ in 0..8 {
                 draws += 1;
                 if s.choose(&logits) != choose_sorted(&p, &mut r, &logits) {

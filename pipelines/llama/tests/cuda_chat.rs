@@ -213,19 +213,24 @@ fn qwen25_cuda_prefill_matches_token_loop() {
     prefill_matches_token_loop("FAVLO_TEST_QWEN25_GGUF", "qwen25_refs.json");
 }
 
+/// SmolLM2 opened on cuda:0 (f32 KV cache), or `None` after saying why the test skips.
+fn smollm2_on_cuda() -> Option<LlamaRuntime> {
+    let path = model_path("FAVLO_TEST_SMOLLM2_GGUF")?;
+    if !cuda_ok("the CUDA chat test") {
+        return None;
+    }
+    Some(open_on(&path, Device::Cuda(0), true))
+}
+
 /// The `LanguagePipeline` seam runs unchanged on the device model: a greedy chat's text
 /// is the decoded greedy tokens of the device's own forward loop.
 #[test]
 fn smollm2_cuda_complete_is_the_greedy_text() {
     use favlo_pipeline::StopFlag;
     use favlo_pipeline::{ChatMessage, CollectSink, CompletionRequest, LanguagePipeline, Role};
-    let Some(path) = model_path("FAVLO_TEST_SMOLLM2_GGUF") else {
+    let Some(mut rt) = smollm2_on_cuda() else {
         return;
     };
-    if !cuda_ok("the CUDA chat test") {
-        return;
-    }
-    let mut rt = open_on(&path, Device::Cuda(0), true);
     let mut req = CompletionRequest::new(vec![ChatMessage::new(
         Role::User,
         "What is the capital of France?",
@@ -254,13 +259,9 @@ fn smollm2_cuda_complete_is_the_greedy_text() {
 fn smollm2_cuda_sampled_chat_matches_the_host_sampler() {
     use favlo_pipeline::StopFlag;
     use favlo_pipeline::{ChatMessage, CollectSink, CompletionRequest, LanguagePipeline, Role};
-    let Some(path) = model_path("FAVLO_TEST_SMOLLM2_GGUF") else {
+    let Some(mut rt) = smollm2_on_cuda() else {
         return;
     };
-    if !cuda_ok("the CUDA chat test") {
-        return;
-    }
-    let mut rt = open_on(&path, Device::Cuda(0), true);
     let (mut same, mut runs) = (0, 0);
     for prompt in ["Tell me a story about a lighthouse.", "List three fruits."] {
         for seed in [1u64, 2, 3] {

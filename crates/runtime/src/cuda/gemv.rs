@@ -896,7 +896,8 @@ mod tests {
                     let off = ((tile * chunks + c) * 8 + i * 2 + j) * 512 + lane * 16;
                     let got = if fp4 {
                         let w0 = off + b / 4 * 4;
-                        let w = u32::from_le_bytes(t.bytes[w0..w0 + 4].try_into().unwrap());
+                        let b4 = &t.bytes[w0..w0 + 4];
+                        let w = u32::from_le_bytes([b4[0], b4[1], b4[2], b4[3]]);
                         fp4_favlo_word(w).to_le_bytes()[b % 4]
                     } else {
                         t.bytes[off + b]
