@@ -17,6 +17,7 @@ use favlo_runtime::device::Device;
 use favlo_runtime::ledger::{Ledger, Owner};
 use libloading::{Library, Symbol};
 
+use super::dp_seq::tests::{max_err, noise};
 use super::dp_seq::{DpBackend, DpWeights, run};
 use crate::error::VitsError;
 use crate::model::encoder::LN_EPS;
@@ -298,23 +299,13 @@ fn dp_kernels_emulated_on_host_match_cpu() {
     let ws = Workspace::new(&ledger, &owner);
     let w = DpWeights::build(&dp, &mut econv, &mut econv, &mut |v: &[f32]| Ok(v.to_vec())).unwrap();
     let mut s = 0x9E37_79B9u32;
-    let mut r = || {
-        s ^= s << 13;
-        s ^= s >> 17;
-        s ^= s << 5;
-        s as f32 / u32::MAX as f32 * 2.0 - 1.0
-    };
     for t in [23usize, 70] {
         let ids: Vec<i64> = (0..t).map(|i| 1 + (i as i64 * 53) % 130).collect();
         let e = enc.run(&ws, &ids).unwrap();
-        let noise: Vec<f32> = (0..2 * t).map(|_| r() * 1.6).collect();
+        let noise = noise(&mut s, 2 * t);
         let want = dp.run(&ws, &e.x, t, &noise).unwrap();
         let got = run(&emu, &w, &e.x.to_vec(), t, &noise).unwrap();
-        let max = want.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
-        let err = got
-            .iter()
-            .zip(&want)
-            .fold(0f64, |a, (g, w)| a.max((*g as f64 - *w as f64).abs()));
+        let (err, max) = max_err(&got, &want);
         println!(
             "dp kernels emulated (f32) vs CPU, {t} phonemes: max |Δlogw| / max |logw| {:.3e} \
              (bound 1e-4)",

@@ -234,7 +234,7 @@ pub(crate) fn run<B: DpBackend>(
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
+pub(super) mod tests {
     use std::sync::Arc;
 
     use favlo_runtime::cpu::reference;
@@ -244,6 +244,29 @@ mod tests {
     use super::*;
     use crate::model::{TextEncoder, spline};
     use crate::weights::{Conv, ConvKind, Loader, Workspace};
+
+    /// `n` noise values in (-1.6, 1.6) from a xorshift32 generator in `state` (the
+    /// duration predictor's input noise in these tests).
+    pub(crate) fn noise(state: &mut u32, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *state ^= *state << 13;
+                *state ^= *state >> 17;
+                *state ^= *state << 5;
+                (*state as f32 / u32::MAX as f32 * 2.0 - 1.0) * 1.6
+            })
+            .collect()
+    }
+
+    /// (max |got − want|, max |want|) in f64.
+    pub(crate) fn max_err(got: &[f32], want: &[f32]) -> (f64, f64) {
+        let max = want.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
+        let err = got
+            .iter()
+            .zip(want)
+            .fold(0f64, |a, (g, w)| a.max((*g as f64 - *w as f64).abs()));
+        (err, max)
+    }
 
     /// A convolution in f64: weight, bias, (in, out, kernel, dilation, padding).
     struct HConv {
@@ -412,24 +435,14 @@ mod tests {
         })
         .unwrap();
         let mut s = 0x2545_F491u32;
-        let mut r = || {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            s as f32 / u32::MAX as f32 * 2.0 - 1.0
-        };
         for t in [17usize, 60] {
             let ids: Vec<i64> = (0..t).map(|i| 1 + (i as i64 * 37) % 120).collect();
             let e = enc.run(&ws, &ids).unwrap();
-            let noise: Vec<f32> = (0..2 * t).map(|_| r() * 1.6).collect();
+            let noise = noise(&mut s, 2 * t);
             let want = dp.run(&ws, &e.x, t, &noise).unwrap();
             let x: Vec<f64> = e.x.iter().map(|v| *v as f64).collect();
             let got = run(&Host, &w, &x, t, &noise).unwrap();
-            let max = want.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
-            let err = got
-                .iter()
-                .zip(&want)
-                .fold(0f64, |a, (g, w)| a.max((*g as f64 - *w as f64).abs()));
+            let (err, max) = max_err(&got, &want);
             println!(
                 "dp sequence (f64 host) vs CPU, {t} phonemes: max |Δlogw| / max |logw| {:.3e} (bound 1e-4)",
                 err / max
