@@ -4,7 +4,8 @@
 //!
 //! Run: `cuda_decode_bench [--layers 36] [--ctx 1024] [--steps 32] [--f32-kv] [--mxfp8]
 //! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
-//! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N]`.
+//! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--unfused]`
+//! (`--unfused`: the RMSNorm and SwiGLU preparations as kernels of their own).
 
 use favlo_mx::ElementFormat;
 use favlo_runtime::cuda::CudaContext;
@@ -57,6 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         compare_attn: flag("--compare-attn"),
         attn_min_keys: arg(&argv, "--min-keys").and_then(|v| v.parse().ok()),
+        fused: !flag("--unfused"),
     };
     let ctx = match CudaContext::open(0, None) {
         Ok(c) => c,
@@ -70,6 +72,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "device {}; GEMV kernels: {}; PDL {}; attention {:?}",
         d.device, d.kernels, d.pdl, d.attn
     );
+    if let Some((diff, max)) = d.fused_check {
+        println!(
+            "fused norms/SwiGLU: one step's logits vs separate kernels: max |diff| {diff:.3e} (max |logit| {max:.3e})"
+        );
+    }
     if let Some((diff, max)) = d.pdl_check {
         println!(
             "PDL on: one step's logits vs PDL off: max |diff| {diff:.3e} (max |logit| {max:.3e})"

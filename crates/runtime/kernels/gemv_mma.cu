@@ -139,7 +139,107 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;"); }
 
-// y[rows] = W x (+ y when `accumulate`, for a residual add), W in the tiled device
+// What a GEMV does with its rows once y = W x is summed (passed by value to every
+// kernel; a null pointer switches its part off):
+// - accumulate: y += W x (a residual add).
+// - ss_in, a norm consumer: x was prepared from v = h * w, without the RMSNorm's
+//   1 / rms(h); the rows are multiplied by s = 1 / sqrt(sum(ss_in[0 .. ss_n]) / dim +
+//   eps), from the partial sums of squares of h its producer wrote, summed in a fixed
+//   order (the result does not depend on which block ran first). RMSNorm(h) = s h w
+//   with s one scalar, and W (s v) = s (W v).
+// - nw, a norm producer (rows a multiple of 32): the finished rows are the input h of
+//   the next RMSNorm; the block writes the x preparation of h * nw for its 32 rows
+//   (block `tile` of xhl / xs) and ss_out[tile] = the sum of h^2 over them.
+// - pairs, a SwiGLU producer (y = gate | up, half_tiles row tiles each): whichever of
+//   gate tile j and up tile j finishes second (a counter per j, which that block sets
+//   back to 0 for the next call) writes the x preparation of silu(gate) * up, block j.
+// These replace the separate RMSNorm and SwiGLU preparation kernels between the decode
+// GEMVs: one launch boundary fewer for each.
+struct GemvEpi {
+    const float* ss_in;
+    const float* nw;
+    unsigned short* xhl;
+    float* xs;
+    float* ss_out;
+    unsigned* pairs;
+    int accumulate;
+    int ss_n;
+    float dim;
+    float eps;
+    int half_tiles;
+    int pad_;
+};
+
+// A load that skips L1 (another block's rows, published with a fence and a counter).
+__device__ __forceinline__ float ld_cg(const float* p) {
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// The block's per-warp partial sums -> its 32 rows of y, then the epilogue `e`. Sums
+// over the 4 lanes of a group (they hold different blocks of the same rows), then over
+// the warps in shared memory; warp 0 (lane = row in the tile) finishes.
+__device__ __forceinline__ void gemv_finish(float (&acc)[4], float* __restrict__ y, int rows,
+                                            const GemvEpi& e) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int tile = blockIdx.x;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 1);
+        acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 2);
+    }
+    __shared__ float part[16][TILE_ROWS];
+    if (t == 0) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[warp][g + 8 * i] = acc[i];
+    }
+    __syncthreads();
+    if (warp != 0) return;  // warp-uniform, after the block's last barrier
+    const int row = tile * TILE_ROWS + lane;
+    float sum = 0.f;
+    for (int v = 0; v < nwarps; ++v) sum += part[v][lane];
+    if (e.ss_in) {
+        float ss = 0.f;
+        for (int i = lane; i < e.ss_n; i += 32) ss += e.ss_in[i];
+        ss = warp_sum(ss);  // the same value in every lane
+        sum *= 1.0f / sqrtf(ss / e.dim + e.eps);
+    }
+    if (row < rows) {
+        if (e.accumulate) sum += y[row];
+        y[row] = sum;
+    }
+    if (e.nw) {
+        const float sq = warp_sum(sum * sum);
+        prep32_store(sum * e.nw[row], lane, tile, e.xhl, e.xs);
+        if (lane == 0) e.ss_out[tile] = sq;
+    }
+    if (e.pairs) {
+        const bool up = tile >= e.half_tiles;
+        const int j = up ? tile - e.half_tiles : tile;
+        __threadfence();  // this block's rows, before its count
+        __syncwarp();
+        unsigned old = 0u;
+        if (lane == 0) old = atomicAdd(e.pairs + j, 1u);
+        old = __shfl_sync(0xffffffffu, old, 0);
+        if (old == 1u) {
+            __threadfence();  // the other block's rows, after its count
+            const float o = ld_cg(y + (up ? j : j + e.half_tiles) * TILE_ROWS + lane);
+            const float gv = up ? o : sum, uv = up ? sum : o;
+            prep32_store(gv / (1.0f + expf(-gv)) * uv, lane, j, e.xhl, e.xs);
+            if (lane == 0) e.pairs[j] = 0u;
+        }
+    }
+}
+
+// y[rows] = W x (or as the epilogue `e` says, see `GemvEpi`), W in the tiled device
 // layout (see `MxTiled` in src/cuda/gemv.rs): for tile T (32 rows) and 128-byte column
 // chunk c, 4096 data bytes ordered [i 4][j 2][lane 32][16 B] (lane (g, t) holds row
 // 32T + g + 8i, bytes 128c + 64j + 16t of it), so every 16-byte load instruction of a
@@ -159,7 +259,7 @@ __device__ __forceinline__ void gemv_mma_body(const unsigned char* __restrict__ 
                                               const unsigned short* __restrict__ xhl,
                                               const float* __restrict__ xs,
                                               float* __restrict__ y, int rows, int chunks,
-                                              int accumulate) {
+                                              const GemvEpi e) {
     constexpr int STEPS = (FMT == 4) ? 8 : 4;    // k-steps per piece
     constexpr int XB = (FMT == 4) ? 8 : 4;       // x blocks per chunk
     constexpr int SB = (FMT == 4) ? 256 : 128;   // scale bytes per tile chunk
@@ -244,53 +344,35 @@ __device__ __forceinline__ void gemv_mma_body(const unsigned char* __restrict__ 
             sc = nsc;
         }
     }
-    // Sum over the 4 lanes of a group (they hold different blocks of the same rows).
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 1);
-        acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 2);
-    }
-    __shared__ float part[16][TILE_ROWS];
-    if (t == 0) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) part[warp][g + 8 * i] = acc[i];
-    }
-    __syncthreads();
-    const int row = tile * TILE_ROWS + (int)threadIdx.x;
-    if (threadIdx.x < TILE_ROWS && row < rows) {
-        float s = 0.f;
-        for (int v = 0; v < nwarps; ++v) s += part[v][threadIdx.x];
-        if (accumulate) s += y[row];
-        y[row] = s;
-    }
+    gemv_finish(acc, y, rows, e);
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemv_mxfp4_mma(
     const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,
     const unsigned short* __restrict__ xhl, const float* __restrict__ xs, float* __restrict__ y,
-    int rows, int chunks, int accumulate) {
-    gemv_mma_body<4, false>(wd, ws, xhl, xs, y, rows, chunks, accumulate);
+    int rows, int chunks, const GemvEpi e) {
+    gemv_mma_body<4, false>(wd, ws, xhl, xs, y, rows, chunks, e);
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemv_mxfp4_mma_pf(
     const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,
     const unsigned short* __restrict__ xhl, const float* __restrict__ xs, float* __restrict__ y,
-    int rows, int chunks, int accumulate) {
-    gemv_mma_body<4, true>(wd, ws, xhl, xs, y, rows, chunks, accumulate);
+    int rows, int chunks, const GemvEpi e) {
+    gemv_mma_body<4, true>(wd, ws, xhl, xs, y, rows, chunks, e);
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemv_mxfp8_mma(
     const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,
     const unsigned short* __restrict__ xhl, const float* __restrict__ xs, float* __restrict__ y,
-    int rows, int chunks, int accumulate) {
-    gemv_mma_body<8, false>(wd, ws, xhl, xs, y, rows, chunks, accumulate);
+    int rows, int chunks, const GemvEpi e) {
+    gemv_mma_body<8, false>(wd, ws, xhl, xs, y, rows, chunks, e);
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemv_mxfp8_mma_pf(
     const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,
     const unsigned short* __restrict__ xhl, const float* __restrict__ xs, float* __restrict__ y,
-    int rows, int chunks, int accumulate) {
-    gemv_mma_body<8, true>(wd, ws, xhl, xs, y, rows, chunks, accumulate);
+    int rows, int chunks, const GemvEpi e) {
+    gemv_mma_body<8, true>(wd, ws, xhl, xs, y, rows, chunks, e);
 }
 
 __device__ __forceinline__ float e8m0_sel(unsigned s);
@@ -349,7 +431,7 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
                                              const unsigned short* __restrict__ xhl,
                                              const float* __restrict__ xs,
                                              float* __restrict__ y, int rows, int chunks,
-                                             int accumulate) {
+                                             const GemvEpi e) {
     constexpr int XB = (FMT == 4) ? 8 : 4;
     constexpr int SB = (FMT == 4) ? 256 : 128;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -416,46 +498,29 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
         chunk_mma<FMT>(qb, sb, xst[warp][1], t, h, act, acc);
         __syncwarp();
     }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 1);
-        acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 2);
-    }
-    __shared__ float part[16][TILE_ROWS];
-    if (t == 0) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) part[warp][g + 8 * i] = acc[i];
-    }
-    __syncthreads();
-    const int row = tile * TILE_ROWS + (int)threadIdx.x;
-    if (threadIdx.x < TILE_ROWS && row < rows) {
-        float sum = 0.f;
-        for (int v = 0; v < nwarps; ++v) sum += part[v][threadIdx.x];
-        if (accumulate) sum += y[row];
-        y[row] = sum;
-    }
+    gemv_finish(acc, y, rows, e);
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemv_mxfp4_pp(
     const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,
     const unsigned short* __restrict__ xhl, const float* __restrict__ xs, float* __restrict__ y,
-    int rows, int chunks, int accumulate) {
-    gemv_pp_body<4>(wd, ws, xhl, xs, y, rows, chunks, accumulate);
+    int rows, int chunks, const GemvEpi e) {
+    gemv_pp_body<4>(wd, ws, xhl, xs, y, rows, chunks, e);
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemv_mxfp8_pp(
     const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,
     const unsigned short* __restrict__ xhl, const float* __restrict__ xs, float* __restrict__ y,
-    int rows, int chunks, int accumulate) {
-    gemv_pp_body<8>(wd, ws, xhl, xs, y, rows, chunks, accumulate);
+    int rows, int chunks, const GemvEpi e) {
+    gemv_pp_body<8>(wd, ws, xhl, xs, y, rows, chunks, e);
 }
 
 #define GEMV_PP_PF(NAME, FMT, PD)                                                            \
     extern "C" __global__ void __launch_bounds__(512) NAME(                                 \
         const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,         \
         const unsigned short* __restrict__ xhl, const float* __restrict__ xs,               \
-        float* __restrict__ y, int rows, int chunks, int accumulate) {                      \
-        gemv_pp_body<FMT, PD>(wd, ws, xhl, xs, y, rows, chunks, accumulate);                \
+        float* __restrict__ y, int rows, int chunks, const GemvEpi e) {                      \
+        gemv_pp_body<FMT, PD>(wd, ws, xhl, xs, y, rows, chunks, e);                \
     }
 GEMV_PP_PF(gemv_mxfp4_pp_pf2, 4, 2)
 GEMV_PP_PF(gemv_mxfp4_pp_pf3, 4, 3)
@@ -552,7 +617,7 @@ __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__
                                                const unsigned short* __restrict__ xhl,
                                                const float* __restrict__ xs,
                                                float* __restrict__ y, int rows, int chunks,
-                                               int accumulate) {
+                                               const GemvEpi e) {
     constexpr int STEPS = (FMT == 4) ? 8 : 4;
     constexpr int SB = RingStage<FMT>::SB;
     constexpr int XB = RingStage<FMT>::XB;
@@ -697,32 +762,15 @@ __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__
         __syncwarp();  // this slot is refilled at the top of the next iteration
         slot = (slot + 1 == D) ? 0 : slot + 1;
     }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 1);
-        acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 2);
-    }
-    __shared__ float part[16][TILE_ROWS];
-    if (t == 0) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) part[warp][g + 8 * i] = acc[i];
-    }
-    __syncthreads();
-    const int row = tile * TILE_ROWS + (int)threadIdx.x;
-    if (threadIdx.x < TILE_ROWS && row < rows) {
-        float sum = 0.f;
-        for (int v = 0; v < nwarps; ++v) sum += part[v][threadIdx.x];
-        if (accumulate) sum += y[row];
-        y[row] = sum;
-    }
+    gemv_finish(acc, y, rows, e);
 }
 
 #define GEMV_RING(NAME, FMT, D)                                                              \
     extern "C" __global__ void __launch_bounds__(512) NAME(                                 \
         const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,         \
         const unsigned short* __restrict__ xhl, const float* __restrict__ xs,               \
-        float* __restrict__ y, int rows, int chunks, int accumulate) {                      \
-        gemv_ring_body<FMT, D>(wd, ws, xhl, xs, y, rows, chunks, accumulate);               \
+        float* __restrict__ y, int rows, int chunks, const GemvEpi e) {                      \
+        gemv_ring_body<FMT, D>(wd, ws, xhl, xs, y, rows, chunks, e);               \
     }
 GEMV_RING(gemv_mxfp4_ring2, 4, 2)
 GEMV_RING(gemv_mxfp4_ring3, 4, 3)
@@ -736,8 +784,8 @@ GEMV_RING(gemv_mxfp8_ring4, 8, 4)
     extern "C" __global__ void __launch_bounds__(512) NAME(                                 \
         const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,         \
         const unsigned short* __restrict__ xhl, const float* __restrict__ xs,               \
-        float* __restrict__ y, int rows, int chunks, int accumulate) {                      \
-        gemv_ring_body<FMT, 2, MODE>(wd, ws, xhl, xs, y, rows, chunks, accumulate);         \
+        float* __restrict__ y, int rows, int chunks, const GemvEpi e) {                      \
+        gemv_ring_body<FMT, 2, MODE>(wd, ws, xhl, xs, y, rows, chunks, e);         \
     }
 GEMV_PROBE(gemv_mxfp4_probe1, 4, 1)
 GEMV_PROBE(gemv_mxfp4_probe2, 4, 2)
@@ -750,8 +798,8 @@ GEMV_PROBE(gemv_mxfp8_probe3, 8, 3)
     extern "C" __global__ void __launch_bounds__(512) NAME(                                 \
         const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,         \
         const unsigned short* __restrict__ xhl, const float* __restrict__ xs,               \
-        float* __restrict__ y, int rows, int chunks, int accumulate) {                      \
-        gemv_ring_body<FMT, D, MODE, true>(wd, ws, xhl, xs, y, rows, chunks, accumulate);   \
+        float* __restrict__ y, int rows, int chunks, const GemvEpi e) {                      \
+        gemv_ring_body<FMT, D, MODE, true>(wd, ws, xhl, xs, y, rows, chunks, e);   \
     }
 GEMV_TMA(gemv_mxfp4_tma2, 4, 2, 0)
 GEMV_TMA(gemv_mxfp4_tma3, 4, 3, 0)
@@ -817,4 +865,25 @@ extern "C" __global__ void swiglu_prep(const float* __restrict__ gu, int n,
     const int i = blk * 32 + lane;
     const float g = gu[i];
     prep32_store(g / (1.0f + expf(-g)) * gu[n + i], lane, blk, xhl, xs);
+}
+
+// The norm producer's epilogue as a kernel of its own, for an RMSNorm whose input no
+// GEMV produced (the first of a decode step): per 32-value block b of x, the x
+// preparation of x * w and ss_out[b] = the sum of x^2 over the block; the GEMV that
+// reads the preparation applies 1 / rms (a norm consumer, see `GemvEpi`). One warp per
+// block.
+extern "C" __global__ void norm_parts_prep(const float* __restrict__ x,
+                                           const float* __restrict__ w, int nblocks,
+                                           unsigned short* __restrict__ xhl,
+                                           float* __restrict__ xs, float* __restrict__ ss_out) {
+    pdl_trigger();  // the GEMV that reads xhl / xs may start streaming its weights
+    pdl_wait();     // x was written by the previous kernel
+    const int lane = threadIdx.x & 31;
+    const int blk = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (blk >= nblocks) return;
+    const int i = blk * 32 + lane;
+    const float v = x[i];
+    const float sq = warp_sum(v * v);
+    prep32_store(v * w[i], lane, blk, xhl, xs);
+    if (lane == 0) ss_out[blk] = sq;
 }

@@ -223,6 +223,11 @@ mod with_cuda {
             d.live_bytes as f64 / 1e9,
             d.logits_finite
         );
+        if let Some((diff, max)) = d.fused_check {
+            println!(
+                "fused RMSNorm/SwiGLU preparations (7 launches per layer): one step's logits vs separate kernels (10): max |diff| {diff:.2e} (max |logit| {max:.2e})"
+            );
+        }
         if let Some((diff, max)) = d.pdl_check {
             println!(
                 "PDL check: one step's logits vs PDL off: max |diff| {diff:.2e} (max |logit| {max:.2e})"

@@ -19,7 +19,8 @@ use favlo_mx::{ElementFormat, MxLayout, MxView};
 
 use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
-use super::launch::{arg_ptr, launch_ex};
+use super::gemv_epi::Epilogue;
+use super::launch::{arg_ptr, launch_ex, launch_raw};
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
@@ -343,6 +344,7 @@ pub struct GemvMma {
     prep: CudaFunction,
     rms_prep: CudaFunction,
     swiglu_prep: CudaFunction,
+    norm_parts: CudaFunction,
     sms: usize,
     smem: SmemLimits,
     /// The kernel [`Self::gemv`] launches (default [`GemvKernel::Ring`]).
@@ -473,6 +475,7 @@ impl GemvMma {
             prep: f("gemv_prep_x")?,
             rms_prep: f("rms_norm_prep")?,
             swiglu_prep: f("swiglu_prep")?,
+            norm_parts: f("norm_parts_prep")?,
             sms: sms.max(1) as usize,
             ctx: Arc::clone(ctx),
             from_cache: m.from_cache,
@@ -645,7 +648,28 @@ impl GemvMma {
         y: &mut DeviceBuffer<f32>,
         accumulate: bool,
     ) -> Result<(), CudaError> {
-        self.launch(w, x, y, accumulate, None, (0, 0))
+        self.launch(w, x, y, Epilogue::plain(accumulate), None, (0, 0))
+    }
+
+    /// [`Self::gemv`] with a fused epilogue ([`Epilogue`]: the RMSNorm factor applied to
+    /// the rows, the next RMSNorm's or the SwiGLU's x preparation written by the blocks
+    /// that finish its input).
+    pub fn gemv_fused(
+        &self,
+        w: &MxTiled,
+        x: &XPrep,
+        y: &mut DeviceBuffer<f32>,
+        epi: Epilogue<'_>,
+    ) -> Result<(), CudaError> {
+        self.launch(w, x, y, epi, None, (0, 0))
+    }
+
+    pub(crate) fn ctx(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    pub(crate) fn norm_parts_fn(&self) -> &CudaFunction {
+        &self.norm_parts
     }
 
     /// [`Self::gemv`] on one row of multi-row buffers: x is the prepared vector at
@@ -667,7 +691,7 @@ impl GemvMma {
                 format!("x offset {x_off} not a multiple of 32"),
             ));
         }
-        self.launch(w, x, y, accumulate, None, (x_off, y_off))
+        self.launch(w, x, y, Epilogue::plain(accumulate), None, (x_off, y_off))
     }
 
     /// A timing probe of the depth-2 ring kernel with `ring_override`'s warps (default
@@ -681,7 +705,7 @@ impl GemvMma {
         x: &XPrep,
         y: &mut DeviceBuffer<f32>,
     ) -> Result<(), CudaError> {
-        self.launch(w, x, y, false, Some(mode), (0, 0))
+        self.launch(w, x, y, Epilogue::plain(false), Some(mode), (0, 0))
     }
 
     fn launch(
@@ -689,7 +713,7 @@ impl GemvMma {
         w: &MxTiled,
         x: &XPrep,
         y: &mut DeviceBuffer<f32>,
-        accumulate: bool,
+        mut epi: Epilogue<'_>,
         probe: Option<usize>,
         (x_off, y_off): (usize, usize),
     ) -> Result<(), CudaError> {
@@ -790,7 +814,6 @@ impl GemvMma {
         };
         let rows = int(l.rows, op)?;
         let nch = int(chunks, op)?;
-        let acc = i32::from(accumulate);
         let cfg = LaunchConfig {
             grid_dim: (
                 u32::try_from(tiles).map_err(|_| shape(op, format!("{tiles} blocks")))?,
@@ -800,68 +823,42 @@ impl GemvMma {
             block_dim: ((warps * 32) as u32, 1, 1),
             shared_mem_bytes: u32::try_from(smem).map_err(|_| shape(op, format!("{smem}")))?,
         };
-        let s = self.ctx.stream();
-        if self.pdl {
-            return launch_pdl(s, f, cfg, w, x, y, [rows, nch, acc], (x_off, y_off));
+        let fused = epi.norm_in.is_some() || !matches!(epi.out, super::gemv_epi::EpiOut::None);
+        if fused && (x_off, y_off) != (0, 0) {
+            return Err(shape(op, "a fused epilogue on an offset row".into()));
         }
-        let xh = x.hl.slice.slice(2 * x_off..);
-        let xf = x.xs.slice.slice(x_off / 32..);
-        let mut yv = y.slice.slice_mut(y_off..);
-        let mut b = s.launch_builder(f);
-        b.arg(&w.data.slice)
-            .arg(&w.scales.slice)
-            .arg(&xh)
-            .arg(&xf)
-            .arg(&mut yv)
-            .arg(&rows)
-            .arg(&nch)
-            .arg(&acc);
-        // SAFETY: argument types match the kernel; the tile planes hold tiles·chunks
-        // tiles (checked above), x covers chunks·128 bytes of codes, y ≥ rows.
-        unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(gemv_mma)"))?;
-        Ok(())
+        use cudarc::driver::{DevicePtr, DevicePtrMut};
+        let s = self.ctx.stream();
+        let mut guards = Vec::new();
+        let e = epi.raw(l.rows, l.cols, s, &mut guards)?;
+        let (wd, _g0) = w.data.slice.device_ptr(s);
+        let (wsc, _g1) = w.scales.slice.device_ptr(s);
+        let (xh, _g2) = x.hl.slice.device_ptr(s);
+        let (xf, _g3) = x.xs.slice.device_ptr(s);
+        let (yp, _g4) = y.slice.device_ptr_mut(s);
+        // Byte offsets of the row (checked against the buffers above).
+        let (xh, xf, yp) = (
+            xh + (x_off * 4) as u64,
+            xf + (x_off / 32 * 4) as u64,
+            yp + (y_off * 4) as u64,
+        );
+        let mut args = [
+            arg_ptr(&wd),
+            arg_ptr(&wsc),
+            arg_ptr(&xh),
+            arg_ptr(&xf),
+            arg_ptr(&yp),
+            arg_ptr(&rows),
+            arg_ptr(&nch),
+            arg_ptr(&e),
+        ];
+        // SAFETY: the arguments are in the kernel's order and types and outlive the
+        // call; the tile planes hold tiles·chunks tiles, x covers chunks·128 bytes of
+        // codes, y ≥ rows (checked above), the epilogue's buffers by `Epilogue::raw`.
+        // With PDL every GEMV kernel waits before it reads x, y or the partials.
+        unsafe { launch_raw(s, f, cfg, &mut args, self.pdl) }
+            .map_err(driver_err("cuLaunchKernelEx(gemv_mma)"))
     }
-}
-
-/// Launches a GEMV kernel with programmatic stream serialization (`cuLaunchKernelEx`),
-/// so it may start while the previous kernel in the stream finishes; every GEMV kernel
-/// calls `griddepcontrol.wait` before it reads x or y. Same arguments as the builder.
-#[allow(clippy::too_many_arguments)]
-fn launch_pdl(
-    s: &Arc<cudarc::driver::CudaStream>,
-    f: &CudaFunction,
-    cfg: LaunchConfig,
-    w: &MxTiled,
-    x: &XPrep,
-    y: &mut DeviceBuffer<f32>,
-    ints: [i32; 3],
-    (x_off, y_off): (usize, usize),
-) -> Result<(), CudaError> {
-    use cudarc::driver::{DevicePtr, DevicePtrMut};
-    let (wd, _g0) = w.data.slice.device_ptr(s);
-    let (wsc, _g1) = w.scales.slice.device_ptr(s);
-    let (xh, _g2) = x.hl.slice.device_ptr(s);
-    let (xf, _g3) = x.xs.slice.device_ptr(s);
-    let (yp, _g4) = y.slice.device_ptr_mut(s);
-    // Byte offsets of the row (checked against the buffers by `launch`).
-    let (xh, xf, yp) = (
-        xh + (x_off * 4) as u64,
-        xf + (x_off / 32 * 4) as u64,
-        yp + (y_off * 4) as u64,
-    );
-    let mut args = [
-        arg_ptr(&wd),
-        arg_ptr(&wsc),
-        arg_ptr(&xh),
-        arg_ptr(&xf),
-        arg_ptr(&yp),
-        arg_ptr(&ints[0]),
-        arg_ptr(&ints[1]),
-        arg_ptr(&ints[2]),
-    ];
-    // SAFETY: the arguments are in the kernel's order and types and outlive the call;
-    // the buffers were checked by `launch`.
-    unsafe { launch_ex(s, f, cfg, &mut args) }.map_err(driver_err("cuLaunchKernelEx(gemv_mma)"))
 }
 
 #[cfg(test)]

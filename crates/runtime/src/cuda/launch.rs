@@ -30,6 +30,22 @@ pub(crate) unsafe fn launch_ex(
     cfg: LaunchConfig,
     args: &mut [*mut c_void],
 ) -> Result<(), DriverError> {
+    // SAFETY: the caller's contract.
+    unsafe { launch_raw(s, f, cfg, args, true) }
+}
+
+/// `cuLaunchKernelEx` from raw parameter addresses, with programmatic stream
+/// serialization allowed when `pdl` (else an ordinary launch).
+///
+/// # Safety
+/// As for [`launch_ex`]; with `pdl` false the kernel may read at once.
+pub(crate) unsafe fn launch_raw(
+    s: &Arc<CudaStream>,
+    f: &CudaFunction,
+    cfg: LaunchConfig,
+    args: &mut [*mut c_void],
+    pdl: bool,
+) -> Result<(), DriverError> {
     // SAFETY: a zeroed attribute value is a valid union bit pattern; the field written
     // is the one the attribute id selects.
     let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
@@ -45,7 +61,7 @@ pub(crate) unsafe fn launch_ex(
         sharedMemBytes: cfg.shared_mem_bytes,
         hStream: s.cu_stream(),
         attrs: &mut attr,
-        numAttrs: 1,
+        numAttrs: u32::from(pdl),
     };
     // SAFETY: the caller's contract.
     unsafe {

@@ -19,6 +19,7 @@ mod decode;
 mod encoder;
 mod gemm;
 mod gemv;
+mod gemv_epi;
 mod graph;
 mod kernels;
 mod launch;
@@ -52,6 +53,7 @@ pub use gemv::{
     GemvKernel, GemvMma, MxTiled, MxTiledHost, SmemLimits, XPrep, ring_config, ring_stage_bytes,
     tile_mx, warps_per_block,
 };
+pub use gemv_epi::{EpiOut, Epilogue, NormIn};
 pub use graph::CudaGraph;
 pub use kernels::{CudaKernels, GemvDecode, MxDevice, rope_tables};
 pub use mx_gemm::{MAX_TERMS, MxGemm, mx_gemm_k};

@@ -32,8 +32,8 @@ use std::sync::Arc;
 use favlo_runtime::cpu::RopeLayout;
 use favlo_runtime::cuda::{
     AttentionDecode, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps, DeviceBuffer,
-    DeviceSampler, GemvMma, KernelSet, MxTiled, PrefillOps, RopeStore, SAMPLE_OUT_LEN,
-    SampleParams, XPrep, attn_partials_len, warm_kernels,
+    DeviceSampler, EpiOut, Epilogue, GemvMma, KernelSet, MxTiled, NormIn, PrefillOps, RopeStore,
+    SAMPLE_OUT_LEN, SampleParams, XPrep, attn_partials_len, warm_kernels,
 };
 use favlo_runtime::ledger::{self, Owner, SpanKind};
 
@@ -97,6 +97,10 @@ struct Bufs {
     pos: DeviceBuffer<i32>,
     cos: DeviceBuffer<f32>,
     sin: DeviceBuffer<f32>,
+    /// The fused RMSNorms' partial sums of squares (one per 32 values of h) and the
+    /// fused SwiGLU's pair counters (one per 32 values of the intermediate).
+    ss: DeviceBuffer<f32>,
+    pairs: DeviceBuffer<u32>,
 }
 
 /// Shape numbers of the step.
@@ -207,7 +211,8 @@ impl CudaLlama {
         let per_tok = (cfg.n_layers * 2 * kvd * elem + hd * 4 + cfg.n_heads * 132 * 4 / 32) as u64;
         // Buffers (x preparations ~2.1 × 4 bytes per value, q|k|v, gate|up, logits) and
         // 16 MiB for the kernel modules and graphs.
-        let values = 3 * padded(d.max(qd).max(ff)) * 3 + d + 2 * (qd + 2 * kvd) + 2 * ff;
+        let values =
+            3 * padded(d.max(qd).max(ff)) * 3 + d + 2 * (qd + 2 * kvd) + 2 * ff + d / 32 + ff / 32;
         // Batched prefill unless `FAVLO_CUDA_PREFILL=loop` turns it off.
         let batched = std::env::var("FAVLO_CUDA_PREFILL").map_or(true, |v| v != "loop");
         let chunk_bytes = if batched {
@@ -270,6 +275,10 @@ impl CudaLlama {
             pos: ctx.alloc::<i32>(owner, SpanKind::Scratch, 1).map_err(e)?,
             cos: ctx.upload(owner, SpanKind::Resident, &c).map_err(e)?,
             sin: ctx.upload(owner, SpanKind::Resident, &s).map_err(e)?,
+            ss: scratch(d / 32)?,
+            pairs: ctx
+                .alloc::<u32>(owner, SpanKind::Scratch, ff / 32)
+                .map_err(e)?,
         };
         let mut k = Kernels {
             gemv: GemvMma::load(&ctx).map_err(e)?,
@@ -496,9 +505,21 @@ impl Drop for CudaLlama {
     }
 }
 
-/// One token through every layer at position `*pos`, then `*pos += 1` (10 launches per
-/// layer: norm → q|k|v → bias/norm + RoPE + KV store → attention (2) → o (+residual) →
-/// norm → gate|up → SwiGLU → down (+residual)).
+/// The consumer side of a fused RMSNorm of h over the partials `parts`.
+fn norm_in(parts: &DeviceBuffer<f32>, d: Dims) -> Option<NormIn<'_>> {
+    Some(NormIn {
+        parts,
+        dim: d.hidden,
+        eps: d.eps,
+    })
+}
+
+/// One token through every layer at position `*pos`, then `*pos += 1`: the first
+/// RMSNorm's x preparation, then 7 launches per layer: q|k|v (applying 1/rms), the
+/// bias/norm with RoPE and the KV store, attention (2), o (+residual; prepares the MLP
+/// norm), gate|up (applying 1/rms; prepares SwiGLU), down (+residual; prepares the next
+/// layer's norm). The norms and SwiGLU run in the GEMVs' epilogues (`Epilogue`); the
+/// last layer's output is left for the head graph's own norm.
 fn step(
     k: &Kernels,
     d: Dims,
@@ -506,10 +527,19 @@ fn step(
     b: &mut Bufs,
     attn_capacity: usize,
 ) -> Result<(), CudaError> {
-    for l in layers.iter_mut() {
+    if let Some(first) = layers.first() {
         k.gemv
-            .rms_norm_prep(&b.h, &l.attn_norm, d.eps, &mut b.prep_d)?;
-        k.gemv.gemv(&l.qkv, &b.prep_d, &mut b.qkv, false)?;
+            .norm_parts_prep(&b.h, &first.attn_norm, &mut b.prep_d, &mut b.ss)?;
+    }
+    for i in 0..layers.len() {
+        let (done, rest) = layers.split_at_mut(i + 1);
+        let Some(l) = done.last_mut() else { break };
+        let qkv = Epilogue {
+            accumulate: false,
+            norm_in: norm_in(&b.ss, d),
+            out: EpiOut::None,
+        };
+        k.gemv.gemv_fused(&l.qkv, &b.prep_d, &mut b.qkv, qkv)?;
         match (&l.q_norm, &l.k_norm) {
             (Some(qn), Some(kn)) => k.ops.qk_norm_rope_store(
                 &b.qkv,
@@ -551,12 +581,39 @@ fn step(
             &mut b.part,
             AttnOut::Prep(&mut b.prep_a),
         )?;
-        k.gemv.gemv(&l.o, &b.prep_a, &mut b.h, true)?;
+        let o = Epilogue {
+            accumulate: true,
+            norm_in: None,
+            out: EpiOut::Norm {
+                weight: &l.ffn_norm,
+                prep: &mut b.prep_d,
+                parts: &mut b.ss,
+            },
+        };
+        k.gemv.gemv_fused(&l.o, &b.prep_a, &mut b.h, o)?;
+        let gate_up = Epilogue {
+            accumulate: false,
+            norm_in: norm_in(&b.ss, d),
+            out: EpiOut::Swiglu {
+                prep: &mut b.prep_f,
+                pairs: &mut b.pairs,
+            },
+        };
         k.gemv
-            .rms_norm_prep(&b.h, &l.ffn_norm, d.eps, &mut b.prep_d)?;
-        k.gemv.gemv(&l.gate_up, &b.prep_d, &mut b.gu, false)?;
-        k.gemv.swiglu_prep(&b.gu, d.ff, &mut b.prep_f)?;
-        k.gemv.gemv(&l.down, &b.prep_f, &mut b.h, true)?;
+            .gemv_fused(&l.gate_up, &b.prep_d, &mut b.gu, gate_up)?;
+        let down = Epilogue {
+            accumulate: true,
+            norm_in: None,
+            out: match rest.first() {
+                Some(next) => EpiOut::Norm {
+                    weight: &next.attn_norm,
+                    prep: &mut b.prep_d,
+                    parts: &mut b.ss,
+                },
+                None => EpiOut::None,
+            },
+        };
+        k.gemv.gemv_fused(&l.down, &b.prep_f, &mut b.h, down)?;
     }
     k.ops.advance_pos(&mut b.pos)
 }

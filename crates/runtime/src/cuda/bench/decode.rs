@@ -9,7 +9,9 @@
 //! 3 launches; or all of it in one launch, [`AttnMode::Fused`]; `Auto` picks by the
 //! cache capacity) → o GEMV (+residual) → `rms_norm_prep` → gate|up GEMV →
 //! `swiglu_prep` → down GEMV (+residual); then the final norm, lm_head and the position
-//! step. With `compare_attn` every attention step is timed in the same run.
+//! step; by default (`fused`) the RMSNorm and SwiGLU preparations run in the GEMVs'
+//! epilogues instead ([`super::decode_fused`], 7 launches per layer). With
+//! `compare_attn` every attention step is timed in the same run.
 //!
 //! Key design choice: every kernel reads the position from device memory, so one step
 //! is captured once as a CUDA graph and replayed (the headline figure); plain stream
@@ -21,6 +23,7 @@ use std::sync::Arc;
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 use half::f16;
 
+use super::decode_fused::{check_fused, step_fused};
 use super::decode_parts::{DecodeParts, measure_parts};
 use super::gemv::describe;
 use super::{BenchError, Rng, random_mx};
@@ -106,6 +109,9 @@ pub struct DecodeBenchOptions {
     pub compare_attn: bool,
     /// The one-pass attention's fewest keys per block (its default when `None`).
     pub attn_min_keys: Option<usize>,
+    /// The RMSNorm and SwiGLU preparations fused into the GEMVs that finish their
+    /// inputs (`Epilogue`; default on), else separate kernels.
+    pub fused: bool,
 }
 
 impl Default for DecodeBenchOptions {
@@ -126,6 +132,7 @@ impl Default for DecodeBenchOptions {
             attn: AttnMode::Auto,
             compare_attn: false,
             attn_min_keys: None,
+            fused: true,
         }
     }
 }
@@ -142,6 +149,10 @@ pub struct DecodeBench {
     pub pdl: bool,
     /// With PDL: (max |logit difference| of one step with and without, max |logit|).
     pub pdl_check: Option<(f32, f32)>,
+    /// The norms and SwiGLU were fused.
+    pub fused: bool,
+    /// Fused: (max |logit difference| of one step fused and unfused, max |logit|).
+    pub fused_check: Option<(f32, f32)>,
     /// Seconds to build and upload the model.
     pub setup_s: f64,
     /// Device bytes the run's buffers hold.
@@ -212,6 +223,12 @@ pub(super) struct Bufs {
     pub(super) cos: DeviceBuffer<f32>,
     pub(super) sin: DeviceBuffer<f32>,
     pub(super) final_norm: DeviceBuffer<f32>,
+    /// Fused steps: the norm producers' x preparation and partial sums of squares,
+    /// the SwiGLU producer's preparation and pair counters.
+    pub(super) prep_n: XPrep,
+    pub(super) ss: DeviceBuffer<f32>,
+    pub(super) prep_f: XPrep,
+    pub(super) pairs: DeviceBuffer<u32>,
 }
 
 pub(super) struct Kernels {
@@ -219,6 +236,8 @@ pub(super) struct Kernels {
     pub(super) attn: AttentionDecode,
     pub(super) ops: DecodeOps,
     pub(super) mode: AttnMode,
+    /// Steps use the fused epilogues ([`super::decode_fused`]).
+    pub(super) fused: bool,
 }
 
 impl Kernels {
@@ -291,6 +310,7 @@ pub fn decode_bench(
         attn: AttentionDecode::load(ctx)?,
         ops: DecodeOps::load(ctx)?,
         mode: opts.attn,
+        fused: false,
     };
     if let Some(mk) = opts.attn_min_keys {
         k.attn.min_keys = mk;
@@ -307,6 +327,11 @@ pub fn decode_bench(
     let start = i32::try_from(opts.context)
         .map_err(|_| BenchError::Options("context exceeds i32".into()))?;
 
+    let fused_check = if opts.fused {
+        Some(check_fused(ctx, &mut k, &mut m, start)?)
+    } else {
+        None
+    };
     let pdl_check = if pdl {
         Some(check_pdl(ctx, &mut k, &mut m, start)?)
     } else {
@@ -369,6 +394,8 @@ pub fn decode_bench(
         kernels,
         pdl,
         pdl_check,
+        fused: opts.fused,
+        fused_check,
         setup_s,
         live_bytes,
         weight_bytes,
@@ -423,6 +450,9 @@ fn check_pdl(
 
 /// One decode step (all layers + lm_head), then `*pos += 1`.
 pub(super) fn step(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
+    if k.fused {
+        return step_fused(k, m);
+    }
     let scale = 1.0 / (HD as f32).sqrt();
     let (b, cap) = (&mut m.b, m.cap);
     for l in m.layers.iter_mut() {
@@ -587,6 +617,10 @@ fn build(
         cos: ctx.upload(owner, SpanKind::Resident, &cos)?,
         sin: ctx.upload(owner, SpanKind::Resident, &sin)?,
         final_norm: ctx.upload(owner, SpanKind::Resident, &near_one(&mut rng, HIDDEN))?,
+        prep_n: XPrep::new(ctx, owner, HIDDEN)?,
+        ss: scratch(HIDDEN / 32)?,
+        prep_f: XPrep::new(ctx, owner, INTER)?,
+        pairs: ctx.alloc::<u32>(owner, SpanKind::Scratch, INTER / 32)?,
     };
     Ok(Model {
         layers,

@@ -1,0 +1,129 @@
+//! The decode step with the RMSNorm and SwiGLU preparations fused into the GEMVs
+//! (`Epilogue`), and its check against the step with separate kernels.
+//!
+//! Per token: `norm_parts_prep` of the first layer's input, then per layer q|k|v GEMV
+//! (applies 1/rms) → the attention step → o GEMV (+residual; prepares the MLP norm) →
+//! gate|up GEMV (applies 1/rms; prepares SwiGLU) → down GEMV (+residual; prepares the
+//! next layer's norm, or the final one), then lm_head (applies 1/rms): 7 launches per
+//! layer instead of 10. The check runs one step each way from the same state: the two
+//! differ only in where the RMSNorm's scalar is applied (f32 rounding).
+
+use super::BenchError;
+use super::decode::{EPS, HD, HIDDEN, Kernels, Model, attention, step};
+use crate::cuda::{CudaContext, CudaError, DeviceBuffer, EpiOut, Epilogue, NormIn};
+
+/// The consumer side of the model's RMSNorm over `parts`.
+fn norm_in(parts: &DeviceBuffer<f32>) -> Option<NormIn<'_>> {
+    Some(NormIn {
+        parts,
+        dim: HIDDEN,
+        eps: EPS,
+    })
+}
+
+/// One fused decode step (all layers + lm_head), then `*pos += 1`.
+pub(super) fn step_fused(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
+    let scale = 1.0 / (HD as f32).sqrt();
+    let (b, cap) = (&mut m.b, m.cap);
+    if let Some(first) = m.layers.first() {
+        k.gemv
+            .norm_parts_prep(&b.h, &first.attn_norm, &mut b.prep_n, &mut b.ss)?;
+    }
+    for i in 0..m.layers.len() {
+        let (done, rest) = m.layers.split_at_mut(i + 1);
+        let Some(l) = done.last_mut() else { break };
+        let qkv = Epilogue {
+            accumulate: false,
+            norm_in: norm_in(&b.ss),
+            out: EpiOut::None,
+        };
+        k.gemv.gemv_fused(&l.qkv, &b.prep_n, &mut b.qkv, qkv)?;
+        attention(k, l, b, cap, scale, true)?;
+        let o = Epilogue {
+            accumulate: true,
+            norm_in: None,
+            out: EpiOut::Norm {
+                weight: &l.mlp_norm,
+                prep: &mut b.prep_n,
+                parts: &mut b.ss,
+            },
+        };
+        k.gemv.gemv_fused(&l.o, &b.prep, &mut b.h, o)?;
+        let gate_up = Epilogue {
+            accumulate: false,
+            norm_in: norm_in(&b.ss),
+            out: EpiOut::Swiglu {
+                prep: &mut b.prep_f,
+                pairs: &mut b.pairs,
+            },
+        };
+        k.gemv
+            .gemv_fused(&l.gate_up, &b.prep_n, &mut b.gu, gate_up)?;
+        let next_norm = rest.first().map_or(&b.final_norm, |n| &n.attn_norm);
+        let down = Epilogue {
+            accumulate: true,
+            norm_in: None,
+            out: EpiOut::Norm {
+                weight: next_norm,
+                prep: &mut b.prep_n,
+                parts: &mut b.ss,
+            },
+        };
+        k.gemv.gemv_fused(&l.down, &b.prep_f, &mut b.h, down)?;
+    }
+    let head = Epilogue {
+        accumulate: false,
+        norm_in: norm_in(&b.ss),
+        out: EpiOut::None,
+    };
+    k.gemv
+        .gemv_fused(&m.lm_head, &b.prep_n, &mut b.logits, head)?;
+    k.ops.advance_pos(&mut b.pos)
+}
+
+/// One step with separate norm and SwiGLU kernels, then one fused, from the same h and
+/// position: their logits must agree within 1e-4 of max |logit| (the fused step applies
+/// each RMSNorm's scalar to the GEMV's rows instead of its input, so they differ by f32
+/// rounding carried through the layers). Leaves the steps fused and h restored.
+pub(super) fn check_fused(
+    ctx: &CudaContext,
+    k: &mut Kernels,
+    m: &mut Model,
+    start: i32,
+) -> Result<(f32, f32), BenchError> {
+    let h0 = ctx.download(&m.b.h)?;
+    let once = |k: &Kernels, m: &mut Model| -> Result<Vec<f32>, CudaError> {
+        ctx.write(&mut m.b.h, &h0)?;
+        ctx.write(&mut m.b.pos, &[start])?;
+        step(k, m)?;
+        ctx.download(&m.b.logits)
+    };
+    k.fused = false;
+    let plain = once(k, m)?;
+    k.fused = true;
+    let fused = once(k, m)?;
+    // Twice: the SwiGLU pair counters must be back at zero after a step.
+    let again = once(k, m)?;
+    ctx.write(&mut m.b.h, &h0)?;
+    if fused != again {
+        return Err(BenchError::Mismatch {
+            what: "two fused decode steps from the same state".into(),
+            rel_err: f64::NAN,
+            tolerance: 0.0,
+        });
+    }
+    let max = plain.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let diff = plain
+        .iter()
+        .zip(&fused)
+        .fold(0f32, |a, (p, q)| a.max((p - q).abs()));
+    let rel = f64::from(diff) / f64::from(max.max(1.0));
+    if rel.is_nan() || rel > 1e-4 {
+        return Err(BenchError::Mismatch {
+            what: "one fused decode step vs separate norm and SwiGLU kernels".into(),
+            rel_err: rel,
+            tolerance: 1e-4,
+        });
+    }
+    Ok((diff, max))
+}

@@ -1,0 +1,363 @@
+//! The tensor-core GEMV's fused epilogues (`Epilogue`: the RMSNorm factor applied to the
+//! rows, the next RMSNorm's and the SwiGLU's x preparations written by the GEMV that
+//! finishes their input) against f64 references, for every GEMV kernel, with and
+//! without programmatic dependent launch, on MXFP4 and MXFP8 weights.
+//! Run: `cargo test -p favlo-runtime --features cuda --test cuda_gemv_fused`.
+//!
+//! Without CUDA the test prints a loud SKIPPED line and passes, unless
+//! `FAVLO_REQUIRE_CUDA=1`. Each kernel's reference is computed from the device's own
+//! input to it (downloaded), so errors do not compound along the chain. Tolerances:
+//! GEMV rows max|y−ref|/max|ref| ≤ 1e-5 (as the plain GEMV: x keeps ~22 bits per
+//! 32-value block, f32 accumulation); x preparations per 32-value block max|err| /
+//! block max ≤ 1e-5 (the split keeps ~22 bits; the inputs carry the GEMV's f32
+//! rounding); partial sums of squares relative ≤ 1e-5.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
+use favlo_runtime::cpu::{WeightRef, reference};
+use favlo_runtime::cuda::{
+    CudaContext, CudaError, DeviceBuffer, EpiOut, Epilogue, GemvKernel, GemvMma, MxTiled,
+    NormIn, XPrep, tile_mx,
+};
+use favlo_runtime::ledger::{Owner, SpanKind};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use common::{rand_vec, rel_err};
+
+const EPS: f32 = 1e-6;
+
+/// A random MX matrix (rows scaled by 2^-6..2^6), its packed bytes and its upload.
+struct Mat {
+    layout: MxLayout,
+    packed: Vec<u8>,
+    dev: MxTiled,
+}
+
+impl Mat {
+    fn new(
+        ctx: &Arc<CudaContext>,
+        owner: &Owner,
+        rng: &mut StdRng,
+        format: ElementFormat,
+        rows: usize,
+        cols: usize,
+    ) -> Mat {
+        let mut w = rand_vec(rng, rows * cols, 1.0);
+        for (r, row) in w.chunks_mut(cols).enumerate() {
+            let m = 2f32.powi((r % 13) as i32 - 6);
+            row.iter_mut().for_each(|v| *v *= m);
+        }
+        let layout = MxLayout { format, rows, cols };
+        let mut packed = vec![0u8; layout.total_bytes()];
+        favlo_mx::pack(&w, layout, ScaleRule::Ceil, &mut packed).unwrap();
+        let dev = MxTiled::upload(
+            ctx,
+            owner,
+            &tile_mx(MxView::new(layout, &packed).unwrap()),
+        )
+        .unwrap();
+        Mat {
+            layout,
+            packed,
+            dev,
+        }
+    }
+
+    /// W·x in f64.
+    fn times(&self, x: &[f32]) -> Vec<f64> {
+        let view = MxView::new(self.layout, &self.packed).unwrap();
+        reference::linear(x, &WeightRef::Mx(view), None)
+    }
+}
+
+/// Largest error per 32-value block relative to that block's largest reference value.
+fn blockwise(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    assert!(got.iter().all(|v| v.is_finite()), "non-finite values");
+    got.chunks(32)
+        .zip(want.chunks(32))
+        .fold(0f64, |a, (gc, wc)| {
+            let m = wc.iter().fold(0f64, |a, b| a.max(b.abs())).max(1e-300);
+            gc.iter()
+                .zip(wc)
+                .fold(a, |a, (g, w)| a.max((*g as f64 - w).abs() / m))
+        })
+}
+
+/// Sums of squares per 32 values, f64.
+fn block_squares(h: &[f32]) -> Vec<f64> {
+    h.chunks(32)
+        .map(|c| c.iter().map(|v| f64::from(*v) * f64::from(*v)).sum())
+        .collect()
+}
+
+/// RMSNorm(h)·w as f32 (the input of a consumer's reference).
+fn normed(h: &[f32], w: &[f32]) -> Vec<f32> {
+    reference::rms_norm(h, w, EPS)
+        .iter()
+        .map(|v| *v as f32)
+        .collect()
+}
+
+fn check(what: &str, e: f64, tol: f64) {
+    eprintln!("{what}: {e:.3e}");
+    assert!(e <= tol, "{what}: {e:.3e} > {tol:.0e}");
+}
+
+/// One decoder layer's worth of fused GEMVs, (hidden d, intermediate ff), on `g` as
+/// configured (kernel, PDL).
+#[allow(clippy::too_many_arguments)]
+fn chain(
+    ctx: &Arc<CudaContext>,
+    g: &GemvMma,
+    owner: &Owner,
+    rng: &mut StdRng,
+    mats: &[Mat; 3],
+    d: usize,
+    ff: usize,
+    tag: &str,
+) {
+    let [wq, wgu, wo] = mats;
+    let dl = |b: &DeviceBuffer<f32>| ctx.download(b).unwrap();
+    let up = |v: &[f32]| ctx.upload(owner, SpanKind::Scratch, v).unwrap();
+    let pd = wq.layout.padded_cols().max(wo.layout.padded_cols());
+    let h0 = rand_vec(rng, d, 3.0);
+    let (n1, n2) = (rand_vec(rng, d, 1.5), rand_vec(rng, d, 1.5));
+    let (n1d, n2d) = (up(&n1), up(&n2));
+    let mut hd = up(&h0);
+    let mut prep_n = XPrep::new(ctx, owner, pd).unwrap();
+    let mut ss = up(&vec![f32::NAN; d / 32]);
+
+    // The first norm's producer kernel.
+    g.norm_parts_prep(&hd, &n1d, &mut prep_n, &mut ss).unwrap();
+    let hw: Vec<f64> = h0.iter().zip(&n1).map(|(a, b)| f64::from(a * b)).collect();
+    check(
+        &format!("{tag} norm_parts_prep x·w"),
+        blockwise(&prep_n.values(ctx, d).unwrap(), &hw),
+        1e-6,
+    );
+    check(
+        &format!("{tag} norm_parts_prep partials"),
+        rel_err(&dl(&ss), &block_squares(&h0)),
+        1e-6,
+    );
+
+    // A consumer: q = Wq·RMSNorm(h0).
+    let mut yq = up(&vec![f32::NAN; wq.layout.rows]);
+    let epi = Epilogue {
+        accumulate: false,
+        norm_in: Some(NormIn {
+            parts: &ss,
+            dim: d,
+            eps: EPS,
+        }),
+        out: EpiOut::None,
+    };
+    g.gemv_fused(&wq.dev, &prep_n, &mut yq, epi).unwrap();
+    check(
+        &format!("{tag} consumer rows"),
+        rel_err(&dl(&yq), &wq.times(&normed(&h0, &n1))),
+        1e-5,
+    );
+
+    // A residual producer: h = h0 + Wo·x, preparing RMSNorm(h) with weight n2.
+    let x = rand_vec(rng, wo.layout.cols, 2.0);
+    let mut xp = x.clone();
+    xp.resize(wo.layout.padded_cols(), 0.0);
+    let mut prep_x = XPrep::new(ctx, owner, wo.layout.padded_cols()).unwrap();
+    g.prep_x(&up(&xp), wo.layout.padded_cols(), &mut prep_x)
+        .unwrap();
+    let epi = Epilogue {
+        accumulate: true,
+        norm_in: None,
+        out: EpiOut::Norm {
+            weight: &n2d,
+            prep: &mut prep_n,
+            parts: &mut ss,
+        },
+    };
+    g.gemv_fused(&wo.dev, &prep_x, &mut hd, epi).unwrap();
+    let h1 = dl(&hd);
+    let want: Vec<f64> = wo
+        .times(&x)
+        .iter()
+        .zip(&h0)
+        .map(|(a, b)| a + f64::from(*b))
+        .collect();
+    check(&format!("{tag} producer rows"), rel_err(&h1, &want), 1e-5);
+    let hw: Vec<f64> = h1.iter().zip(&n2).map(|(a, b)| f64::from(a * b)).collect();
+    check(
+        &format!("{tag} producer x·w"),
+        blockwise(&prep_n.values(ctx, d).unwrap(), &hw),
+        1e-6,
+    );
+    check(
+        &format!("{tag} producer partials"),
+        rel_err(&dl(&ss), &block_squares(&h1)),
+        1e-5,
+    );
+
+    // Consumer + SwiGLU producer: gate|up = Wgu·RMSNorm(h1), then silu(gate)·up, twice
+    // (the pair counters must be back at zero after a call).
+    let mut gu = up(&vec![f32::NAN; 2 * ff]);
+    let mut prep_f = XPrep::new(ctx, owner, ff).unwrap();
+    let mut pairs = ctx
+        .alloc::<u32>(owner, SpanKind::Scratch, ff / 32)
+        .unwrap();
+    let mut first = None;
+    for round in 0..2 {
+        let epi = Epilogue {
+            accumulate: false,
+            norm_in: Some(NormIn {
+                parts: &ss,
+                dim: d,
+                eps: EPS,
+            }),
+            out: EpiOut::Swiglu {
+                prep: &mut prep_f,
+                pairs: &mut pairs,
+            },
+        };
+        g.gemv_fused(&wgu.dev, &prep_n, &mut gu, epi).unwrap();
+        let got = dl(&gu);
+        let act = prep_f.values(ctx, ff).unwrap();
+        assert_eq!(ctx.download(&pairs).unwrap(), vec![0u32; ff / 32]);
+        match &first {
+            None => {
+                check(
+                    &format!("{tag} SwiGLU producer rows"),
+                    rel_err(&got, &wgu.times(&normed(&h1, &n2))),
+                    1e-5,
+                );
+                let want: Vec<f64> = (0..ff)
+                    .map(|i| reference::silu(f64::from(got[i])) * f64::from(got[ff + i]))
+                    .collect();
+                check(
+                    &format!("{tag} SwiGLU producer x"),
+                    blockwise(&act, &want),
+                    1e-5,
+                );
+                first = Some((got, act));
+            }
+            Some(f) => assert!(
+                f.0 == got && f.1 == act,
+                "{tag}: round {round} differs from round 0"
+            ),
+        }
+    }
+}
+
+#[test]
+fn fused_epilogues_match_reference() {
+    let Some(ctx) = common::cuda::open_or_skip("the fused GEMV epilogue test") else {
+        return;
+    };
+    let mut g = GemvMma::load(&ctx).unwrap();
+    let hopper = ctx.compute_capability().0 >= 9;
+    let mut rng = StdRng::seed_from_u64(5);
+    let owner = Owner::mint("cuda-test-gemv-fused");
+    // SmolLM2's hidden (576: FP4 pads K to 768) and Qwen2.5-0.5B's (896, ff 4864).
+    for (d, ff, q) in [(576, 1536, 960), (896, 4864, 1152)] {
+        for format in [ElementFormat::Fp4E2M1, ElementFormat::Fp8E4M3] {
+            let mats = [
+                Mat::new(&ctx, &owner, &mut rng, format, q, d),
+                Mat::new(&ctx, &owner, &mut rng, format, 2 * ff, d),
+                Mat::new(&ctx, &owner, &mut rng, format, d, q),
+            ];
+            for kernel in [
+                GemvKernel::Regs,
+                GemvKernel::PingPong,
+                GemvKernel::Ring,
+                GemvKernel::Tma,
+            ] {
+                if kernel == GemvKernel::Tma && !hopper {
+                    continue;
+                }
+                for pdl in [false, true] {
+                    if pdl && !hopper {
+                        continue;
+                    }
+                    g.kernel = kernel;
+                    g.pdl = pdl;
+                    let tag = format!("{format:?} d {d} ff {ff} {kernel:?} pdl {pdl}");
+                    chain(&ctx, &g, &owner, &mut rng, &mats, d, ff, &tag);
+                }
+            }
+        }
+    }
+    ctx.sweep(&owner).unwrap();
+}
+
+/// Shapes a fused epilogue cannot serve are refused before launch.
+#[test]
+fn fused_epilogue_shape_errors() {
+    let Some(ctx) = common::cuda::open_or_skip("the fused GEMV shape test") else {
+        return;
+    };
+    let g = GemvMma::load(&ctx).unwrap();
+    let mut rng = StdRng::seed_from_u64(6);
+    let owner = Owner::mint("cuda-test-gemv-fused-shapes");
+    let fp4 = ElementFormat::Fp4E2M1;
+    // 100 rows: not whole row tiles for a norm producer, nor gate|up halves of 32s.
+    let odd = Mat::new(&ctx, &owner, &mut rng, fp4, 100, 256);
+    let x = XPrep::new(&ctx, &owner, 256).unwrap();
+    let mut y = ctx.alloc::<f32>(&owner, SpanKind::Scratch, 100).unwrap();
+    let nw = ctx.alloc::<f32>(&owner, SpanKind::Scratch, 100).unwrap();
+    let mut prep = XPrep::new(&ctx, &owner, 256).unwrap();
+    let mut parts = ctx.alloc::<f32>(&owner, SpanKind::Scratch, 8).unwrap();
+    let mut pairs = ctx.alloc::<u32>(&owner, SpanKind::Scratch, 8).unwrap();
+    let shape_err = |r: Result<(), CudaError>| {
+        let e = r.unwrap_err();
+        assert!(matches!(e, CudaError::Shape { .. }), "{e}");
+        eprintln!("refused: {e}");
+    };
+    shape_err(g.gemv_fused(
+        &odd.dev,
+        &x,
+        &mut y,
+        Epilogue {
+            accumulate: true,
+            norm_in: None,
+            out: EpiOut::Norm {
+                weight: &nw,
+                prep: &mut prep,
+                parts: &mut parts,
+            },
+        },
+    ));
+    shape_err(g.gemv_fused(
+        &odd.dev,
+        &x,
+        &mut y,
+        Epilogue {
+            accumulate: false,
+            norm_in: None,
+            out: EpiOut::Swiglu {
+                prep: &mut prep,
+                pairs: &mut pairs,
+            },
+        },
+    ));
+    // A norm over 512 values for a matrix of 256 columns.
+    shape_err(g.gemv_fused(
+        &odd.dev,
+        &x,
+        &mut y,
+        Epilogue {
+            accumulate: false,
+            norm_in: Some(NormIn {
+                parts: &parts,
+                dim: 512,
+                eps: EPS,
+            }),
+            out: EpiOut::None,
+        },
+    ));
+    drop((odd, x, y, nw, prep, parts, pairs));
+    ctx.sweep(&owner).unwrap();
+}
