@@ -4,13 +4,15 @@
 //!
 //! Run: `cuda_decode_bench [--layers 36] [--ctx 1024] [--steps 32] [--f32-kv] [--mxfp8]
 //! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
-//! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--unfused]`
-//! (`--unfused`: the RMSNorm and SwiGLU preparations as kernels of their own).
+//! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--unfused] [--no-persist]
+//! [--skip qkv,attn,o,gate_up,down,head]` (`--unfused`: the RMSNorm and SwiGLU
+//! preparations as kernels of their own; `--skip`: leave parts out of the fused step, to
+//! see what each costs on the step's critical path; the logits are then meaningless).
 
 use favlo_mx::ElementFormat;
 use favlo_runtime::cuda::CudaContext;
 use favlo_runtime::cuda::GemvKernel;
-use favlo_runtime::cuda::bench::{AttnMode, DecodeBenchOptions, decode_bench};
+use favlo_runtime::cuda::bench::{AttnMode, DecodeBenchOptions, SKIP_PARTS, decode_bench};
 
 fn arg(argv: &[String], name: &str) -> Option<String> {
     argv.iter()
@@ -59,6 +61,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         compare_attn: flag("--compare-attn"),
         attn_min_keys: arg(&argv, "--min-keys").and_then(|v| v.parse().ok()),
         fused: !flag("--unfused"),
+        persistent: !flag("--no-persist"),
+        skip: arg(&argv, "--skip").map_or(0, |list| {
+            list.split(',')
+                .filter_map(|p| SKIP_PARTS.iter().position(|n| *n == p))
+                .fold(0u8, |a, i| a | (1 << i))
+        }),
     };
     let ctx = match CudaContext::open(0, None) {
         Ok(c) => c,

@@ -183,29 +183,30 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// The block's per-warp partial sums -> its 32 rows of y, then the epilogue `e`. Sums
-// over the 4 lanes of a group (they hold different blocks of the same rows), then over
-// the warps in shared memory; warp 0 (lane = row in the tile) finishes.
+// The block's per-warp partial sums -> the 32 rows of `tile` in y, then the epilogue
+// `e`. Sums over the 4 lanes of a group (they hold different blocks of the same rows),
+// then over the warps in shared memory (buffer `pb` of two: a block that loops over
+// tiles alternates, so warps on to the next tile never overwrite sums warp 0 still
+// reads); warp 0 (lane = row in the tile) finishes while the others go on.
 __device__ __forceinline__ void gemv_finish(float (&acc)[4], float* __restrict__ y, int rows,
-                                            const GemvEpi& e) {
+                                            const GemvEpi& e, int tile, int pb) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int tile = blockIdx.x;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 1);
         acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 2);
     }
-    __shared__ float part[16][TILE_ROWS];
+    __shared__ float part[2][16][TILE_ROWS];
     if (t == 0) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) part[warp][g + 8 * i] = acc[i];
+        for (int i = 0; i < 4; ++i) part[pb][warp][g + 8 * i] = acc[i];
     }
     __syncthreads();
-    if (warp != 0) return;  // warp-uniform, after the block's last barrier
+    if (warp != 0) return;  // warp-uniform, after this tile's barrier
     const int row = tile * TILE_ROWS + lane;
     float sum = 0.f;
-    for (int v = 0; v < nwarps; ++v) sum += part[v][lane];
+    for (int v = 0; v < nwarps; ++v) sum += part[pb][v][lane];
     if (e.ss_in) {
         float ss = 0.f;
         for (int i = lane; i < e.ss_n; i += 32) ss += e.ss_in[i];
@@ -344,7 +345,7 @@ __device__ __forceinline__ void gemv_mma_body(const unsigned char* __restrict__ 
             sc = nsc;
         }
     }
-    gemv_finish(acc, y, rows, e);
+    gemv_finish(acc, y, rows, e, blockIdx.x, 0);
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemv_mxfp4_mma(
@@ -498,7 +499,7 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
         chunk_mma<FMT>(qb, sb, xst[warp][1], t, h, act, acc);
         __syncwarp();
     }
-    gemv_finish(acc, y, rows, e);
+    gemv_finish(acc, y, rows, e, blockIdx.x, 0);
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemv_mxfp4_pp(
@@ -611,6 +612,10 @@ struct RingStage {
 // MODE (timing probes only, results meaningless unless 0): 1 = no FP4/FP8 decode (raw
 // words as A fragments), 2 = decode but no mma, 3 = loads and shared-memory reads only.
 // TMA: the stages are filled by bulk copies issued by lane 0 (else cp.async per lane).
+// A block computes tiles blockIdx.x, blockIdx.x + gridDim.x, ... (one when the grid has
+// a block per tile): a warp's items run on across its tiles, so the ring keeps loading
+// the next tile's chunks while this tile is reduced, and a grid of one wave streams the
+// whole matrix without the ramp of a new block at every tile.
 template <int FMT, int D, int MODE = 0, bool TMA = false>
 __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__ wd,
                                                const unsigned char* __restrict__ ws,
@@ -627,15 +632,18 @@ __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__
     extern __shared__ __align__(16) unsigned char ring_smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int tile = blockIdx.x;
     const bool act = (g >> 1) == t;
     const int h = g & 1;
     unsigned char* ring = ring_smem + warp * (D * STAGE);
-    const unsigned char* dbase = wd + (long long)tile * chunks * 4096 + lane * 16;
-    const unsigned char* sbase = ws + (long long)tile * chunks * SB + lane * 8;
     const unsigned char* xsrc = reinterpret_cast<const unsigned char*>(xhl);
+    // Items per tile of this warp (chunks warp, warp + nwarps, ...), this block's tiles.
     const int mine = warp < chunks ? (chunks - warp + nwarps - 1) / nwarps : 0;
-    // Chunk k of this warp (chunk index warp + k * nwarps) into ring slot `slot`.
+    const int ntiles = (rows + TILE_ROWS - 1) / TILE_ROWS;
+    const int my_tiles =
+        (int)blockIdx.x < ntiles ? (ntiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    const int total = mine * my_tiles;
+    // Item k of this warp (tile k / mine, chunk warp + (k % mine) * nwarps) into ring
+    // slot `slot`.
     __shared__ unsigned long long mbar[16][4];
     if (TMA) {
         if (lane == 0) {
@@ -649,7 +657,8 @@ __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__
     }
     // part 1: weights and scales; 2: the x slice; 3: both.
     auto stage = [&](int k, int slot, int part) {
-        const int c = warp + k * nwarps;
+        const int tile = (int)blockIdx.x + (k / mine) * (int)gridDim.x;
+        const int c = warp + (k % mine) * nwarps;
         unsigned char* s = ring + slot * STAGE;
         if (TMA) {
             if (lane == 0) {
@@ -665,11 +674,12 @@ __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__
             }
             return;
         }
-        const unsigned char* src = dbase + (long long)c * 4096;
+        const long long tc = (long long)tile * chunks + c;
+        const unsigned char* src = wd + tc * 4096 + lane * 16;
         if (part & 1) {
 #pragma unroll
             for (int p = 0; p < 8; ++p) cp_async16(s + p * 512 + lane * 16, src + p * 512);
-            if (FMT == 4 || lane < 16) cp_async8(s + 4096 + lane * 8, sbase + (long long)c * SB);
+            if (FMT == 4 || lane < 16) cp_async8(s + 4096 + lane * 8, ws + tc * SB + lane * 8);
         }
         if (!(part & 2)) return;
         const unsigned char* xsl = xsrc + (long long)c * XB * 128;
@@ -684,19 +694,20 @@ __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__
     if (!TMA) {
 #pragma unroll
         for (int k = 0; k < D - 1; ++k)
-            if (k < mine) stage(k, k, 1);
+            if (k < total) stage(k, k, 1);
     }
     pdl_wait();
 #pragma unroll
     for (int k = 0; k < D - 1; ++k) {
-        if (k < mine) stage(k, k, TMA ? 3 : 2);
+        if (k < total) stage(k, k, TMA ? 3 : 2);
         if (!TMA) cp_async_commit();
     }
+    int slot = 0, k = 0;
+    for (int ti = 0; ti < my_tiles; ++ti) {
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    int slot = 0;
-    for (int k = 0; k < mine; ++k) {
+    for (int kk = 0; kk < mine; ++kk, ++k) {
         // Refill the slot computed in the previous iteration (D - 1 chunks ahead).
-        if (k + D - 1 < mine) stage(k + D - 1, slot == 0 ? D - 1 : slot - 1, 3);
+        if (k + D - 1 < total) stage(k + D - 1, slot == 0 ? D - 1 : slot - 1, 3);
         if (TMA) {
             mbar_wait(&mbar[warp][slot], (unsigned)(k / D) & 1u);
         } else {
@@ -762,7 +773,8 @@ __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__
         __syncwarp();  // this slot is refilled at the top of the next iteration
         slot = (slot + 1 == D) ? 0 : slot + 1;
     }
-    gemv_finish(acc, y, rows, e);
+    gemv_finish(acc, y, rows, e, (int)blockIdx.x + ti * (int)gridDim.x, ti & 1);
+    }
 }
 
 #define GEMV_RING(NAME, FMT, D)                                                              \

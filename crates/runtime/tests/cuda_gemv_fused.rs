@@ -20,8 +20,8 @@ use std::sync::Arc;
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cpu::{WeightRef, reference};
 use favlo_runtime::cuda::{
-    CudaContext, CudaError, DeviceBuffer, EpiOut, Epilogue, GemvKernel, GemvMma, MxTiled,
-    NormIn, XPrep, tile_mx,
+    CudaContext, CudaError, DeviceBuffer, EpiOut, Epilogue, GemvKernel, GemvMma, MxTiled, NormIn,
+    XPrep, tile_mx,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::SeedableRng;
@@ -55,12 +55,8 @@ impl Mat {
         let layout = MxLayout { format, rows, cols };
         let mut packed = vec![0u8; layout.total_bytes()];
         favlo_mx::pack(&w, layout, ScaleRule::Ceil, &mut packed).unwrap();
-        let dev = MxTiled::upload(
-            ctx,
-            owner,
-            &tile_mx(MxView::new(layout, &packed).unwrap()),
-        )
-        .unwrap();
+        let dev =
+            MxTiled::upload(ctx, owner, &tile_mx(MxView::new(layout, &packed).unwrap())).unwrap();
         Mat {
             layout,
             packed,
@@ -206,9 +202,7 @@ fn chain(
     // (the pair counters must be back at zero after a call).
     let mut gu = up(&vec![f32::NAN; 2 * ff]);
     let mut prep_f = XPrep::new(ctx, owner, ff).unwrap();
-    let mut pairs = ctx
-        .alloc::<u32>(owner, SpanKind::Scratch, ff / 32)
-        .unwrap();
+    let mut pairs = ctx.alloc::<u32>(owner, SpanKind::Scratch, ff / 32).unwrap();
     let mut first = None;
     for round in 0..2 {
         let epi = Epilogue {

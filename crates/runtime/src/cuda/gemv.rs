@@ -291,8 +291,11 @@ pub fn ring_stage_bytes(format: ElementFormat) -> usize {
     }
 }
 
-/// Static shared memory of the ring kernels: partial sums + per-warp mbarriers.
-const RING_STATIC: usize = 2048 + 512;
+/// Static shared memory of the ring kernels: partial sums (two buffers) + per-warp
+/// mbarriers.
+const RING_STATIC: usize = 4096 + 512;
+/// Shared memory the driver reserves per block (sm_80 and newer).
+const SMEM_PER_BLOCK_RESERVED: usize = 1024;
 
 /// Shared memory available to the ring kernels (from the device).
 #[derive(Clone, Copy, Debug)]
@@ -368,6 +371,9 @@ pub struct GemvMma {
     /// [`GemvKernel::Regs`] only: the weight loads with the L2 256-byte prefetch hint
     /// (default off: measured 0–2% slower on the H200 in `cuda_bench`).
     pub l2_prefetch: bool,
+    /// The ring kernels run at most one wave of blocks, each looping over its tiles
+    /// (default on); off, one block per tile.
+    pub persistent: bool,
 }
 
 fn shape(op: &'static str, detail: String) -> CudaError {
@@ -480,6 +486,7 @@ impl GemvMma {
             ctx: Arc::clone(ctx),
             from_cache: m.from_cache,
             l2_prefetch: false,
+            persistent: true,
         })
     }
 
@@ -812,11 +819,23 @@ impl GemvMma {
                 (&set[fi][d - 2], w, smem)
             }
         };
+        // The ring kernels loop over tiles: one wave of blocks streams the matrix.
+        let blocks = if matches!(kernel, GemvKernel::Ring | GemvKernel::Tma)
+            && probe.is_none()
+            && self.persistent
+        {
+            let per_sm = (MAX_WARPS / warps.max(1))
+                .min(self.smem.per_sm / (smem + RING_STATIC + SMEM_PER_BLOCK_RESERVED))
+                .max(1);
+            tiles.min(self.sms * per_sm)
+        } else {
+            tiles
+        };
         let rows = int(l.rows, op)?;
         let nch = int(chunks, op)?;
         let cfg = LaunchConfig {
             grid_dim: (
-                u32::try_from(tiles).map_err(|_| shape(op, format!("{tiles} blocks")))?,
+                u32::try_from(blocks).map_err(|_| shape(op, format!("{blocks} blocks")))?,
                 1,
                 1,
             ),
@@ -985,7 +1004,7 @@ mod tests {
             let l = MxLayout { format, rows, cols };
             let (tiles, chunks) = (rows.div_ceil(32), l.data_row_bytes() / 128);
             let (w, d) = ring_config(format, tiles, chunks, lim);
-            let block = w * d * ring_stage_bytes(format) + 2560;
+            let block = w * d * ring_stage_bytes(format) + super::RING_STATIC;
             println!("{format:?} {rows}x{cols}: {w} warps x {d} stages, {block} B");
             assert!((1..=16).contains(&w) && (2..=4).contains(&d) && w <= chunks);
             assert!(block <= lim.per_block, "{block}");

@@ -112,7 +112,15 @@ pub struct DecodeBenchOptions {
     /// The RMSNorm and SwiGLU preparations fused into the GEMVs that finish their
     /// inputs (`Epilogue`; default on), else separate kernels.
     pub fused: bool,
+    /// Parts left out of the fused step ([`SKIP_PARTS`] bits; timing ablation only:
+    /// the logits are then meaningless and the fused check is not run).
+    pub skip: u8,
+    /// The ring GEMVs loop over tiles in one wave of blocks (`GemvMma::persistent`).
+    pub persistent: bool,
 }
+
+/// The parts [`DecodeBenchOptions::skip`] can leave out, bit i = name i.
+pub const SKIP_PARTS: [&str; 6] = ["qkv", "attn", "o", "gate_up", "down", "head"];
 
 impl Default for DecodeBenchOptions {
     /// `favlo bench decode --device cuda`: the full model, 1024 tokens of context, 32
@@ -133,6 +141,8 @@ impl Default for DecodeBenchOptions {
             compare_attn: false,
             attn_min_keys: None,
             fused: true,
+            skip: 0,
+            persistent: true,
         }
     }
 }
@@ -238,6 +248,8 @@ pub(super) struct Kernels {
     pub(super) mode: AttnMode,
     /// Steps use the fused epilogues ([`super::decode_fused`]).
     pub(super) fused: bool,
+    /// [`DecodeBenchOptions::skip`].
+    pub(super) skip: u8,
 }
 
 impl Kernels {
@@ -292,6 +304,7 @@ pub fn decode_bench(
     gemv.kernel = opts.kernel;
     gemv.ring_override = opts.ring;
     gemv.pp_prefetch = opts.pp_prefetch;
+    gemv.persistent = opts.persistent;
     // Auto picks the PDL run's kernels for the PDL-off check as well.
     gemv.select_as_pdl = pdl;
     let shapes = layouts(opts.format);
@@ -311,6 +324,7 @@ pub fn decode_bench(
         ops: DecodeOps::load(ctx)?,
         mode: opts.attn,
         fused: false,
+        skip: 0,
     };
     if let Some(mk) = opts.attn_min_keys {
         k.attn.min_keys = mk;
@@ -327,11 +341,13 @@ pub fn decode_bench(
     let start = i32::try_from(opts.context)
         .map_err(|_| BenchError::Options("context exceeds i32".into()))?;
 
-    let fused_check = if opts.fused {
+    let fused_check = if opts.fused && opts.skip == 0 {
         Some(check_fused(ctx, &mut k, &mut m, start)?)
     } else {
+        k.fused = opts.fused;
         None
     };
+    k.skip = opts.skip;
     let pdl_check = if pdl {
         Some(check_pdl(ctx, &mut k, &mut m, start)?)
     } else {

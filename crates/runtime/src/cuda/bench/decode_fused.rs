@@ -37,8 +37,12 @@ pub(super) fn step_fused(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
             norm_in: norm_in(&b.ss),
             out: EpiOut::None,
         };
-        k.gemv.gemv_fused(&l.qkv, &b.prep_n, &mut b.qkv, qkv)?;
-        attention(k, l, b, cap, scale, true)?;
+        if k.skip & 1 == 0 {
+            k.gemv.gemv_fused(&l.qkv, &b.prep_n, &mut b.qkv, qkv)?;
+        }
+        if k.skip & 2 == 0 {
+            attention(k, l, b, cap, scale, true)?;
+        }
         let o = Epilogue {
             accumulate: true,
             norm_in: None,
@@ -48,7 +52,9 @@ pub(super) fn step_fused(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
                 parts: &mut b.ss,
             },
         };
-        k.gemv.gemv_fused(&l.o, &b.prep, &mut b.h, o)?;
+        if k.skip & 4 == 0 {
+            k.gemv.gemv_fused(&l.o, &b.prep, &mut b.h, o)?;
+        }
         let gate_up = Epilogue {
             accumulate: false,
             norm_in: norm_in(&b.ss),
@@ -57,8 +63,10 @@ pub(super) fn step_fused(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
                 pairs: &mut b.pairs,
             },
         };
-        k.gemv
-            .gemv_fused(&l.gate_up, &b.prep_n, &mut b.gu, gate_up)?;
+        if k.skip & 8 == 0 {
+            k.gemv
+                .gemv_fused(&l.gate_up, &b.prep_n, &mut b.gu, gate_up)?;
+        }
         let next_norm = rest.first().map_or(&b.final_norm, |n| &n.attn_norm);
         let down = Epilogue {
             accumulate: true,
@@ -69,15 +77,19 @@ pub(super) fn step_fused(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
                 parts: &mut b.ss,
             },
         };
-        k.gemv.gemv_fused(&l.down, &b.prep_f, &mut b.h, down)?;
+        if k.skip & 16 == 0 {
+            k.gemv.gemv_fused(&l.down, &b.prep_f, &mut b.h, down)?;
+        }
     }
     let head = Epilogue {
         accumulate: false,
         norm_in: norm_in(&b.ss),
         out: EpiOut::None,
     };
-    k.gemv
-        .gemv_fused(&m.lm_head, &b.prep_n, &mut b.logits, head)?;
+    if k.skip & 32 == 0 {
+        k.gemv
+            .gemv_fused(&m.lm_head, &b.prep_n, &mut b.logits, head)?;
+    }
     k.ops.advance_pos(&mut b.pos)
 }
 

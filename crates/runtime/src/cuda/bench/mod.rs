@@ -16,7 +16,7 @@ mod decode_parts;
 mod gemv;
 mod prefill;
 
-pub use decode::{AttnMode, DecodeBench, DecodeBenchOptions, decode_bench};
+pub use decode::{AttnMode, DecodeBench, DecodeBenchOptions, SKIP_PARTS, decode_bench};
 pub use decode_parts::{DecodeParts, PartRow};
 pub use gemv::{GemvBench, GemvBenchOptions, GemvCase, GemvRow, GemvVariant, gemv_bench};
 pub use prefill::{
