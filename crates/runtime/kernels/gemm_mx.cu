@@ -332,6 +332,65 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
     }
 }
 
+// Grouped promotion: weights whose per-32 scales were folded exactly into their E4M3
+// codes, leaving one scale per (row, 128 k) (`tile_gemm` does this for MXFP4: every
+// E2M1 value times a power of two within 14 binades is an E4M3 value), and activations
+// with one C per (tile, 128 k). Then a stage's 4 k steps can accumulate on the tensor
+// cores in one temporary and be promoted once, with one factor per row: a quarter of
+// the FFMAs of the per-step loop, which bound it (one FFMA per accumulator per k = 32
+// step is as many FP32 issue slots as the FP8 tensor cores' rate allows). Stage i + 1
+// goes into the other temporary before stage i is promoted; none stays in flight across
+// calls (see gm_pipe_steps).
+template <int WFMT, int NST>
+__device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb, u8* ring,
+                                               u64* full, u64* empty, int kb, int c, int r0,
+                                               int lane) {
+    const u32 ring0 = gm_smem(ring);
+    float f0[2], f1[2];
+    auto scales = [&](int st) {
+        const int s = (kb + st) % GM_STAGES;
+        gm_bar_wait(&full[s], ((kb + st) / GM_STAGES) & 1);
+        const u8* p = ring + s * GM_STAGE_BYTES;
+        const float cq = *reinterpret_cast<const float*>(p + GM_C_OFF);
+        f0[st & 1] = gm_e8m0(p[GM_SCALE_OFF + r0 * 4]) * cq;
+        f1[st & 1] = gm_e8m0(p[GM_SCALE_OFF + (r0 + 8) * 4]) * cq;
+    };
+    auto issue = [&](float* d, int st) {
+        const u32 b = ring0 + ((kb + st) % GM_STAGES) * GM_STAGE_BYTES;
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        gm_wgmma<WFMT, 0>(d, gm_desc<0>(b + 8192 * c), gm_desc<0>(b + GM_TILE_BYTES));
+#pragma unroll
+        for (int q = 1; q < 4; ++q)
+            gm_wgmma<WFMT, 1>(d, gm_desc<0>(b + 256 * q + 8192 * c),
+                              gm_desc<0>(b + 256 * q + GM_TILE_BYTES));
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    };
+    scales(0);
+    issue(ta, 0);
+#pragma unroll
+    for (int i = 0; i < NST; ++i) {
+        float* cur = (i & 1) ? tb : ta;
+        float* nxt = (i & 1) ? ta : tb;
+        if (i + 1 < NST) {
+            scales(i + 1);
+            issue(nxt, i + 1);
+            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        } else {
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        }
+        __syncwarp();  // stage i's operands may be overwritten
+        if (lane == 0) gm_bar_arrive(&empty[(kb + i) % GM_STAGES]);
+        const float a = f0[i & 1], b = f1[i & 1];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            acc[4 * j + 0] = fmaf(cur[4 * j + 0], a, acc[4 * j + 0]);
+            acc[4 * j + 1] = fmaf(cur[4 * j + 1], a, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(cur[4 * j + 2], b, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(cur[4 * j + 3], b, acc[4 * j + 3]);
+        }
+    }
+}
+
 // Consumers run gm_pipe_steps over groups of NST stages (4·NST − 1 of 4·NST promotions
 // overlapped), the remainder one stage at a time. NST = 4 spills (ptxas then also
 // serializes the wgmmas, C7511); NST = 2 does not.
@@ -379,7 +438,7 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
 // the output tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (token tile fastest, as
 // the non-persistent grid), the ring's stage counter running on across tiles, so the
 // producer loads the next tile's first stages while the consumers store this tile.
-template <int WFMT, int NST>
+template <int WFMT, int NST, int GROUP = 0>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
                                                   const u8* __restrict__ xq,
@@ -434,11 +493,21 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
 #pragma unroll
             for (int i = 0; i < 64; ++i) acc[i] = 0.f;
             int kb = 0;
-            for (; kb + NST <= kblocks; kb += NST)
-                gm_pipe_steps<WFMT, NST>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
-                                         lane);
-            for (; kb < kblocks; ++kb)
-                gm_pipe_steps<WFMT, 1>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0, lane);
+            if (GROUP) {
+                for (; kb + GROUP <= kblocks; kb += GROUP)
+                    gm_group_steps<WFMT, GROUP>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
+                                                r0, lane);
+                for (; kb < kblocks; ++kb)
+                    gm_group_steps<WFMT, 1>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                                            lane);
+            } else {
+                for (; kb + NST <= kblocks; kb += NST)
+                    gm_pipe_steps<WFMT, NST>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
+                                             r0, lane);
+                for (; kb < kblocks; ++kb)
+                    gm_pipe_steps<WFMT, 1>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                                           lane);
+            }
             it += kblocks;
             gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
         }
@@ -587,6 +656,18 @@ GEMM_PIPE_KERNEL(gemm_mxfp8_e5m2_pipe, 1, 2)
 GEMM_PERSIST_KERNEL(gemm_mxfp8_e4m3_persist, 0)
 GEMM_PERSIST_KERNEL(gemm_mxfp8_e5m2_persist, 1)
 
+// The persistent kernel with grouped promotion (`gm_group_steps`), GROUP stages per call.
+#define GEMM_GROUP_KERNEL(name, GROUP)                                                      \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                    \
+        name(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq, \
+             const float* __restrict__ xc, const float* __restrict__ xr, float* y, int m,     \
+             int n, int kblocks, int ldy, int accumulate) {                                 \
+        gemm_persist_body<0, 2, GROUP>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate); \
+    }
+
+GEMM_GROUP_KERNEL(gemm_mxfp8_e4m3_group2, 2)
+GEMM_GROUP_KERNEL(gemm_mxfp8_e4m3_group4, 4)
+
 #define GEMM_W3_KERNEL(name, WFMT)                                                          \
     extern "C" __global__ void __launch_bounds__(512, 1)                                    \
         name(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq, \
@@ -638,11 +719,12 @@ extern "C" __global__ void gemm_row_scale(const float* __restrict__ x, int m, in
 // One block per (128-value k block kb, 128-token tile mt), 256 threads: thread (warp wp,
 // lane) holds values k = 4·lane .. 4·lane + 3 of the rows 8i + wp (i < 16), divided by
 // r[row]. C for each 32-value block = the E4M3 `Ceil` MX scale of the block's largest
-// |x / r| over the tile's rows (1 if all zero); codes = RNE E4M3 of x / (r·C).
+// |x / r| over the tile's rows (1 if all zero), or (group) of the whole 128-value block,
+// written to all four of its slots; codes = RNE E4M3 of x / (r·C).
 extern "C" __global__ void __launch_bounds__(256)
     gemm_quant_x(const float* __restrict__ x, int m, int k, int ldx,
                  const float* __restrict__ r, u8* __restrict__ xq, float* __restrict__ xc,
-                 int kblocks) {
+                 int kblocks, int group) {
     __shared__ u32 red[8][4];
     const int kb = blockIdx.x, mt = blockIdx.y;
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
@@ -686,6 +768,12 @@ extern "C" __global__ void __launch_bounds__(256)
     u32 bmax = 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) bmax = max(bmax, red[i][b]);
+    if (group) {  // one C for the whole 128-value k block (grouped promotion)
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int bb = 0; bb < 4; ++bb) bmax = max(bmax, red[i][bb]);
+    }
     // E4M3 Ceil rule: the smallest 2^s with bmax / 2^s <= 448 (= 1.75 * 2^8).
     float cs = 1.0f;
     if (bmax != 0u) {

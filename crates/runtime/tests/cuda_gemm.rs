@@ -11,6 +11,10 @@
 //!   max|y − ref| / max|ref| ≤ 1e-3 (the FP8 tensor cores add the 32 exact products of a
 //!   k step with reduced internal precision, then the kernel promotes in f32).
 //!
+//! * MXFP4 weights (folded exactly into E4M3 codes with one scale per (row, 128 k)) with
+//!   grouped activations (one C per (tile, 128 k)): the grouped persistent kernel (2 and
+//!   4 stages per call) and every other loop, against the same f64 product, ≤ 1e-3.
+//!
 //! Without CUDA (or without an sm_90a device) every device test prints a loud SKIPPED
 //! line and passes, unless `FAVLO_REQUIRE_CUDA=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -65,7 +69,12 @@ fn rand_matrix(rng: &mut StdRng, rows: usize, cols: usize) -> Vec<f32> {
 fn random_packed(layout: MxLayout, rng: &mut StdRng) -> Vec<u8> {
     let mut b = vec![0u8; layout.total_bytes()];
     for r in 0..layout.rows {
-        let row = &mut b[r * layout.data_row_bytes()..][..layout.cols];
+        let n = if layout.format == ElementFormat::Fp4E2M1 {
+            layout.cols / 2
+        } else {
+            layout.cols
+        };
+        let row = &mut b[r * layout.data_row_bytes()..][..n];
         rng.fill(row);
         for v in row.iter_mut() {
             match layout.format {
@@ -82,8 +91,9 @@ fn random_packed(layout: MxLayout, rng: &mut StdRng) -> Vec<u8> {
     b
 }
 
-/// The quantization rule on the CPU: (R per row, C per (tile, block), decoded values).
-fn cpu_quantize(x: &[f32], m: usize, k: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+/// The quantization rule on the CPU: (R per row, C per (tile, block), decoded values);
+/// `grouped`: C from the whole 128-value k block, repeated in its four slots.
+fn cpu_quantize(x: &[f32], m: usize, k: usize, grouped: bool) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let kblocks = k.div_ceil(128);
     let r: Vec<f32> = (0..m)
         .map(|row| {
@@ -104,8 +114,13 @@ fn cpu_quantize(x: &[f32], m: usize, k: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>)
     for t in 0..tiles {
         for b in 0..kblocks * 4 {
             let mut amax = 0u32;
+            let cols = if grouped {
+                (b / 4) * 128..((b / 4) * 128 + 128).min(k)
+            } else {
+                b * 32..(b * 32 + 32).min(k)
+            };
             for row in t * 128..(t * 128 + 128).min(m) {
-                for col in b * 32..(b * 32 + 32).min(k) {
+                for col in cols.clone() {
                     amax = amax.max(v[row * k + col].to_bits() & 0x7fff_ffff);
                 }
             }
@@ -135,7 +150,15 @@ fn quantize_matches_the_cpu_rule() {
     let Some((ctx, g)) = setup() else { return };
     let owner = Owner::mint("cuda-test-gemm-quant");
     let mut rng = StdRng::seed_from_u64(7);
-    for (m, k) in [(1, 128), (17, 1000), (300, 4096), (129, 96)] {
+    for (m, k, grouped) in [
+        (1, 128, false),
+        (17, 1000, false),
+        (300, 4096, false),
+        (129, 96, false),
+        (17, 1000, true),
+        (300, 4096, true),
+        (129, 96, true),
+    ] {
         let mut x = rand_matrix(&mut rng, m, k);
         // A zero row, a row with one huge value, and a zero block.
         if m > 3 {
@@ -145,10 +168,11 @@ fn quantize_matches_the_cpu_rule() {
         }
         let xd = ctx.upload(&owner, SpanKind::Scratch, &x).unwrap();
         let mut acts = GemmActs::new(&ctx, &owner, m, k).unwrap();
+        acts.grouped = grouped;
         g.quantize(&xd, m, k, k, &mut acts).unwrap();
         let got = acts.values(&ctx).unwrap();
         let (r, c) = acts.scales(&ctx).unwrap();
-        let (wr, wc, wq) = cpu_quantize(&x, m, k);
+        let (wr, wc, wq) = cpu_quantize(&x, m, k, grouped);
         assert_eq!(r, wr, "row scales {m}x{k}");
         assert_eq!(c, wc, "block scales {m}x{k}");
         let mut worst = 0f64;
@@ -170,7 +194,7 @@ fn quantize_matches_the_cpu_rule() {
             }
         }
         eprintln!(
-            "quantize {m}x{k}: exact vs CPU rule; max rel err vs x (normal range) {worst:.3e}"
+            "quantize {m}x{k} (grouped {grouped}): exact vs CPU rule; max rel err vs x (normal range) {worst:.3e}"
         );
         assert!(worst <= 1.0 / 16.0, "{m}x{k}: {worst:.3e}");
         drop((xd, acts));
@@ -192,6 +216,7 @@ fn check_gemm(
     packed_f32: bool,
     accumulate: bool,
 ) -> f64 {
+    let grouped = format == ElementFormat::Fp4E2M1;
     let owner = Owner::mint("cuda-test-gemm");
     let layout = MxLayout::new(format, n, k);
     let packed = if packed_f32 {
@@ -205,9 +230,11 @@ fn check_gemm(
     let view = MxView::new(layout, &packed).unwrap();
     let wf = view.dequantize();
     let wd = GemmWeights::upload(ctx, &owner, &tile_gemm(view).unwrap()).unwrap();
+    assert_eq!(wd.grouped, grouped, "MXFP4 weights fold to grouped E4M3");
     let x = rand_matrix(rng, m, k);
     let xd = ctx.upload(&owner, SpanKind::Scratch, &x).unwrap();
     let mut acts = GemmActs::new(ctx, &owner, m, k).unwrap();
+    acts.grouped = grouped;
     g.quantize(&xd, m, k, k, &mut acts).unwrap();
     let xq = acts.values(ctx).unwrap();
     let y0: Vec<f32> = if accumulate {
@@ -216,13 +243,17 @@ fn check_gemm(
         vec![f32::NAN; m * n]
     };
     let mut ys = Vec::new();
-    for kernel in [
-        GemmKernel::Persistent,
-        GemmKernel::Wide3,
-        GemmKernel::Pipelined,
-        GemmKernel::Serial,
+    // Persistent twice: grouped weights run the grouped kernel with 4, then 2, stages
+    // per call.
+    for (kernel, stages) in [
+        (GemmKernel::Persistent, 4),
+        (GemmKernel::Persistent, 2),
+        (GemmKernel::Wide3, 4),
+        (GemmKernel::Pipelined, 4),
+        (GemmKernel::Serial, 4),
     ] {
         g.kernel = kernel;
+        g.group_stages = stages;
         let mut yd = ctx.upload(&owner, SpanKind::Scratch, &y0).unwrap();
         g.gemm(&acts, &wd, &mut yd, accumulate).unwrap();
         let y = ctx.download(&yd).unwrap();
@@ -233,6 +264,7 @@ fn check_gemm(
         ys.push((kernel, y));
     }
     g.kernel = GemmKernel::Persistent;
+    g.group_stages = 4;
     // Tokens checked: all for small m, else a spread that touches every 128-token tile.
     let toks: Vec<usize> = if m * n * k <= 1 << 28 {
         (0..m).collect()
@@ -379,4 +411,35 @@ fn gemm_refuses_mismatched_shapes() {
     ));
     drop((w, x, acts, y));
     ctx.sweep(&owner).unwrap();
+}
+
+/// MXFP4 weights folded into grouped E4M3 codes, grouped activations: small and ragged
+/// shapes (weights packed from f32) and the Qwen3-8B matrices (random codes, block
+/// scales spread over 7 binades).
+#[test]
+fn gemm_mxfp4_grouped_matches_f64_reference() {
+    let Some((ctx, mut g)) = setup() else { return };
+    let mut rng = StdRng::seed_from_u64(13);
+    for (m, n, k, acc, packed_f32) in [
+        (1, 256, 512, false, true),
+        (17, 300, 1000, false, true),
+        (129, 136, 96, true, true),
+        (65, 200, 300, false, true),
+        (300, 640, 4096, true, true),
+        (2048, 6144, 4096, false, false),
+        (2048, 4096, 12288, true, false),
+    ] {
+        let e = check_gemm(
+            &ctx,
+            &mut g,
+            &mut rng,
+            ElementFormat::Fp4E2M1,
+            m,
+            n,
+            k,
+            packed_f32,
+            acc,
+        );
+        assert!(e <= 1e-3, "MXFP4 {m}x{n}x{k}: {e:.3e}");
+    }
 }

@@ -367,7 +367,12 @@ mod with_cuda {
         };
         println!("all GEMMs of the prefill, layer by layer:");
         if p.fp8_total_ms.is_finite() {
-            line("favlo MXFP8 wgmma GEMM (GemmMx)", p.fp8_total_ms);
+            let name = if format_name(p.format) == "MXFP4" {
+                "favlo FP8 wgmma GEMM (GemmMx; MXFP4 folded, grouped)"
+            } else {
+                "favlo MXFP8 wgmma GEMM (GemmMx)"
+            };
+            line(name, p.fp8_total_ms);
             line(
                 "  + E4M3 activation quantization before each",
                 p.fp8_quant_total_ms,

@@ -1,6 +1,8 @@
-//! MXFP8 GEMM on the Hopper tensor cores for prefill (`kernels/gemm_mx.cu`):
+//! MX GEMM on the Hopper FP8 tensor cores for prefill (`kernels/gemm_mx.cu`):
 //! `Y[m, n] = X[m, k] · W[n, k]ᵀ` (or `Y += …`) with W an MXFP8 matrix (E4M3 or E5M2
-//! codes, E8M0 scale per 32 values) and X f32 activations.
+//! codes, E8M0 scale per 32 values) or an MXFP4 one (folded exactly into E4M3 codes by
+//! [`super::gemm_fold`], one scale per (row, 128 k) where it can be, so the grouped
+//! kernel promotes once per 128 k) and X f32 activations.
 //!
 //! Key design choice: the product is computed transposed on the tensor cores (`wgmma`
 //! M = weight rows, N = tokens), one k = 32 step (= one MX block) at a time, and each
@@ -20,6 +22,7 @@ use favlo_mx::{ElementFormat, MxView};
 
 use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
+use super::gemm_fold::fold_fp4;
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
@@ -56,10 +59,14 @@ pub fn tile_offset(r: usize, k: usize) -> usize {
     ((r / 8) * 8 + k / 16) * 128 + (r % 8) * 16 + k % 16
 }
 
-/// An MXFP8 weight re-tiled for [`GemmMx`] on the host.
+/// An MX weight re-tiled for [`GemmMx`] on the host (MXFP4 as exact E4M3 codes).
 #[derive(Clone, Debug)]
 pub struct GemmWeightsHost {
+    /// The codes' format (E4M3 for MXFP4 weights, folded by [`super::gemm_fold`]).
     pub format: ElementFormat,
+    /// One scale per (row, 128 k), repeated in the four slots: the grouped kernel may
+    /// promote once per stage.
+    pub grouped: bool,
     pub rows: usize,
     pub cols: usize,
     /// 128-value k blocks (the layout's padded columns / 128).
@@ -70,26 +77,65 @@ pub struct GemmWeightsHost {
     pub scales: Vec<u8>,
 }
 
-/// Re-tiles an MXFP8 (E4M3 or E5M2) matrix for the GEMM. MXFP4 is not supported yet.
+/// Re-tiles an MX matrix for the GEMM: MXFP8 (E4M3 or E5M2) as it is, MXFP4 re-encoded
+/// as E4M3 codes with no rounding ([`super::gemm_fold`]; grouped scales where the
+/// matrix allows).
 pub fn tile_gemm(view: MxView<'_>) -> Result<GemmWeightsHost, CudaError> {
     let l = view.layout;
+    // 128-value k blocks over the real columns (FP4 rows are padded further, to 256).
+    let kblocks = l.cols.div_ceil(GEMM_KB).max(1);
     if l.format == ElementFormat::Fp4E2M1 {
-        return Err(shape(
-            "tile_gemm",
-            "MXFP4 has no tensor-core GEMM yet".into(),
-        ));
+        let f = fold_fp4(view, kblocks);
+        let width = kblocks * GEMM_KB;
+        let (data, scales) = tile_rows(
+            l.rows,
+            kblocks,
+            |r| &f.codes[r * width..(r + 1) * width],
+            |r| &f.scales[r * kblocks * 4..(r + 1) * kblocks * 4],
+        );
+        return Ok(GemmWeightsHost {
+            format: ElementFormat::Fp8E4M3,
+            grouped: f.grouped,
+            rows: l.rows,
+            cols: l.cols,
+            kblocks,
+            data,
+            scales,
+        });
     }
-    let drb = l.data_row_bytes();
-    let srb = l.scale_row_bytes();
-    let kblocks = drb / GEMM_KB;
-    let tiles = l.rows.div_ceil(GEMM_TILE);
+    let (drb, srb) = (l.data_row_bytes(), l.scale_row_bytes());
     let src = view.bytes;
+    let (data, scales) = tile_rows(
+        l.rows,
+        kblocks,
+        |r| &src[r * drb..(r + 1) * drb],
+        |r| &src[l.scale_offset() + r * srb..][..srb],
+    );
+    Ok(GemmWeightsHost {
+        format: l.format,
+        grouped: false,
+        rows: l.rows,
+        cols: l.cols,
+        kblocks,
+        data,
+        scales,
+    })
+}
+
+/// Rows of 1-byte codes (`kblocks · 128` each) and their scales (4 per k block) into
+/// the tiled planes.
+fn tile_rows<'a>(
+    rows: usize,
+    kblocks: usize,
+    row_codes: impl Fn(usize) -> &'a [u8],
+    row_scales: impl Fn(usize) -> &'a [u8],
+) -> (Vec<u8>, Vec<u8>) {
+    let tiles = rows.div_ceil(GEMM_TILE);
     let mut data = vec![0u8; tiles * kblocks * TILE_BYTES];
     let mut scales = vec![0u8; tiles * kblocks * SCALE_TILE_BYTES];
-    for row in 0..l.rows {
+    for row in 0..rows {
         let (tile, r) = (row / GEMM_TILE, row % GEMM_TILE);
-        let rd = &src[row * drb..(row + 1) * drb];
-        let rs = &src[l.scale_offset() + row * srb..][..srb];
+        let (rd, rs) = (row_codes(row), row_scales(row));
         for kb in 0..kblocks {
             let base = (tile * kblocks + kb) * TILE_BYTES;
             for c in 0..GEMM_KB / 16 {
@@ -100,19 +146,14 @@ pub fn tile_gemm(view: MxView<'_>) -> Result<GemmWeightsHost, CudaError> {
             scales[sb..sb + 4].copy_from_slice(&rs[kb * 4..kb * 4 + 4]);
         }
     }
-    Ok(GemmWeightsHost {
-        format: l.format,
-        rows: l.rows,
-        cols: l.cols,
-        kblocks,
-        data,
-        scales,
-    })
+    (data, scales)
 }
 
 /// A re-tiled MXFP8 weight in device memory.
 pub struct GemmWeights {
     pub format: ElementFormat,
+    /// See [`GemmWeightsHost::grouped`].
+    pub grouped: bool,
     pub rows: usize,
     pub cols: usize,
     pub kblocks: usize,
@@ -129,6 +170,7 @@ impl GemmWeights {
     ) -> Result<GemmWeights, CudaError> {
         Ok(GemmWeights {
             format: host.format,
+            grouped: host.grouped,
             rows: host.rows,
             cols: host.cols,
             kblocks: host.kblocks,
@@ -148,6 +190,7 @@ impl GemmWeights {
             .map_err(driver_err("cuMemcpyDtoD"))?;
         Ok(GemmWeights {
             format: self.format,
+            grouped: self.grouped,
             rows: self.rows,
             cols: self.cols,
             kblocks: self.kblocks,
@@ -167,6 +210,11 @@ impl GemmWeights {
 pub struct GemmActs {
     /// Tokens it can hold.
     pub m_cap: usize,
+    /// Quantize with one C per (tile, 128-value k block) instead of per 32 values (for
+    /// grouped weights: the GEMM then promotes once per stage). Default off.
+    pub grouped: bool,
+    /// The last quantization was grouped.
+    quantized_grouped: bool,
     /// 128-value k blocks.
     pub kblocks: usize,
     /// Tokens and columns of the last quantization.
@@ -189,6 +237,8 @@ impl GemmActs {
         let kblocks = cols.div_ceil(GEMM_KB).max(1);
         Ok(GemmActs {
             m_cap,
+            grouped: false,
+            quantized_grouped: false,
             kblocks,
             m: 0,
             k: 0,
@@ -261,6 +311,8 @@ pub struct GemmMx {
     e5m2_persist: CudaFunction,
     e4m3_w3: CudaFunction,
     e5m2_w3: CudaFunction,
+    /// The persistent kernel with grouped promotion, 2 and 4 stages per call.
+    e4m3_group: [CudaFunction; 2],
     sms: usize,
     e4m3_swap: CudaFunction,
     probe: CudaFunction,
@@ -273,6 +325,11 @@ pub struct GemmMx {
     pub desc_swap: bool,
     /// True when the module came from the disk cache.
     pub from_cache: bool,
+    /// Grouped weights with grouped activations run the grouped persistent kernel
+    /// (default on; the per-step kernel gives the same result, more slowly).
+    pub grouped: bool,
+    /// Stages per grouped call (2 or 4, default 4).
+    pub group_stages: usize,
 }
 
 impl GemmMx {
@@ -306,6 +363,12 @@ impl GemmMx {
             e5m2_persist: big("gemm_mxfp8_e5m2_persist")?,
             e4m3_w3: big_with("gemm_mxfp8_e4m3_w3", GEMM_W3_SMEM)?,
             e5m2_w3: big_with("gemm_mxfp8_e5m2_w3", GEMM_W3_SMEM)?,
+            e4m3_group: [
+                big("gemm_mxfp8_e4m3_group2")?,
+                big("gemm_mxfp8_e4m3_group4")?,
+            ],
+            grouped: true,
+            group_stages: 4,
             sms: ctx
                 .raw()
                 .attribute(
@@ -357,6 +420,7 @@ impl GemmMx {
             int(m_pad, op)?,
             int(out.kblocks, op)?,
         );
+        let group = i32::from(out.grouped);
         let s = self.ctx.stream();
         let cfg = LaunchConfig {
             grid_dim: (m_pad.div_ceil(8) as u32, 1, 1),
@@ -386,12 +450,14 @@ impl GemmMx {
             .arg(&out.row_scales.slice)
             .arg(&mut out.codes.slice)
             .arg(&mut out.block_scales.slice)
-            .arg(&kbi);
+            .arg(&kbi)
+            .arg(&group);
         // SAFETY: types match; reads as above; writes tiles·kblocks code tiles and
         // block scales, within the buffers sized by `GemmActs::new` for m_cap ≥ m.
         unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(gemm_quant_x)"))?;
         out.m = m;
         out.k = k;
+        out.quantized_grouped = out.grouped;
         Ok(())
     }
 
@@ -453,6 +519,11 @@ impl GemmMx {
             (ElementFormat::Fp8E4M3, _) if self.desc_swap => &self.e4m3_swap,
             (ElementFormat::Fp8E4M3, GemmKernel::Serial) => &self.e4m3,
             (ElementFormat::Fp8E4M3, GemmKernel::Pipelined) => &self.e4m3_pipe,
+            (ElementFormat::Fp8E4M3, GemmKernel::Persistent)
+                if self.grouped && w.grouped && x.quantized_grouped =>
+            {
+                &self.e4m3_group[usize::from(self.group_stages >= 4)]
+            }
             (ElementFormat::Fp8E4M3, GemmKernel::Persistent) => &self.e4m3_persist,
             (ElementFormat::Fp8E4M3, GemmKernel::Wide3) => &self.e4m3_w3,
             (ElementFormat::Fp8E5M2, GemmKernel::Serial) => &self.e5m2,
@@ -460,7 +531,7 @@ impl GemmMx {
             (ElementFormat::Fp8E5M2, GemmKernel::Persistent) => &self.e5m2_persist,
             (ElementFormat::Fp8E5M2, GemmKernel::Wide3) => &self.e5m2_w3,
             (ElementFormat::Fp4E2M1, _) => {
-                return Err(shape(op, "MXFP4 has no tensor-core GEMM yet".into()));
+                return Err(shape(op, "MXFP4 codes must be folded by tile_gemm".into()));
             }
         };
         let (mi, ni, kbi, acc) = (

@@ -18,6 +18,7 @@ mod conv2d;
 mod decode;
 mod encoder;
 mod gemm;
+mod gemm_fold;
 mod gemv;
 mod gemv_epi;
 mod graph;

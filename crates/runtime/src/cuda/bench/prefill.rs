@@ -2,9 +2,11 @@
 //! per layer q|k|v 6144×4096, o 4096×4096 (`y +=`), gate|up 24576×4096 and down
 //! 4096×12288 (`y +=`) over `layers` distinct random MXFP8 (or MXFP4) weight copies
 //! (~7 GB, no L2 reuse) at `tokens` tokens, on two paths:
-//! - the MXFP8 tensor-core GEMM (`GemmMx`, wgmma, E4M3 activations with a per-row and
-//!   per-(tile, block) power-of-two scale, the per-32 weight scales promoted per k step),
-//!   with and without its activation quantization (MXFP8 weights only);
+//! - the FP8 tensor-core GEMM (`GemmMx`, wgmma, E4M3 activations with a per-row and
+//!   per-(tile, block) power-of-two scale, the per-32 weight scales promoted per k step;
+//!   MXFP4 weights folded exactly into E4M3 codes with one scale per (row, 128 k), so
+//!   activations get one C per (tile, 128 k) and the GEMM promotes once per stage),
+//!   with and without its activation quantization;
 //! - the exact-operand GEMM the chat prefill runs (`MxGemm`: weights expanded to bf16,
 //!   activations in two bf16 planes, cuBLASLt).
 //!
@@ -35,8 +37,8 @@ pub struct PrefillBenchOptions {
     pub tokens: usize,
     /// Decoder layers (distinct weight copies per matrix).
     pub layers: usize,
-    /// Weight format: MXFP8 (E4M3) runs both paths; MXFP4 only the exact one (the
-    /// wgmma GEMM has no FP4 path).
+    /// Weight format: MXFP8 (E4M3) or MXFP4 (folded exactly into E4M3 codes with one
+    /// scale per (row, 128 k), so the GEMM promotes once per 128 k); both paths run.
     pub format: ElementFormat,
 }
 
@@ -58,7 +60,7 @@ pub struct PrefillRow {
     pub k: usize,
     /// 2·m·n·k over the layers.
     pub flop: f64,
-    /// `GemmMx` (activations already quantized), ms; NaN for MXFP4 weights.
+    /// `GemmMx` (activations already quantized), ms.
     pub fp8_ms: f64,
     /// `MxGemm` (expansion, split and the bf16 GEMMs), ms.
     pub exact_ms: f64,
@@ -77,7 +79,7 @@ pub struct PrefillBench {
     /// The weight format.
     pub format: ElementFormat,
     /// All GEMMs layer by layer: GemmMx alone, GemmMx with the activation quantization
-    /// before each GEMM (NaN for MXFP4 weights), MxGemm (ms).
+    /// before each GEMM, MxGemm (ms).
     pub fp8_total_ms: f64,
     pub fp8_quant_total_ms: f64,
     pub exact_total_ms: f64,
@@ -105,7 +107,7 @@ struct Mat {
     /// 0: k = 4096, 1: k = 12288.
     xin: usize,
     accumulate: bool,
-    /// Empty for MXFP4 weights.
+    /// One `GemmMx` copy per layer.
     fp8: Vec<GemmWeights>,
     exact: Vec<MxTiled>,
     wf: Vec<f32>,
@@ -148,7 +150,8 @@ pub fn prefill_bench(
     if format == ElementFormat::Fp8E5M2 {
         return Err(BenchError::Options("weights: MXFP8 (E4M3) or MXFP4".into()));
     }
-    let fp8_path = format == ElementFormat::Fp8E4M3;
+    // Both formats run the FP8 tensor-core GEMM (MXFP4 folded into grouped E4M3 codes).
+    let fp8_path = true;
     let owner = Owner::mint("cuda-prefill-bench");
     let g = GemmMx::load(ctx)?;
     let ops = PrefillOps::load(ctx)?;
@@ -160,7 +163,11 @@ pub fn prefill_bench(
         ("gate|up", 24576, 4096, 0, false),
         ("down", 4096, 12288, 1, true),
     ] {
-        let scales = if fp8_path { (117, 123) } else { (121, 127) };
+        let scales = if format == ElementFormat::Fp8E4M3 {
+            (117, 123)
+        } else {
+            (121, 127)
+        };
         let (layout, packed) = random_mx(format, n, k, scales, &mut rng);
         let view = MxView::new(layout, &packed)?;
         let mut fp8 = Vec::new();
@@ -203,6 +210,8 @@ pub fn prefill_bench(
         let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-1.0, 1.0) + 0.01).collect();
         let xd = ctx.upload(&owner, SpanKind::Scratch, &x)?;
         let mut a = GemmActs::new(ctx, &owner, m, k)?;
+        // One C per 128 values when the weights are grouped (the grouped kernel).
+        a.grouped = mats.iter().all(|mm| mm.fp8.iter().all(|w| w.grouped));
         g.quantize(&xd, m, k, k, &mut a)?;
         let mut p = XPrep::new(ctx, &owner, m * k)?;
         ops.prep_rows(&xd, k, m, k, k, &mut p)?;

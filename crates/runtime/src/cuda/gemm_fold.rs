@@ -1,0 +1,178 @@
+//! MXFP4 weights for the FP8 tensor-core GEMM: every E2M1 value times a power of two
+//! re-encoded as an E4M3 code, exactly, under one scale per (row, 128 k) where it can be.
+//!
+//! Key design choice: the E2M1 values are 0, 0.5, 1, 1.5, 2, 3, 4, 6; times 2^j they are
+//! E4M3 values for −8 ≤ j ≤ 6 (E4M3 is normal down to 2^-6 and its subnormal step 2^-9
+//! divides 0.5·2^-8; 6·2^6 = 384 ≤ 448). So the four 32-value blocks of a 128-value
+//! group whose E8M0 scales lie within 14 binades of each other share one scale (their
+//! largest minus 6) with no rounding at all, and the GEMM can promote its accumulator
+//! once per 128 k instead of once per 32 (the grouped kernel of [`super::GemmMx`]). A
+//! matrix with a wider group falls back to one scale per block (its codes times 2^6
+//! always fit), still exact.
+
+use favlo_mx::{MxView, decode_fp4_e2m1, decode_fp8_e4m3, encode_fp8_e4m3};
+
+/// An MXFP4 matrix as E4M3 codes: `[rows][padded cols]` codes, `[rows][groups · 4]` E8M0
+/// scales (the same byte four times per group when `grouped`).
+pub(super) struct Folded {
+    pub codes: Vec<u8>,
+    pub scales: Vec<u8>,
+    pub grouped: bool,
+}
+
+const BLOCK: usize = 32;
+const GROUP: usize = 128;
+
+fn fp4_code(data: &[u8], i: usize) -> u8 {
+    let b = data.get(i / 2).copied().unwrap_or(0);
+    if i.is_multiple_of(2) { b & 0xF } else { b >> 4 }
+}
+
+/// The E4M3 code of E2M1 `code` times 2^shift, if it is exact.
+fn reencode(code: u8, shift: i32) -> Option<u8> {
+    if code & 7 == 0 {
+        return Some(if code & 8 != 0 { 0x80 } else { 0 });
+    }
+    let v = decode_fp4_e2m1(code) * 2f32.powi(shift);
+    let e = encode_fp8_e4m3(v);
+    (decode_fp8_e4m3(e).to_bits() == v.to_bits()).then_some(e)
+}
+
+/// One row: `grouped` = one scale per group (None if a group cannot), else per block.
+fn fold_row(
+    data: &[u8],
+    sc: &[u8],
+    groups: usize,
+    grouped: bool,
+    codes: &mut [u8],
+    out_sc: &mut [u8],
+) -> Option<()> {
+    for g in 0..groups {
+        let block_scale = |b: usize| sc.get(4 * g + b).copied().unwrap_or(0);
+        let live =
+            |b: usize| (0..BLOCK).any(|i| fp4_code(data, g * GROUP + b * BLOCK + i) & 7 != 0);
+        let target = |b: usize| -> u8 {
+            let s = block_scale(b);
+            if grouped {
+                let top = (0..4)
+                    .filter(|&b| live(b))
+                    .map(block_scale)
+                    .max()
+                    .unwrap_or(127);
+                top.saturating_sub(6)
+            } else if s == 255 {
+                255
+            } else {
+                s.saturating_sub(6)
+            }
+        };
+        for b in 0..4 {
+            let s = block_scale(b);
+            let t = target(b);
+            if grouped && live(b) && s == 255 {
+                return None;
+            }
+            out_sc[4 * g + b] = t;
+            let shift = i32::from(s) - i32::from(t);
+            for i in 0..BLOCK {
+                let k = g * GROUP + b * BLOCK + i;
+                codes[k] = reencode(fp4_code(data, k), shift)?;
+            }
+        }
+    }
+    Some(())
+}
+
+/// Re-encodes an MXFP4 matrix (see the module doc); `groups` = padded columns / 128.
+pub(super) fn fold_fp4(view: MxView<'_>, groups: usize) -> Folded {
+    let rows = view.layout.rows;
+    let width = groups * GROUP;
+    let mut codes = vec![0u8; rows * width];
+    let mut scales = vec![0u8; rows * groups * 4];
+    for grouped in [true, false] {
+        let ok = (0..rows).all(|r| {
+            fold_row(
+                view.row_data(r),
+                view.row_scales(r),
+                groups,
+                grouped,
+                &mut codes[r * width..(r + 1) * width],
+                &mut scales[r * groups * 4..(r + 1) * groups * 4],
+            )
+            .is_some()
+        });
+        if ok {
+            return Folded {
+                codes,
+                scales,
+                grouped,
+            };
+        }
+    }
+    // Per block every code fits (6·2^6 = 384), so the loop returned.
+    Folded {
+        codes,
+        scales,
+        grouped: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::fold_fp4;
+    use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule, decode_e8m0, decode_fp8_e4m3};
+
+    /// Decodes folded rows back to f32 and compares them bit for bit with the MX decode.
+    fn check(view: MxView<'_>, want_grouped: bool) {
+        let l = view.layout;
+        let groups = l.padded_cols() / 128;
+        let f = fold_fp4(view, groups);
+        assert_eq!(f.grouped, want_grouped);
+        let mut row = vec![0f32; l.cols];
+        for r in 0..l.rows {
+            view.dequantize_row(r, &mut row);
+            for (k, want) in row.iter().enumerate() {
+                let s = f.scales[r * groups * 4 + k / 32];
+                let got = decode_fp8_e4m3(f.codes[r * groups * 128 + k])
+                    * decode_e8m0(s).unwrap_or(f32::NAN);
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "row {r} k {k}: {got} vs {want}"
+                );
+            }
+            if f.grouped {
+                for g in 0..groups {
+                    let s = &f.scales[r * groups * 4 + 4 * g..][..4];
+                    assert!(s.iter().all(|v| *v == s[0]), "row {r} group {g}: {s:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fp4_folds_exactly_grouped_and_per_block() {
+        let (rows, cols) = (37, 300);
+        let l = MxLayout::new(ElementFormat::Fp4E2M1, rows, cols);
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        // Block magnitudes within 2^±6 of each other: one scale per group.
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((next() * 2.0 - 1.0) * 2f64.powi(((i / 32) % 13) as i32 - 6)) as f32)
+            .collect();
+        let mut packed = vec![0u8; l.total_bytes()];
+        favlo_mx::pack(&w, l, ScaleRule::Ceil, &mut packed).unwrap();
+        check(MxView::new(l, &packed).unwrap(), true);
+        // One block 2^30 below its neighbours: 24 binades, so per block.
+        let mut w2 = w.clone();
+        w2[..32].iter_mut().for_each(|v| *v *= 2f32.powi(-30));
+        favlo_mx::pack(&w2, l, ScaleRule::Ceil, &mut packed).unwrap();
+        check(MxView::new(l, &packed).unwrap(), false);
+    }
+}
