@@ -1,7 +1,8 @@
 //! Prefill GEMM benchmark: the four weight GEMMs of a Qwen3-8B-shaped layer (q|k|v
 //! 6144×4096, o 4096×4096, gate|up 24576×4096, down 4096×12288) over 36 layers of
 //! distinct MXFP8 (E4M3) weights (~7 GB, so nothing stays in the 60 MB L2), at a
-//! 2048-token prefill (`FAVLO_PREFILL_TOKENS` overrides), on the tensor-core GEMM
+//! 2048-token prefill (`FAVLO_PREFILL_TOKENS` overrides; `FAVLO_PREFILL_WEIGHTS=mxfp4`:
+//! MXFP4 weights folded into grouped E4M3, grouped activations), on the tensor-core GEMM
 //! `GemmMx`.
 //!
 //! FLOPs = 2·m·n·k per GEMM. Reported: per matrix (36 distinct copies per timed
@@ -30,19 +31,25 @@ use rand::{Rng, SeedableRng};
 const FP8_PEAK_TFLOPS: f64 = 1979.0;
 const LAYERS: usize = 36;
 
-/// Random packed E4M3 bytes (NaN codes avoided), scales 2^-10..2^-4.
+/// Random packed E4M3 bytes (NaN codes avoided), scales 2^-10..2^-4; or random E2M1
+/// codes with scales 2^-6..2^0 (MXFP4).
 fn random_packed(layout: MxLayout, rng: &mut StdRng) -> Vec<u8> {
+    let fp4 = layout.format == ElementFormat::Fp4E2M1;
     let mut b = vec![0u8; layout.total_bytes()];
     for r in 0..layout.rows {
-        let row = &mut b[r * layout.data_row_bytes()..][..layout.cols];
+        let n = if fp4 { layout.cols / 2 } else { layout.cols };
+        let row = &mut b[r * layout.data_row_bytes()..][..n];
         rng.fill(row);
-        row.iter_mut()
-            .filter(|v| (**v & 0x7f) == 0x7f)
-            .for_each(|v| *v &= 0xfe);
+        if !fp4 {
+            row.iter_mut()
+                .filter(|v| (**v & 0x7f) == 0x7f)
+                .for_each(|v| *v &= 0xfe);
+        }
         let s = &mut b[layout.scale_offset() + r * layout.scale_row_bytes()..]
             [..layout.cols.div_ceil(32)];
+        let range = if fp4 { 121u8..=127 } else { 117u8..=123 };
         s.iter_mut()
-            .for_each(|v| *v = rng.random_range(117u8..=123));
+            .for_each(|v| *v = rng.random_range(range.clone()));
     }
     b
 }
@@ -100,6 +107,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let copy = copy_bandwidth_gbps(&ctx, 1 << 30, 10)?;
     println!("device-to-device copy (1 GiB, read+write): {copy:.0} GB/s");
 
+    // FAVLO_PREFILL_WEIGHTS=mxfp4: MXFP4 weights, folded into grouped E4M3 codes, with
+    // grouped activations (the grouped kernels run for Persistent and Wide3).
+    let format = if std::env::var("FAVLO_PREFILL_WEIGHTS").is_ok_and(|v| v == "mxfp4") {
+        ElementFormat::Fp4E2M1
+    } else {
+        ElementFormat::Fp8E4M3
+    };
+    println!("weights {format:?}");
     let owner = Owner::mint("cuda-prefill-bench");
     let mut rng = StdRng::seed_from_u64(5);
     let mut mats = Vec::new();
@@ -109,7 +124,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("gate|up", 24576, 4096, 0, false),
         ("down", 4096, 12288, 1, true),
     ] {
-        let layout = MxLayout::new(ElementFormat::Fp8E4M3, n, k);
+        let layout = MxLayout::new(format, n, k);
         let packed = random_packed(layout, &mut rng);
         let view = MxView::new(layout, &packed)?;
         let w0 = GemmWeights::upload(&ctx, &owner, &tile_gemm(view)?)?;
@@ -147,6 +162,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect();
         let xd = ctx.upload(&owner, SpanKind::Scratch, &x)?;
         let mut a = GemmActs::new(&ctx, &owner, m, k)?;
+        a.grouped = mats.iter().all(|mm| mm.copies[0].grouped);
         g.quantize(&xd, m, k, k, &mut a)?;
         xs.push(xd);
         acts.push(a);

@@ -528,7 +528,9 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
 #define G3_STAGE_BYTES 41984  // 41744 rounded up to 1 KB
 #define G3_STAGES 5
 
-template <int WFMT>
+// GROUP: grouped promotion (see gm_group_steps): a stage's 4 steps accumulate on the
+// tensor cores, then one promotion.
+template <int WFMT, int GROUP = 0>
 __device__ __forceinline__ void gemm_w3_body(const u8* __restrict__ w, const u8* __restrict__ ws,
                                              const u8* __restrict__ xq,
                                              const float* __restrict__ xc,
@@ -598,8 +600,26 @@ __device__ __forceinline__ void gemm_w3_body(const u8* __restrict__ w, const u8*
             const float cq[4] = {cv.x, cv.y, cv.z, cv.w};
             const u32 a0 = gm_smem(st) + 8192 * c;
             const u32 b0 = gm_smem(st + G3_X_OFF);
+            if (GROUP) {
+                const float f0 = gm_e8m0(s0 & 0xffu) * cq[0];
+                const float f1 = gm_e8m0(s1 & 0xffu) * cq[0];
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                gm_wgmma<WFMT, 0>(tmp, gm_desc<0>(a0), gm_desc<0>(b0));
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
+                for (int q = 1; q < 4; ++q)
+                    gm_wgmma<WFMT, 1>(tmp, gm_desc<0>(a0 + 256 * q), gm_desc<0>(b0 + 256 * q));
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+                for (int j = 0; j < 16; ++j) {
+                    acc[4 * j + 0] = fmaf(tmp[4 * j + 0], f0, acc[4 * j + 0]);
+                    acc[4 * j + 1] = fmaf(tmp[4 * j + 1], f0, acc[4 * j + 1]);
+                    acc[4 * j + 2] = fmaf(tmp[4 * j + 2], f1, acc[4 * j + 2]);
+                    acc[4 * j + 3] = fmaf(tmp[4 * j + 3], f1, acc[4 * j + 3]);
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < (GROUP ? 0 : 4); ++q) {
                 const float f0 = gm_e8m0((s0 >> (8 * q)) & 0xffu) * cq[q];
                 const float f1 = gm_e8m0((s1 >> (8 * q)) & 0xffu) * cq[q];
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -678,6 +698,14 @@ GEMM_GROUP_KERNEL(gemm_mxfp8_e4m3_group4, 4)
 
 GEMM_W3_KERNEL(gemm_mxfp8_e4m3_w3, 0)
 GEMM_W3_KERNEL(gemm_mxfp8_e5m2_w3, 1)
+
+extern "C" __global__ void __launch_bounds__(512, 1)
+    gemm_mxfp8_e4m3_w3g(const u8* __restrict__ w, const u8* __restrict__ ws,
+                        const u8* __restrict__ xq, const float* __restrict__ xc,
+                        const float* __restrict__ xr, float* y, int m, int n, int kblocks,
+                        int ldy, int accumulate) {
+    gemm_w3_body<0, 1>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate);
+}
 
 
 // ---- activation quantization ----

@@ -13,7 +13,8 @@
 //!
 //! * MXFP4 weights (folded exactly into E4M3 codes with one scale per (row, 128 k)) with
 //!   grouped activations (one C per (tile, 128 k)): the grouped persistent kernel (2 and
-//!   4 stages per call) and every other loop, against the same f64 product, ≤ 1e-3.
+//!   4 stages per call), the grouped `Wide3` loop and the per-step loops, against the
+//!   same f64 product, ≤ 1e-3.
 //!
 //! Without CUDA (or without an sm_90a device) every device test prints a loud SKIPPED
 //! line and passes, unless `FAVLO_REQUIRE_CUDA=1`.
@@ -244,7 +245,7 @@ fn check_gemm(
     };
     let mut ys = Vec::new();
     // Persistent twice: grouped weights run the grouped kernel with 4, then 2, stages
-    // per call.
+    // per call (Wide3 has a grouped loop too).
     for (kernel, stages) in [
         (GemmKernel::Persistent, 4),
         (GemmKernel::Persistent, 2),

@@ -313,6 +313,8 @@ pub struct GemmMx {
     e5m2_w3: CudaFunction,
     /// The persistent kernel with grouped promotion, 2 and 4 stages per call.
     e4m3_group: [CudaFunction; 2],
+    /// The three-consumer kernel with grouped promotion.
+    e4m3_w3_group: CudaFunction,
     sms: usize,
     e4m3_swap: CudaFunction,
     probe: CudaFunction,
@@ -367,6 +369,7 @@ impl GemmMx {
                 big("gemm_mxfp8_e4m3_group2")?,
                 big("gemm_mxfp8_e4m3_group4")?,
             ],
+            e4m3_w3_group: big_with("gemm_mxfp8_e4m3_w3g", GEMM_W3_SMEM)?,
             grouped: true,
             group_stages: 4,
             sms: ctx
@@ -514,17 +517,17 @@ impl GemmMx {
         } else {
             self.kernel
         };
+        let grouped = self.grouped && w.grouped && x.quantized_grouped;
         let f = match (w.format, kernel) {
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
             (ElementFormat::Fp8E4M3, _) if self.desc_swap => &self.e4m3_swap,
             (ElementFormat::Fp8E4M3, GemmKernel::Serial) => &self.e4m3,
             (ElementFormat::Fp8E4M3, GemmKernel::Pipelined) => &self.e4m3_pipe,
-            (ElementFormat::Fp8E4M3, GemmKernel::Persistent)
-                if self.grouped && w.grouped && x.quantized_grouped =>
-            {
+            (ElementFormat::Fp8E4M3, GemmKernel::Persistent) if grouped => {
                 &self.e4m3_group[usize::from(self.group_stages >= 4)]
             }
             (ElementFormat::Fp8E4M3, GemmKernel::Persistent) => &self.e4m3_persist,
+            (ElementFormat::Fp8E4M3, GemmKernel::Wide3) if grouped => &self.e4m3_w3_group,
             (ElementFormat::Fp8E4M3, GemmKernel::Wide3) => &self.e4m3_w3,
             (ElementFormat::Fp8E5M2, GemmKernel::Serial) => &self.e5m2,
             (ElementFormat::Fp8E5M2, GemmKernel::Pipelined) => &self.e5m2_pipe,
