@@ -631,13 +631,14 @@ impl GemvMma {
     /// measured on the H200 (docs/CUDA.md): ping-pong registers for FP8; for FP4 the
     /// ping-pong kernel when the grid is at most one block per multiprocessor and either
     /// PDL is on or the row has at most 16 chunks (the o and down projections of the
-    /// decode step), or, with PDL, when all its blocks fit in one wave with at least 4
+    /// decode step), or, with PDL, when all its blocks fit in one wave with at least 8
     /// chunks per warp (gate|up: 768 blocks of 2 warps, 8 chunks each); else the
-    /// `cp.async` ring (q|k|v, lm_head).
+    /// `cp.async` ring (q|k|v, lm_head, and 8192×8192 chained: 4 chunks per warp, where
+    /// the ring measured 74% of copy and the ping-pong kernel 70%).
     pub fn resolve(&self, format: ElementFormat, tiles: usize, chunks: usize) -> GemvKernel {
         let pdl = self.pdl || self.select_as_pdl;
         let w = warps_per_block(tiles, chunks, self.sms);
-        let one_wave = tiles * w <= self.sms * MAX_WARPS && chunks >= 4 * w;
+        let one_wave = tiles * w <= self.sms * MAX_WARPS && chunks >= 8 * w;
         match (self.kernel, format) {
             (GemvKernel::Auto, ElementFormat::Fp4E2M1)
                 if (tiles <= self.sms && (pdl || chunks <= 16)) || (pdl && one_wave) =>
