@@ -112,6 +112,18 @@ __device__ __forceinline__ float gm_e8m0(u32 b) {
     return __uint_as_float(b << 23);  // byte 0 reads as 0 (2^-127: below any f32 result)
 }
 
+// acc += tmp · (f0 for the thread's first row, f1 for its second): one step's (or,
+// grouped, one stage's) promotion, one FFMA per accumulator.
+__device__ __forceinline__ void gm_promote(float* acc, const float* tmp, float f0, float f1) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        acc[4 * j + 0] = fmaf(tmp[4 * j + 0], f0, acc[4 * j + 0]);
+        acc[4 * j + 1] = fmaf(tmp[4 * j + 1], f0, acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(tmp[4 * j + 2], f1, acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(tmp[4 * j + 3], f1, acc[4 * j + 3]);
+    }
+}
+
 // w: [n/128][kblocks][16 KB]; ws: [n/128][kblocks][128][4]; xq: [m/128][kblocks][16 KB];
 // xc: [m/128][kblocks * 4]; xr: [m/128 * 128]; y: [m][ldy] (accumulate: y += ...).
 __device__ __forceinline__ void gm_init_bars(u64* full, u64* empty) {
@@ -245,13 +257,7 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
             gm_wgmma<WFMT, 0>(tmp, gm_desc<SWAP>(a0 + 256 * q), gm_desc<SWAP>(b0 + 256 * q));
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#pragma unroll
-            for (int j = 0; j < 16; ++j) {
-                acc[4 * j + 0] = fmaf(tmp[4 * j + 0], f0, acc[4 * j + 0]);
-                acc[4 * j + 1] = fmaf(tmp[4 * j + 1], f0, acc[4 * j + 1]);
-                acc[4 * j + 2] = fmaf(tmp[4 * j + 2], f1, acc[4 * j + 2]);
-                acc[4 * j + 3] = fmaf(tmp[4 * j + 3], f1, acc[4 * j + 3]);
-            }
+            gm_promote(acc, tmp, f0, f1);
         }
         if (!PROMOTE) {
             // The previous stage's 4 steps are done once at most this stage's 4 are
@@ -322,13 +328,7 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
             if (lane == 0) gm_bar_arrive(&empty[(kb + i / 4) % GM_STAGES]);
         }
         const float a = f0[(i / 4) & 1][i % 4], b = f1[(i / 4) & 1][i % 4];
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            acc[4 * j + 0] = fmaf(cur[4 * j + 0], a, acc[4 * j + 0]);
-            acc[4 * j + 1] = fmaf(cur[4 * j + 1], a, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(cur[4 * j + 2], b, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(cur[4 * j + 3], b, acc[4 * j + 3]);
-        }
+        gm_promote(acc, cur, a, b);
     }
 }
 
@@ -381,13 +381,7 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
         __syncwarp();  // stage i's operands may be overwritten
         if (lane == 0) gm_bar_arrive(&empty[(kb + i) % GM_STAGES]);
         const float a = f0[i & 1], b = f1[i & 1];
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            acc[4 * j + 0] = fmaf(cur[4 * j + 0], a, acc[4 * j + 0]);
-            acc[4 * j + 1] = fmaf(cur[4 * j + 1], a, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(cur[4 * j + 2], b, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(cur[4 * j + 3], b, acc[4 * j + 3]);
-        }
+        gm_promote(acc, cur, a, b);
     }
 }
 
@@ -610,13 +604,7 @@ __device__ __forceinline__ void gemm_w3_body(const u8* __restrict__ w, const u8*
                     gm_wgmma<WFMT, 1>(tmp, gm_desc<0>(a0 + 256 * q), gm_desc<0>(b0 + 256 * q));
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#pragma unroll
-                for (int j = 0; j < 16; ++j) {
-                    acc[4 * j + 0] = fmaf(tmp[4 * j + 0], f0, acc[4 * j + 0]);
-                    acc[4 * j + 1] = fmaf(tmp[4 * j + 1], f0, acc[4 * j + 1]);
-                    acc[4 * j + 2] = fmaf(tmp[4 * j + 2], f1, acc[4 * j + 2]);
-                    acc[4 * j + 3] = fmaf(tmp[4 * j + 3], f1, acc[4 * j + 3]);
-                }
+                gm_promote(acc, tmp, f0, f1);
             }
 #pragma unroll
             for (int q = 0; q < (GROUP ? 0 : 4); ++q) {
@@ -626,13 +614,7 @@ __device__ __forceinline__ void gemm_w3_body(const u8* __restrict__ w, const u8*
                 gm_wgmma<WFMT, 0>(tmp, gm_desc<0>(a0 + 256 * q), gm_desc<0>(b0 + 256 * q));
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#pragma unroll
-                for (int j = 0; j < 16; ++j) {
-                    acc[4 * j + 0] = fmaf(tmp[4 * j + 0], f0, acc[4 * j + 0]);
-                    acc[4 * j + 1] = fmaf(tmp[4 * j + 1], f0, acc[4 * j + 1]);
-                    acc[4 * j + 2] = fmaf(tmp[4 * j + 2], f1, acc[4 * j + 2]);
-                    acc[4 * j + 3] = fmaf(tmp[4 * j + 3], f1, acc[4 * j + 3]);
-                }
+                gm_promote(acc, tmp, f0, f1);
             }
             __syncwarp();
             if (lane == 0) gm_bar_arrive(&empty[s]);

@@ -14,7 +14,7 @@ mod common;
 
 use std::sync::Arc;
 
-use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
+use favlo_mx::{ElementFormat, MxView};
 use favlo_runtime::cpu::{AttnShape, RopeLayout, WeightRef, reference};
 use favlo_runtime::cuda::{
     AttentionDecode, AttnKernel, AttnOut, CudaContext, DecodeOps, GemvKernel, GemvMma, KvCache,
@@ -70,14 +70,7 @@ fn check_gemv_mma(
     seed: u64,
 ) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut w = rand_vec(&mut rng, rows * cols, 1.0);
-    for (r, row) in w.chunks_mut(cols).enumerate() {
-        let m = 2f32.powi((r % 13) as i32 - 6);
-        row.iter_mut().for_each(|v| *v *= m);
-    }
-    let layout = MxLayout { format, rows, cols };
-    let mut packed = vec![0u8; layout.total_bytes()];
-    favlo_mx::pack(&w, layout, ScaleRule::Ceil, &mut packed).unwrap();
+    let (layout, packed) = common::packed_rows(&mut rng, format, rows, cols);
     let view = MxView::new(layout, &packed).unwrap();
     let owner = Owner::mint("cuda-test-gemv-mma");
     let wd = MxTiled::upload(ctx, &owner, &tile_mx(view)).unwrap();

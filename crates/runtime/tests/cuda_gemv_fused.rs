@@ -17,7 +17,7 @@ mod common;
 
 use std::sync::Arc;
 
-use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
+use favlo_mx::{ElementFormat, MxLayout, MxView};
 use favlo_runtime::cpu::{WeightRef, reference};
 use favlo_runtime::cuda::{
     CudaContext, CudaError, DeviceBuffer, EpiOut, Epilogue, GemvKernel, GemvMma, MxTiled, NormIn,
@@ -47,14 +47,7 @@ impl Mat {
         rows: usize,
         cols: usize,
     ) -> Mat {
-        let mut w = rand_vec(rng, rows * cols, 1.0);
-        for (r, row) in w.chunks_mut(cols).enumerate() {
-            let m = 2f32.powi((r % 13) as i32 - 6);
-            row.iter_mut().for_each(|v| *v *= m);
-        }
-        let layout = MxLayout { format, rows, cols };
-        let mut packed = vec![0u8; layout.total_bytes()];
-        favlo_mx::pack(&w, layout, ScaleRule::Ceil, &mut packed).unwrap();
+        let (layout, packed) = common::packed_rows(rng, format, rows, cols);
         let dev =
             MxTiled::upload(ctx, owner, &tile_mx(MxView::new(layout, &packed).unwrap())).unwrap();
         Mat {

@@ -8,9 +8,11 @@
 //! K ≤ 4096); norms/softmax/activations/RoPE max abs error ≤ 1e-5·(1+|ref|).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
+use favlo_mx::{ElementFormat, MxView};
 use favlo_runtime::cpu::{RopeLayout, WeightRef, reference};
 use favlo_runtime::cuda::{
     CudaContext, CudaError, CudaKernels, GemvDecode, MxDevice, compile_cubin, rope_tables,
@@ -101,14 +103,7 @@ fn check_gemv(
 ) {
     let mut rng = StdRng::seed_from_u64(seed);
     // Row magnitudes spread over 2^-6..2^6 so the scales differ per block and row.
-    let mut w = rand_vec(&mut rng, rows * cols, 1.0);
-    for (r, row) in w.chunks_mut(cols).enumerate() {
-        let m = 2f32.powi((r % 13) as i32 - 6);
-        row.iter_mut().for_each(|v| *v *= m);
-    }
-    let layout = MxLayout { format, rows, cols };
-    let mut packed = vec![0u8; layout.total_bytes()];
-    favlo_mx::pack(&w, layout, ScaleRule::Ceil, &mut packed).unwrap();
+    let (layout, packed) = common::packed_rows(&mut rng, format, rows, cols);
     let view = MxView::new(layout, &packed).unwrap();
     let x = rand_vec(&mut rng, cols, 2.0);
     let want = reference::linear(&x, &WeightRef::Mx(view), None);

@@ -25,3 +25,24 @@ pub fn rel_err(got: &[f32], want: &[f64]) -> f64 {
         .fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
     err / max.max(1e-30)
 }
+
+/// `rows × cols` random values whose row magnitudes step over 2^-6..2^6 (so the MX
+/// block scales differ by row and by block), packed as `format` with the `Ceil` rule:
+/// (layout, packed bytes).
+pub fn packed_rows(
+    rng: &mut StdRng,
+    format: favlo_mx::ElementFormat,
+    rows: usize,
+    cols: usize,
+) -> (favlo_mx::MxLayout, Vec<u8>) {
+    let mut w = rand_vec(rng, rows * cols, 1.0);
+    for (r, row) in w.chunks_mut(cols).enumerate() {
+        let m = 2f32.powi((r % 13) as i32 - 6);
+        row.iter_mut().for_each(|v| *v *= m);
+    }
+    let layout = favlo_mx::MxLayout { format, rows, cols };
+    let mut packed = vec![0u8; layout.total_bytes()];
+    favlo_mx::pack(&w, layout, favlo_mx::ScaleRule::Ceil, &mut packed)
+        .unwrap_or_else(|e| panic!("pack {rows}x{cols}: {e}"));
+    (layout, packed)
+}

@@ -436,29 +436,45 @@ fn check_pdl(
     start: i32,
 ) -> Result<(f32, f32), BenchError> {
     let h0 = ctx.download(&m.b.h)?;
-    let once = |k: &Kernels, m: &mut Model| -> Result<Vec<f32>, CudaError> {
-        ctx.write(&mut m.b.h, &h0)?;
-        ctx.write(&mut m.b.pos, &[start])?;
-        step(k, m)?;
-        ctx.download(&m.b.logits)
-    };
-    let plain = once(k, m)?;
+    let plain = step_logits(ctx, k, m, &h0, start)?;
     k.gemv.pdl = true;
     k.attn.pdl = true;
     k.ops.pdl = true;
-    let with = once(k, m)?;
+    let with = step_logits(ctx, k, m, &h0, start)?;
     ctx.write(&mut m.b.h, &h0)?;
-    let max = plain.iter().fold(0f32, |a, v| a.max(v.abs()));
-    let diff = plain
-        .iter()
-        .zip(&with)
-        .fold(0f32, |a, (p, q)| a.max((p - q).abs()));
+    agree(&plain, &with, 1e-6, "one decode step with PDL vs without")
+}
+
+/// The logits of one step from residual `h0` at position `start`.
+pub(super) fn step_logits(
+    ctx: &CudaContext,
+    k: &Kernels,
+    m: &mut Model,
+    h0: &[f32],
+    start: i32,
+) -> Result<Vec<f32>, CudaError> {
+    ctx.write(&mut m.b.h, h0)?;
+    ctx.write(&mut m.b.pos, &[start])?;
+    step(k, m)?;
+    ctx.download(&m.b.logits)
+}
+
+/// (max |a − b|, max |a|), or a mismatch when the first exceeds `tolerance` of the
+/// second (at least 1).
+pub(super) fn agree(
+    a: &[f32],
+    b: &[f32],
+    tolerance: f64,
+    what: &str,
+) -> Result<(f32, f32), BenchError> {
+    let max = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let diff = a.iter().zip(b).fold(0f32, |d, (p, q)| d.max((p - q).abs()));
     let rel = f64::from(diff) / f64::from(max.max(1.0));
-    if rel.is_nan() || rel > 1e-6 {
+    if rel.is_nan() || rel > tolerance {
         return Err(BenchError::Mismatch {
-            what: "one decode step with PDL vs without".into(),
+            what: what.into(),
             rel_err: rel,
-            tolerance: 1e-6,
+            tolerance,
         });
     }
     Ok((diff, max))

@@ -9,7 +9,7 @@
 //! differ only in where the RMSNorm's scalar is applied (f32 rounding).
 
 use super::BenchError;
-use super::decode::{EPS, HD, HIDDEN, Kernels, Model, attention, step};
+use super::decode::{EPS, HD, HIDDEN, Kernels, Model, agree, attention, step_logits};
 use crate::cuda::{CudaContext, CudaError, DeviceBuffer, EpiOut, Epilogue, NormIn};
 
 /// The consumer side of the model's RMSNorm over `parts`.
@@ -104,38 +104,23 @@ pub(super) fn check_fused(
     start: i32,
 ) -> Result<(f32, f32), BenchError> {
     let h0 = ctx.download(&m.b.h)?;
-    let once = |k: &Kernels, m: &mut Model| -> Result<Vec<f32>, CudaError> {
-        ctx.write(&mut m.b.h, &h0)?;
-        ctx.write(&mut m.b.pos, &[start])?;
-        step(k, m)?;
-        ctx.download(&m.b.logits)
-    };
     k.fused = false;
-    let plain = once(k, m)?;
+    let plain = step_logits(ctx, k, m, &h0, start)?;
     k.fused = true;
-    let fused = once(k, m)?;
+    let fused = step_logits(ctx, k, m, &h0, start)?;
     // Twice: the SwiGLU pair counters must be back at zero after a step.
-    let again = once(k, m)?;
+    let again = step_logits(ctx, k, m, &h0, start)?;
     ctx.write(&mut m.b.h, &h0)?;
-    if fused != again {
-        return Err(BenchError::Mismatch {
-            what: "two fused decode steps from the same state".into(),
-            rel_err: f64::NAN,
-            tolerance: 0.0,
-        });
-    }
-    let max = plain.iter().fold(0f32, |a, v| a.max(v.abs()));
-    let diff = plain
-        .iter()
-        .zip(&fused)
-        .fold(0f32, |a, (p, q)| a.max((p - q).abs()));
-    let rel = f64::from(diff) / f64::from(max.max(1.0));
-    if rel.is_nan() || rel > 1e-4 {
-        return Err(BenchError::Mismatch {
-            what: "one fused decode step vs separate norm and SwiGLU kernels".into(),
-            rel_err: rel,
-            tolerance: 1e-4,
-        });
-    }
-    Ok((diff, max))
+    agree(
+        &fused,
+        &again,
+        0.0,
+        "two fused decode steps from the same state",
+    )?;
+    agree(
+        &plain,
+        &fused,
+        1e-4,
+        "one fused decode step vs separate norm and SwiGLU kernels",
+    )
 }
