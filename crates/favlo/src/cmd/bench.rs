@@ -30,9 +30,9 @@ pub enum BenchWhat {
     /// Batch-1 decode of a Qwen3-8B-shaped model with random MX weights on a CUDA
     /// GPU, tokens/s beside the HBM roofline (and PyTorch with --anchor).
     Decode(DecodeBench),
-    /// The prefill GEMMs of a Qwen3-8B-shaped model with random MXFP8 weights on a CUDA
-    /// GPU (the FP8 tensor-core GEMM and the chat path's exact GEMM), TFLOP/s beside the
-    /// FP8 tensor-core rate (and PyTorch with --anchor).
+    /// The prefill GEMMs of a Qwen3-8B-shaped model with random MXFP4 (or MXFP8)
+    /// weights on a CUDA GPU (the FP8 tensor-core GEMM and the chat path's exact GEMM),
+    /// TFLOP/s beside the FP8 tensor-core rate (and PyTorch with --anchor).
     Prefill(PrefillBench),
     /// Prefill and decode tokens/s of a chat model at 1 and 2 threads.
     Chat(super::bench_chat::ChatBench),
@@ -94,9 +94,10 @@ pub struct PrefillBench {
     /// Decoder layers (distinct weight copies per matrix).
     #[arg(long, default_value_t = 36)]
     pub layers: usize,
-    /// Weight storage: mxfp8 (default; both GEMMs) or mxfp4 (the exact GEMM only: the
-    /// wgmma GEMM has no FP4 path).
-    #[arg(long, default_value = "mxfp8")]
+    /// Weight storage: mxfp4 (default, the decode benchmark's model: folded exactly into
+    /// E4M3 codes with one scale per 128 k, promoted once per stage) or mxfp8 (one
+    /// promotion per 32 k). Both run the FP8 tensor-core GEMM and the exact GEMM.
+    #[arg(long, default_value = "mxfp4")]
     pub weights: String,
 }
 

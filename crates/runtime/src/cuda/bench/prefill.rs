@@ -47,7 +47,7 @@ impl Default for PrefillBenchOptions {
         PrefillBenchOptions {
             tokens: 2048,
             layers: 36,
-            format: ElementFormat::Fp8E4M3,
+            format: ElementFormat::Fp4E2M1,
         }
     }
 }
