@@ -337,17 +337,13 @@ mod with_cuda {
         );
         for row in &p.rows {
             let b = tflops(row.flop, row.exact_ms);
-            let fp8 = if row.fp8_ms.is_finite() {
-                let a = tflops(row.flop, row.fp8_ms);
-                format!(
-                    "{:>10.3} {a:>8.0} {:>6.1}% {:>10.1e}",
-                    row.fp8_ms,
-                    100.0 * a / FP8_PEAK_TFLOPS,
-                    row.fp8_err
-                )
-            } else {
-                format!("{:>10} {:>8} {:>7} {:>10}", "-", "-", "-", "-")
-            };
+            let a = tflops(row.flop, row.fp8_ms);
+            let fp8 = format!(
+                "{:>10.3} {a:>8.0} {:>6.1}% {:>10.1e}",
+                row.fp8_ms,
+                100.0 * a / FP8_PEAK_TFLOPS,
+                row.fp8_err
+            );
             println!(
                 "{:<9} {:>11} {fp8} {:>12.3} {b:>8.0} {:>6.1}% {:>10.1e}",
                 row.name,
@@ -366,20 +362,16 @@ mod with_cuda {
             );
         };
         println!("all GEMMs of the prefill, layer by layer:");
-        if p.fp8_total_ms.is_finite() {
-            let name = if format_name(p.format) == "MXFP4" {
-                "favlo FP8 wgmma GEMM (GemmMx; MXFP4 folded, grouped)"
-            } else {
-                "favlo MXFP8 wgmma GEMM (GemmMx)"
-            };
-            line(name, p.fp8_total_ms);
-            line(
-                "  + E4M3 activation quantization before each",
-                p.fp8_quant_total_ms,
-            );
+        let name = if format_name(p.format) == "MXFP4" {
+            "favlo FP8 wgmma GEMM (GemmMx; MXFP4 folded, grouped)"
         } else {
-            println!("(the MXFP8 wgmma GEMM has no MXFP4 path: the exact GEMM only)");
-        }
+            "favlo MXFP8 wgmma GEMM (GemmMx)"
+        };
+        line(name, p.fp8_total_ms);
+        line(
+            "  + E4M3 activation quantization before each",
+            p.fp8_quant_total_ms,
+        );
         line(
             "favlo exact-operand GEMM (MxGemm, the chat path)",
             p.exact_total_ms,

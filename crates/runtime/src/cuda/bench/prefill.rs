@@ -150,8 +150,6 @@ pub fn prefill_bench(
     if format == ElementFormat::Fp8E5M2 {
         return Err(BenchError::Options("weights: MXFP8 (E4M3) or MXFP4".into()));
     }
-    // Both formats run the FP8 tensor-core GEMM (MXFP4 folded into grouped E4M3 codes).
-    let fp8_path = true;
     let owner = Owner::mint("cuda-prefill-bench");
     let g = GemmMx::load(ctx)?;
     let ops = PrefillOps::load(ctx)?;
@@ -170,12 +168,10 @@ pub fn prefill_bench(
         };
         let (layout, packed) = random_mx(format, n, k, scales, &mut rng);
         let view = MxView::new(layout, &packed)?;
-        let mut fp8 = Vec::new();
-        if fp8_path {
-            fp8.push(GemmWeights::upload(ctx, &owner, &tile_gemm(view)?)?);
-            for _ in 1..layers {
-                fp8.push(fp8[0].duplicate(ctx, &owner)?);
-            }
+        // Both formats run the FP8 tensor-core GEMM (MXFP4 folded into grouped E4M3).
+        let mut fp8 = vec![GemmWeights::upload(ctx, &owner, &tile_gemm(view)?)?];
+        for _ in 1..layers {
+            fp8.push(fp8[0].duplicate(ctx, &owner)?);
         }
         let tiled = tile_mx(view);
         let exact = (0..layers)
@@ -257,15 +253,11 @@ pub fn prefill_bench(
     let mut rows = Vec::new();
     for (mm, (fp8_err, exact_err)) in mats.iter().zip(errs) {
         let a = &acts[mm.xin];
-        let fp8_ms = if fp8_path {
-            time_ms(ctx, warm, reps, || {
-                mm.fp8
-                    .iter()
-                    .try_for_each(|w| g.gemm(a, w, &mut y, mm.accumulate))
-            })?
-        } else {
-            f64::NAN
-        };
+        let fp8_ms = time_ms(ctx, warm, reps, || {
+            mm.fp8
+                .iter()
+                .try_for_each(|w| g.gemm(a, w, &mut y, mm.accumulate))
+        })?;
         let p = &preps[mm.xin];
         let exact_ms = time_ms(ctx, warm, reps, || {
             mm.exact
@@ -283,7 +275,7 @@ pub fn prefill_bench(
             exact_err,
         });
     }
-    let (fp8_total_ms, fp8_quant_total_ms) = if fp8_path {
+    let (fp8_total_ms, fp8_quant_total_ms) = {
         let gemms = time_ms(ctx, warm, reps, || {
             for l in 0..layers {
                 for mm in &mats {
@@ -302,8 +294,6 @@ pub fn prefill_bench(
             Ok(())
         })?;
         (gemms, with_quant)
-    } else {
-        (f64::NAN, f64::NAN)
     };
     let exact_total_ms = time_ms(ctx, warm, reps, || {
         for l in 0..layers {
