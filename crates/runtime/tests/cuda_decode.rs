@@ -29,7 +29,7 @@ fn setup() -> Option<Arc<CudaContext>> {
     common::cuda::open_or_skip("the CUDA decode test")
 }
 
-use common::rand_vec;
+use common::{blockwise, rand_vec};
 
 fn max_rel(got: &[f32], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len());
@@ -428,16 +428,6 @@ fn prep_producers_match_reference() {
     g.prep_x(&xd, n, &mut prep).unwrap();
     let want: Vec<f64> = x.iter().map(|v| *v as f64).collect();
     // Relative to each 32-value block's max (the split keeps ~22 bits of it).
-    let blockwise = |got: &[f32], want: &[f64]| -> f64 {
-        got.chunks(32)
-            .zip(want.chunks(32))
-            .fold(0f64, |a, (gc, wc)| {
-                let m = wc.iter().fold(0f64, |a, b| a.max(b.abs())).max(1e-300);
-                gc.iter()
-                    .zip(wc)
-                    .fold(a, |a, (gv, wv)| a.max((*gv as f64 - wv).abs() / m))
-            })
-    };
     let e = blockwise(&prep.values(&ctx, n).unwrap(), &want);
     eprintln!("prep_x: {e:.3e}");
     assert!(e <= 1e-6, "prep_x {e:.3e}");

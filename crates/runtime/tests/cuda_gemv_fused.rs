@@ -27,7 +27,7 @@ use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use common::{rand_vec, rel_err};
+use common::{blockwise, rand_vec, rel_err};
 
 const EPS: f32 = 1e-6;
 
@@ -64,18 +64,13 @@ impl Mat {
     }
 }
 
-/// Largest error per 32-value block relative to that block's largest reference value.
-fn blockwise(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    assert!(got.iter().all(|v| v.is_finite()), "non-finite values");
-    got.chunks(32)
-        .zip(want.chunks(32))
-        .fold(0f64, |a, (gc, wc)| {
-            let m = wc.iter().fold(0f64, |a, b| a.max(b.abs())).max(1e-300);
-            gc.iter()
-                .zip(wc)
-                .fold(a, |a, (g, w)| a.max((*g as f64 - w).abs() / m))
-        })
+/// A norm consumer's input over the partials `parts` of a `dim`-value vector.
+fn norm_in(parts: &DeviceBuffer<f32>, dim: usize) -> NormIn<'_> {
+    NormIn {
+        parts,
+        dim,
+        eps: EPS,
+    }
 }
 
 /// Sums of squares per 32 values, f64.
@@ -138,15 +133,7 @@ fn chain(
 
     // A consumer: q = Wq·RMSNorm(h0).
     let mut yq = up(&vec![f32::NAN; wq.layout.rows]);
-    let epi = Epilogue {
-        accumulate: false,
-        norm_in: Some(NormIn {
-            parts: &ss,
-            dim: d,
-            eps: EPS,
-        }),
-        out: EpiOut::None,
-    };
+    let epi = Epilogue::normed(norm_in(&ss, d));
     g.gemv_fused(&wq.dev, &prep_n, &mut yq, epi).unwrap();
     check(
         &format!("{tag} consumer rows"),
@@ -161,15 +148,7 @@ fn chain(
     let mut prep_x = XPrep::new(ctx, owner, wo.layout.padded_cols()).unwrap();
     g.prep_x(&up(&xp), wo.layout.padded_cols(), &mut prep_x)
         .unwrap();
-    let epi = Epilogue {
-        accumulate: true,
-        norm_in: None,
-        out: EpiOut::Norm {
-            weight: &n2d,
-            prep: &mut prep_n,
-            parts: &mut ss,
-        },
-    };
+    let epi = Epilogue::residual_norm(&n2d, &mut prep_n, &mut ss);
     g.gemv_fused(&wo.dev, &prep_x, &mut hd, epi).unwrap();
     let h1 = dl(&hd);
     let want: Vec<f64> = wo
@@ -198,18 +177,7 @@ fn chain(
     let mut pairs = ctx.alloc::<u32>(owner, SpanKind::Scratch, ff / 32).unwrap();
     let mut first = None;
     for round in 0..2 {
-        let epi = Epilogue {
-            accumulate: false,
-            norm_in: Some(NormIn {
-                parts: &ss,
-                dim: d,
-                eps: EPS,
-            }),
-            out: EpiOut::Swiglu {
-                prep: &mut prep_f,
-                pairs: &mut pairs,
-            },
-        };
+        let epi = Epilogue::normed_swiglu(norm_in(&ss, d), &mut prep_f, &mut pairs);
         g.gemv_fused(&wgu.dev, &prep_n, &mut gu, epi).unwrap();
         let got = dl(&gu);
         let act = prep_f.values(ctx, ff).unwrap();
@@ -307,15 +275,7 @@ fn fused_epilogue_shape_errors() {
         &odd.dev,
         &x,
         &mut y,
-        Epilogue {
-            accumulate: true,
-            norm_in: None,
-            out: EpiOut::Norm {
-                weight: &nw,
-                prep: &mut prep,
-                parts: &mut parts,
-            },
-        },
+        Epilogue::residual_norm(&nw, &mut prep, &mut parts),
     ));
     shape_err(g.gemv_fused(
         &odd.dev,
@@ -331,20 +291,7 @@ fn fused_epilogue_shape_errors() {
         },
     ));
     // A norm over 512 values for a matrix of 256 columns.
-    shape_err(g.gemv_fused(
-        &odd.dev,
-        &x,
-        &mut y,
-        Epilogue {
-            accumulate: false,
-            norm_in: Some(NormIn {
-                parts: &parts,
-                dim: 512,
-                eps: EPS,
-            }),
-            out: EpiOut::None,
-        },
-    ));
+    shape_err(g.gemv_fused(&odd.dev, &x, &mut y, Epilogue::normed(norm_in(&parts, 512))));
     drop((odd, x, y, nw, prep, parts, pairs));
     ctx.sweep(&owner).unwrap();
 }

@@ -376,7 +376,7 @@ pub struct GemvMma {
     pub persistent: bool,
 }
 
-fn shape(op: &'static str, detail: String) -> CudaError {
+pub(super) fn shape(op: &'static str, detail: String) -> CudaError {
     CudaError::Shape { op, detail }
 }
 
@@ -847,8 +847,7 @@ impl GemvMma {
             block_dim: ((warps * 32) as u32, 1, 1),
             shared_mem_bytes: u32::try_from(smem).map_err(|_| shape(op, format!("{smem}")))?,
         };
-        let fused = epi.norm_in.is_some() || !matches!(epi.out, super::gemv_epi::EpiOut::None);
-        if fused && (x_off, y_off) != (0, 0) {
+        if !epi.is_plain() && (x_off, y_off) != (0, 0) {
             return Err(shape(op, "a fused epilogue on an offset row".into()));
         }
         use cudarc::driver::{DevicePtr, DevicePtrMut};

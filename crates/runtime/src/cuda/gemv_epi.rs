@@ -12,7 +12,7 @@
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, SyncOnDrop};
 
 use super::context::DeviceBuffer;
-use super::gemv::{GemvMma, XPrep};
+use super::gemv::{GemvMma, XPrep, shape};
 use super::launch::{arg_ptr, launch_raw};
 use super::{CudaError, driver_err};
 
@@ -55,7 +55,7 @@ pub struct Epilogue<'a> {
     pub out: EpiOut<'a>,
 }
 
-impl Epilogue<'_> {
+impl<'a> Epilogue<'a> {
     /// y = W·x, or y += W·x when `accumulate`.
     pub fn plain(accumulate: bool) -> Epilogue<'static> {
         Epilogue {
@@ -63,6 +63,51 @@ impl Epilogue<'_> {
             norm_in: None,
             out: EpiOut::None,
         }
+    }
+
+    /// y = s·(W·x), s the RMSNorm factor of `norm` (q|k|v, lm_head).
+    pub fn normed(norm: NormIn<'a>) -> Epilogue<'a> {
+        Epilogue {
+            accumulate: false,
+            norm_in: Some(norm),
+            out: EpiOut::None,
+        }
+    }
+
+    /// y = s·(W·x) over gate | up, then silu(gate)·up prepared ([`EpiOut::Swiglu`]).
+    pub fn normed_swiglu(
+        norm: NormIn<'a>,
+        prep: &'a mut XPrep,
+        pairs: &'a mut DeviceBuffer<u32>,
+    ) -> Epilogue<'a> {
+        Epilogue {
+            accumulate: false,
+            norm_in: Some(norm),
+            out: EpiOut::Swiglu { prep, pairs },
+        }
+    }
+
+    /// y += W·x (a residual add), then the next RMSNorm (`weight`) prepared
+    /// ([`EpiOut::Norm`]).
+    pub fn residual_norm(
+        weight: &'a DeviceBuffer<f32>,
+        prep: &'a mut XPrep,
+        parts: &'a mut DeviceBuffer<f32>,
+    ) -> Epilogue<'a> {
+        Epilogue {
+            accumulate: true,
+            norm_in: None,
+            out: EpiOut::Norm {
+                weight,
+                prep,
+                parts,
+            },
+        }
+    }
+
+    /// Nothing but y = W·x or y += W·x.
+    pub(crate) fn is_plain(&self) -> bool {
+        self.norm_in.is_none() && matches!(self.out, EpiOut::None)
     }
 }
 
@@ -84,10 +129,6 @@ pub(crate) struct EpiRaw {
     pad: i32,
 }
 
-fn shape(op: &'static str, detail: String) -> CudaError {
-    CudaError::Shape { op, detail }
-}
-
 fn ptr<'a, T>(b: &'a DeviceBuffer<T>, s: &'a CudaStream, g: &mut Vec<SyncOnDrop<'a>>) -> u64 {
     let (p, guard) = b.slice.device_ptr(s);
     g.push(guard);
@@ -102,6 +143,15 @@ fn ptr_mut<'a, T>(
     let (p, guard) = b.slice.device_ptr_mut(s);
     g.push(guard);
     p
+}
+
+/// The two planes of an x preparation, written by a producer epilogue.
+fn prep_ptrs<'a>(
+    prep: &'a mut XPrep,
+    s: &'a CudaStream,
+    g: &mut Vec<SyncOnDrop<'a>>,
+) -> (u64, u64) {
+    (ptr_mut(&mut prep.hl, s, g), ptr_mut(&mut prep.xs, s, g))
 }
 
 impl Epilogue<'_> {
@@ -158,8 +208,7 @@ impl Epilogue<'_> {
                     ));
                 }
                 r.nw = ptr(weight, s, guards);
-                r.xhl = ptr_mut(&mut prep.hl, s, guards);
-                r.xs = ptr_mut(&mut prep.xs, s, guards);
+                (r.xhl, r.xs) = prep_ptrs(prep, s, guards);
                 r.ss_out = ptr_mut(parts, s, guards);
             }
             EpiOut::Swiglu { prep, pairs } => {
@@ -175,8 +224,7 @@ impl Epilogue<'_> {
                         ),
                     ));
                 }
-                r.xhl = ptr_mut(&mut prep.hl, s, guards);
-                r.xs = ptr_mut(&mut prep.xs, s, guards);
+                (r.xhl, r.xs) = prep_ptrs(prep, s, guards);
                 r.pairs = ptr_mut(pairs, s, guards);
                 r.half_tiles = i32::try_from(half / 32).map_err(|_| shape(op, "rows".into()))?;
             }

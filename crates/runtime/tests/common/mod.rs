@@ -46,3 +46,18 @@ pub fn packed_rows(
         .unwrap_or_else(|e| panic!("pack {rows}x{cols}: {e}"));
     (layout, packed)
 }
+
+/// Largest error per 32-value block relative to that block's largest reference value
+/// (an x preparation keeps ~22 bits of its block's largest value).
+pub fn blockwise(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    assert!(got.iter().all(|v| v.is_finite()), "non-finite values");
+    got.chunks(32)
+        .zip(want.chunks(32))
+        .fold(0f64, |a, (gc, wc)| {
+            let m = wc.iter().fold(0f64, |a, b| a.max(b.abs())).max(1e-300);
+            gc.iter()
+                .zip(wc)
+                .fold(a, |a, (g, w)| a.max((*g as f64 - w).abs() / m))
+        })
+}

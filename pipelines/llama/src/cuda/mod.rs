@@ -32,7 +32,7 @@ use std::sync::Arc;
 use favlo_runtime::cpu::RopeLayout;
 use favlo_runtime::cuda::{
     AttentionDecode, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps, DeviceBuffer,
-    DeviceSampler, EpiOut, Epilogue, GemvMma, KernelSet, MxTiled, NormIn, PrefillOps, RopeStore,
+    DeviceSampler, Epilogue, GemvMma, KernelSet, MxTiled, NormIn, PrefillOps, RopeStore,
     SAMPLE_OUT_LEN, SampleParams, XPrep, attn_partials_len, warm_kernels,
 };
 use favlo_runtime::ledger::{self, Owner, SpanKind};
@@ -506,12 +506,12 @@ impl Drop for CudaLlama {
 }
 
 /// The consumer side of a fused RMSNorm of h over the partials `parts`.
-fn norm_in(parts: &DeviceBuffer<f32>, d: Dims) -> Option<NormIn<'_>> {
-    Some(NormIn {
+fn norm_in(parts: &DeviceBuffer<f32>, d: Dims) -> NormIn<'_> {
+    NormIn {
         parts,
         dim: d.hidden,
         eps: d.eps,
-    })
+    }
 }
 
 /// One token through every layer at position `*pos`, then `*pos += 1`: the first
@@ -534,11 +534,7 @@ fn step(
     for i in 0..layers.len() {
         let (done, rest) = layers.split_at_mut(i + 1);
         let Some(l) = done.last_mut() else { break };
-        let qkv = Epilogue {
-            accumulate: false,
-            norm_in: norm_in(&b.ss, d),
-            out: EpiOut::None,
-        };
+        let qkv = Epilogue::normed(norm_in(&b.ss, d));
         k.gemv.gemv_fused(&l.qkv, &b.prep_d, &mut b.qkv, qkv)?;
         match (&l.q_norm, &l.k_norm) {
             (Some(qn), Some(kn)) => k.ops.qk_norm_rope_store(
@@ -581,37 +577,14 @@ fn step(
             &mut b.part,
             AttnOut::Prep(&mut b.prep_a),
         )?;
-        let o = Epilogue {
-            accumulate: true,
-            norm_in: None,
-            out: EpiOut::Norm {
-                weight: &l.ffn_norm,
-                prep: &mut b.prep_d,
-                parts: &mut b.ss,
-            },
-        };
+        let o = Epilogue::residual_norm(&l.ffn_norm, &mut b.prep_d, &mut b.ss);
         k.gemv.gemv_fused(&l.o, &b.prep_a, &mut b.h, o)?;
-        let gate_up = Epilogue {
-            accumulate: false,
-            norm_in: norm_in(&b.ss, d),
-            out: EpiOut::Swiglu {
-                prep: &mut b.prep_f,
-                pairs: &mut b.pairs,
-            },
-        };
+        let gate_up = Epilogue::normed_swiglu(norm_in(&b.ss, d), &mut b.prep_f, &mut b.pairs);
         k.gemv
             .gemv_fused(&l.gate_up, &b.prep_d, &mut b.gu, gate_up)?;
-        let down = Epilogue {
-            accumulate: true,
-            norm_in: None,
-            out: match rest.first() {
-                Some(next) => EpiOut::Norm {
-                    weight: &next.attn_norm,
-                    prep: &mut b.prep_d,
-                    parts: &mut b.ss,
-                },
-                None => EpiOut::None,
-            },
+        let down = match rest.first() {
+            Some(next) => Epilogue::residual_norm(&next.attn_norm, &mut b.prep_d, &mut b.ss),
+            None => Epilogue::plain(true),
         };
         k.gemv.gemv_fused(&l.down, &b.prep_f, &mut b.h, down)?;
     }

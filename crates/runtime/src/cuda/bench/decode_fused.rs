@@ -10,15 +10,15 @@
 
 use super::BenchError;
 use super::decode::{EPS, HD, HIDDEN, Kernels, Model, agree, attention, step_logits};
-use crate::cuda::{CudaContext, CudaError, DeviceBuffer, EpiOut, Epilogue, NormIn};
+use crate::cuda::{CudaContext, CudaError, DeviceBuffer, Epilogue, NormIn};
 
 /// The consumer side of the model's RMSNorm over `parts`.
-fn norm_in(parts: &DeviceBuffer<f32>) -> Option<NormIn<'_>> {
-    Some(NormIn {
+fn norm_in(parts: &DeviceBuffer<f32>) -> NormIn<'_> {
+    NormIn {
         parts,
         dim: HIDDEN,
         eps: EPS,
-    })
+    }
 }
 
 /// One fused decode step (all layers + lm_head), then `*pos += 1`.
@@ -32,61 +32,30 @@ pub(super) fn step_fused(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
     for i in 0..m.layers.len() {
         let (done, rest) = m.layers.split_at_mut(i + 1);
         let Some(l) = done.last_mut() else { break };
-        let qkv = Epilogue {
-            accumulate: false,
-            norm_in: norm_in(&b.ss),
-            out: EpiOut::None,
-        };
         if k.skip & 1 == 0 {
+            let qkv = Epilogue::normed(norm_in(&b.ss));
             k.gemv.gemv_fused(&l.qkv, &b.prep_n, &mut b.qkv, qkv)?;
         }
         if k.skip & 2 == 0 {
             attention(k, l, b, cap, scale, true)?;
         }
-        let o = Epilogue {
-            accumulate: true,
-            norm_in: None,
-            out: EpiOut::Norm {
-                weight: &l.mlp_norm,
-                prep: &mut b.prep_n,
-                parts: &mut b.ss,
-            },
-        };
         if k.skip & 4 == 0 {
+            let o = Epilogue::residual_norm(&l.mlp_norm, &mut b.prep_n, &mut b.ss);
             k.gemv.gemv_fused(&l.o, &b.prep, &mut b.h, o)?;
         }
-        let gate_up = Epilogue {
-            accumulate: false,
-            norm_in: norm_in(&b.ss),
-            out: EpiOut::Swiglu {
-                prep: &mut b.prep_f,
-                pairs: &mut b.pairs,
-            },
-        };
         if k.skip & 8 == 0 {
+            let gate_up = Epilogue::normed_swiglu(norm_in(&b.ss), &mut b.prep_f, &mut b.pairs);
             k.gemv
                 .gemv_fused(&l.gate_up, &b.prep_n, &mut b.gu, gate_up)?;
         }
-        let next_norm = rest.first().map_or(&b.final_norm, |n| &n.attn_norm);
-        let down = Epilogue {
-            accumulate: true,
-            norm_in: None,
-            out: EpiOut::Norm {
-                weight: next_norm,
-                prep: &mut b.prep_n,
-                parts: &mut b.ss,
-            },
-        };
         if k.skip & 16 == 0 {
+            let next_norm = rest.first().map_or(&b.final_norm, |n| &n.attn_norm);
+            let down = Epilogue::residual_norm(next_norm, &mut b.prep_n, &mut b.ss);
             k.gemv.gemv_fused(&l.down, &b.prep_f, &mut b.h, down)?;
         }
     }
-    let head = Epilogue {
-        accumulate: false,
-        norm_in: norm_in(&b.ss),
-        out: EpiOut::None,
-    };
     if k.skip & 32 == 0 {
+        let head = Epilogue::normed(norm_in(&b.ss));
         k.gemv
             .gemv_fused(&m.lm_head, &b.prep_n, &mut b.logits, head)?;
     }
