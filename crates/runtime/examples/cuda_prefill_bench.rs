@@ -161,8 +161,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|_| rng.random_range(-1.0f32..1.0) + 0.01)
             .collect();
         let xd = ctx.upload(&owner, SpanKind::Scratch, &x)?;
-        let mut a = GemmActs::new(&ctx, &owner, m, k)?;
-        a.grouped = mats.iter().all(|mm| mm.copies[0].grouped);
+        let grouped = mats.iter().all(|mm| mm.copies[0].grouped);
+        let mut a = GemmActs::new(&ctx, &owner, m, k)?.grouped(grouped);
         g.quantize(&xd, m, k, k, &mut a)?;
         xs.push(xd);
         acts.push(a);

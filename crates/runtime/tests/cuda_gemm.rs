@@ -168,8 +168,7 @@ fn quantize_matches_the_cpu_rule() {
             x[3 * k..3 * k + 32].iter_mut().for_each(|v| *v = 0.0);
         }
         let xd = ctx.upload(&owner, SpanKind::Scratch, &x).unwrap();
-        let mut acts = GemmActs::new(&ctx, &owner, m, k).unwrap();
-        acts.grouped = grouped;
+        let mut acts = GemmActs::new(&ctx, &owner, m, k).unwrap().grouped(grouped);
         g.quantize(&xd, m, k, k, &mut acts).unwrap();
         let got = acts.values(&ctx).unwrap();
         let (r, c) = acts.scales(&ctx).unwrap();
@@ -234,8 +233,7 @@ fn check_gemm(
     assert_eq!(wd.grouped, grouped, "MXFP4 weights fold to grouped E4M3");
     let x = rand_matrix(rng, m, k);
     let xd = ctx.upload(&owner, SpanKind::Scratch, &x).unwrap();
-    let mut acts = GemmActs::new(ctx, &owner, m, k).unwrap();
-    acts.grouped = grouped;
+    let mut acts = GemmActs::new(ctx, &owner, m, k).unwrap().grouped(grouped);
     g.quantize(&xd, m, k, k, &mut acts).unwrap();
     let xq = acts.values(ctx).unwrap();
     let y0: Vec<f32> = if accumulate {

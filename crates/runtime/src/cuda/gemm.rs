@@ -210,11 +210,8 @@ impl GemmWeights {
 pub struct GemmActs {
     /// Tokens it can hold.
     pub m_cap: usize,
-    /// Quantize with one C per (tile, 128-value k block) instead of per 32 values (for
-    /// grouped weights: the GEMM then promotes once per stage). Default off.
-    pub grouped: bool,
-    /// The last quantization was grouped.
-    quantized_grouped: bool,
+    /// One C per (tile, 128-value k block) instead of per 32 values ([`Self::grouped`]).
+    grouped: bool,
     /// 128-value k blocks.
     pub kblocks: usize,
     /// Tokens and columns of the last quantization.
@@ -238,7 +235,6 @@ impl GemmActs {
         Ok(GemmActs {
             m_cap,
             grouped: false,
-            quantized_grouped: false,
             kblocks,
             m: 0,
             k: 0,
@@ -246,6 +242,13 @@ impl GemmActs {
             block_scales: ctx.alloc(owner, SpanKind::Scratch, tiles * kblocks * 4)?,
             row_scales: ctx.alloc(owner, SpanKind::Scratch, tiles * GEMM_TILE)?,
         })
+    }
+
+    /// Quantized with one C per (tile, 128-value k block) instead of per 32 values:
+    /// with grouped weights the GEMM then promotes once per stage. Fixed at creation.
+    pub fn grouped(mut self, grouped: bool) -> GemmActs {
+        self.grouped = grouped;
+        self
     }
 
     /// Tokens of the last quantization.
@@ -327,9 +330,6 @@ pub struct GemmMx {
     pub desc_swap: bool,
     /// True when the module came from the disk cache.
     pub from_cache: bool,
-    /// Grouped weights with grouped activations run the grouped persistent kernel
-    /// (default on; the per-step kernel gives the same result, more slowly).
-    pub grouped: bool,
     /// Stages per grouped call (2 or 4, default 4).
     pub group_stages: usize,
 }
@@ -370,7 +370,6 @@ impl GemmMx {
                 big("gemm_mxfp8_e4m3_group4")?,
             ],
             e4m3_w3_group: big_with("gemm_mxfp8_e4m3_w3g", GEMM_W3_SMEM)?,
-            grouped: true,
             group_stages: 4,
             sms: ctx
                 .raw()
@@ -460,7 +459,6 @@ impl GemmMx {
         unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(gemm_quant_x)"))?;
         out.m = m;
         out.k = k;
-        out.quantized_grouped = out.grouped;
         Ok(())
     }
 
@@ -517,7 +515,7 @@ impl GemmMx {
         } else {
             self.kernel
         };
-        let grouped = self.grouped && w.grouped && x.quantized_grouped;
+        let grouped = w.grouped && x.grouped;
         let f = match (w.format, kernel) {
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
             (ElementFormat::Fp8E4M3, _) if self.desc_swap => &self.e4m3_swap,

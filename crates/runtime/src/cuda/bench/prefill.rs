@@ -205,9 +205,9 @@ pub fn prefill_bench(
     for k in [4096usize, 12288] {
         let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-1.0, 1.0) + 0.01).collect();
         let xd = ctx.upload(&owner, SpanKind::Scratch, &x)?;
-        let mut a = GemmActs::new(ctx, &owner, m, k)?;
         // One C per 128 values when the weights are grouped (the grouped kernel).
-        a.grouped = mats.iter().all(|mm| mm.fp8.iter().all(|w| w.grouped));
+        let grouped = mats.iter().all(|mm| mm.fp8.iter().all(|w| w.grouped));
+        let mut a = GemmActs::new(ctx, &owner, m, k)?.grouped(grouped);
         g.quantize(&xd, m, k, k, &mut a)?;
         let mut p = XPrep::new(ctx, &owner, m * k)?;
         ops.prep_rows(&xd, k, m, k, k, &mut p)?;
