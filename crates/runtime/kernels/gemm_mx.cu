@@ -385,6 +385,17 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
     }
 }
 
+// N stages of one consumer warpgroup: grouped promotion (GROUP) or one per k step.
+template <int WFMT, int N, int GROUP>
+__device__ __forceinline__ void gm_stages(float* acc, float* ta, float* tb, u8* ring,
+                                          u64* full, u64* empty, int kb, int c, int r0,
+                                          int lane) {
+    if (GROUP)
+        gm_group_steps<WFMT, N>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
+    else
+        gm_pipe_steps<WFMT, N>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
+}
+
 // Consumers run gm_pipe_steps over groups of NST stages (4·NST − 1 of 4·NST promotions
 // overlapped), the remainder one stage at a time. NST = 4 spills (ptxas then also
 // serializes the wgmmas, C7511); NST = 2 does not.
@@ -486,22 +497,14 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
             const int mt = tile % m_tiles, nt = tile / m_tiles;
 #pragma unroll
             for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+            constexpr int U = GROUP ? GROUP : NST;  // stages per call
             int kb = 0;
-            if (GROUP) {
-                for (; kb + GROUP <= kblocks; kb += GROUP)
-                    gm_group_steps<WFMT, GROUP>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
-                                                r0, lane);
-                for (; kb < kblocks; ++kb)
-                    gm_group_steps<WFMT, 1>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
-                                            lane);
-            } else {
-                for (; kb + NST <= kblocks; kb += NST)
-                    gm_pipe_steps<WFMT, NST>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
-                                             r0, lane);
-                for (; kb < kblocks; ++kb)
-                    gm_pipe_steps<WFMT, 1>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
-                                           lane);
-            }
+            for (; kb + U <= kblocks; kb += U)
+                gm_stages<WFMT, U, GROUP>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                                          lane);
+            for (; kb < kblocks; ++kb)
+                gm_stages<WFMT, 1, GROUP>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                                          lane);
             it += kblocks;
             gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
         }
