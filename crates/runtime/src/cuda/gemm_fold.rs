@@ -48,30 +48,22 @@ fn fold_row(
     out_sc: &mut [u8],
 ) -> Option<()> {
     for g in 0..groups {
-        let block_scale = |b: usize| sc.get(4 * g + b).copied().unwrap_or(0);
-        let live =
-            |b: usize| (0..BLOCK).any(|i| fp4_code(data, g * GROUP + b * BLOCK + i) & 7 != 0);
-        let target = |b: usize| -> u8 {
-            let s = block_scale(b);
-            if grouped {
-                let top = (0..4)
-                    .filter(|&b| live(b))
-                    .map(block_scale)
-                    .max()
-                    .unwrap_or(127);
-                top.saturating_sub(6)
-            } else if s == 255 {
-                255
-            } else {
-                s.saturating_sub(6)
-            }
-        };
+        let scales: [u8; 4] = std::array::from_fn(|b| sc.get(4 * g + b).copied().unwrap_or(0));
+        let live: [bool; 4] = std::array::from_fn(|b| {
+            (0..BLOCK).any(|i| fp4_code(data, g * GROUP + b * BLOCK + i) & 7 != 0)
+        });
+        // Grouped: the largest live block's scale minus 6 (a NaN scale cannot share).
+        let top = (0..4).filter(|&b| live[b]).map(|b| scales[b]).max();
+        if grouped && top == Some(255) {
+            return None;
+        }
         for b in 0..4 {
-            let s = block_scale(b);
-            let t = target(b);
-            if grouped && live(b) && s == 255 {
-                return None;
-            }
+            let s = scales[b];
+            let t = match (grouped, s) {
+                (true, _) => top.unwrap_or(127).saturating_sub(6),
+                (false, 255) => 255,
+                (false, _) => s.saturating_sub(6),
+            };
             out_sc[4 * g + b] = t;
             let shift = i32::from(s) - i32::from(t);
             for i in 0..BLOCK {
@@ -83,14 +75,15 @@ fn fold_row(
     Some(())
 }
 
-/// Re-encodes an MXFP4 matrix (see the module doc); `groups` = padded columns / 128.
+/// Re-encodes an MXFP4 matrix (see the module doc) over `groups` 128-value k blocks per
+/// row (zero past the row's columns).
 pub(super) fn fold_fp4(view: MxView<'_>, groups: usize) -> Folded {
     let rows = view.layout.rows;
     let width = groups * GROUP;
     let mut codes = vec![0u8; rows * width];
     let mut scales = vec![0u8; rows * groups * 4];
-    for grouped in [true, false] {
-        let ok = (0..rows).all(|r| {
+    let mut fold = |grouped: bool| {
+        (0..rows).all(|r| {
             fold_row(
                 view.row_data(r),
                 view.row_scales(r),
@@ -100,20 +93,18 @@ pub(super) fn fold_fp4(view: MxView<'_>, groups: usize) -> Folded {
                 &mut scales[r * groups * 4..(r + 1) * groups * 4],
             )
             .is_some()
-        });
-        if ok {
-            return Folded {
-                codes,
-                scales,
-                grouped,
-            };
-        }
+        })
+    };
+    let grouped = fold(true);
+    if !grouped {
+        // Per block every code fits (6·2^6 = 384), so this cannot fail.
+        let exact = fold(false);
+        debug_assert!(exact, "per-block MXFP4 folding is always exact");
     }
-    // Per block every code fits (6·2^6 = 384), so the loop returned.
     Folded {
         codes,
         scales,
-        grouped: false,
+        grouped,
     }
 }
 
