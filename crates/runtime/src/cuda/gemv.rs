@@ -20,7 +20,7 @@ use favlo_mx::{ElementFormat, MxLayout, MxView};
 use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::gemv_epi::Epilogue;
-use super::launch::{arg_ptr, launch_ex, launch_raw};
+use super::launch::{arg_ptr, launch_raw};
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
@@ -552,36 +552,25 @@ impl GemvMma {
             block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };
+        use cudarc::driver::{DevicePtr, DevicePtrMut};
         let s = self.ctx.stream();
-        if self.pdl {
-            use cudarc::driver::{DevicePtr, DevicePtrMut};
-            let (xp, _g0) = x.slice.device_ptr(s);
-            let (wp, _g1) = weight.slice.device_ptr(s);
-            let (hp, _g2) = out.hl.slice.device_ptr_mut(s);
-            let (sp, _g3) = out.xs.slice.device_ptr_mut(s);
-            let mut args = [
-                arg_ptr(&xp),
-                arg_ptr(&wp),
-                arg_ptr(&eps),
-                arg_ptr(&d),
-                arg_ptr(&hp),
-                arg_ptr(&sp),
-            ];
-            // SAFETY: as for the builder launch below; the kernel waits for the
-            // previous kernel before it reads x.
-            return unsafe { launch_ex(s, &self.rms_prep, cfg, &mut args) }
-                .map_err(driver_err("cuLaunchKernelEx(rms_norm_prep)"));
-        }
-        let mut b = s.launch_builder(&self.rms_prep);
-        b.arg(&x.slice)
-            .arg(&weight.slice)
-            .arg(&eps)
-            .arg(&d)
-            .arg(&mut out.hl.slice)
-            .arg(&mut out.xs.slice);
-        // SAFETY: types match; dim values read from x and weight, dim/32 blocks written.
-        unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(rms_norm_prep)"))?;
-        Ok(())
+        let (xp, _g0) = x.slice.device_ptr(s);
+        let (wp, _g1) = weight.slice.device_ptr(s);
+        let (hp, _g2) = out.hl.slice.device_ptr_mut(s);
+        let (sp, _g3) = out.xs.slice.device_ptr_mut(s);
+        let mut args = [
+            arg_ptr(&xp),
+            arg_ptr(&wp),
+            arg_ptr(&eps),
+            arg_ptr(&d),
+            arg_ptr(&hp),
+            arg_ptr(&sp),
+        ];
+        // SAFETY: the kernel's parameters in order and type; dim values read from x and
+        // weight, dim/32 blocks written (checked above); with PDL the kernel waits for
+        // the previous kernel before it reads x.
+        unsafe { launch_raw(s, &self.rms_prep, cfg, &mut args, self.pdl) }
+            .map_err(driver_err("cuLaunchKernelEx(rms_norm_prep)"))
     }
 
     /// silu(gu[i])·gu[n + i] for i < n (n a multiple of 32) straight into `out`.
@@ -604,26 +593,17 @@ impl GemvMma {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
+        use cudarc::driver::{DevicePtr, DevicePtrMut};
         let s = self.ctx.stream();
-        if self.pdl {
-            use cudarc::driver::{DevicePtr, DevicePtrMut};
-            let (gp, _g0) = gu.slice.device_ptr(s);
-            let (hp, _g1) = out.hl.slice.device_ptr_mut(s);
-            let (sp, _g2) = out.xs.slice.device_ptr_mut(s);
-            let mut args = [arg_ptr(&gp), arg_ptr(&ni), arg_ptr(&hp), arg_ptr(&sp)];
-            // SAFETY: as for the builder launch below; the kernel waits for the
-            // previous kernel before it reads gate|up.
-            return unsafe { launch_ex(s, &self.swiglu_prep, cfg, &mut args) }
-                .map_err(driver_err("cuLaunchKernelEx(swiglu_prep)"));
-        }
-        let mut b = s.launch_builder(&self.swiglu_prep);
-        b.arg(&gu.slice)
-            .arg(&ni)
-            .arg(&mut out.hl.slice)
-            .arg(&mut out.xs.slice);
-        // SAFETY: types match; 2n values read, n/32 blocks written.
-        unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(swiglu_prep)"))?;
-        Ok(())
+        let (gp, _g0) = gu.slice.device_ptr(s);
+        let (hp, _g1) = out.hl.slice.device_ptr_mut(s);
+        let (sp, _g2) = out.xs.slice.device_ptr_mut(s);
+        let mut args = [arg_ptr(&gp), arg_ptr(&ni), arg_ptr(&hp), arg_ptr(&sp)];
+        // SAFETY: the kernel's parameters in order and type; 2n values read, n/32 blocks
+        // written (checked above); with PDL the kernel waits for the previous kernel
+        // before it reads gate|up.
+        unsafe { launch_raw(s, &self.swiglu_prep, cfg, &mut args, self.pdl) }
+            .map_err(driver_err("cuLaunchKernelEx(swiglu_prep)"))
     }
 
     /// The kernel [`Self::gemv`] runs for a `format` matrix of `tiles` row tiles and

@@ -13,11 +13,11 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaFunction, DevicePtr, DevicePtrMut, LaunchConfig};
 
 use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
-use super::launch::arg_ptr;
+use super::launch::{arg_ptr, launch_raw};
 use super::{CudaError, driver_err};
 
 const SRC: &str = include_str!("../../kernels/sample.cu");
@@ -132,23 +132,13 @@ impl DeviceSampler {
             // SAFETY: favlo_sample_greedy's parameters in order and type (pointer, int,
             // pointer); lengths checked above; one block of 1024 threads, static shared
             // memory only.
-            return unsafe {
-                cudarc::driver::sys::cuLaunchKernel(
-                    self.greedy.cu_function(),
-                    1,
-                    1,
-                    1,
-                    1024,
-                    1,
-                    1,
-                    0,
-                    s.cu_stream(),
-                    args.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            }
-            .result()
-            .map_err(driver_err("cuLaunchKernel(sample_greedy)"));
+            let cfg = LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (1024, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            return unsafe { launch_raw(s, &self.greedy, cfg, &mut args, false) }
+                .map_err(driver_err("cuLaunchKernel(sample_greedy)"));
         }
         let mut args = [
             arg_ptr(&px),
@@ -169,23 +159,13 @@ impl DeviceSampler {
             .min(MAX_BLOCKS)
             .min(vocab.div_ceil(THREADS as usize))
             .max(1) as u32;
-        unsafe {
-            cudarc::driver::sys::cuLaunchKernel(
-                self.f.cu_function(),
-                nb,
-                1,
-                1,
-                THREADS,
-                1,
-                1,
-                0,
-                s.cu_stream(),
-                args.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        }
-        .result()
-        .map_err(driver_err("cuLaunchKernel(sample)"))
+        let cfg = LaunchConfig {
+            grid_dim: (nb, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        unsafe { launch_raw(s, &self.f, cfg, &mut args, false) }
+            .map_err(driver_err("cuLaunchKernel(sample)"))
     }
 
     /// The token id and its log-probability from `out` (synchronizes the stream; copies
