@@ -209,12 +209,12 @@ impl LlamaModel {
 
     /// Whether [`Self::forward_choose`] picks tokens on the device (a model on CUDA),
     /// so the caller need not copy logits back for a step without penalties.
-    /// `FAVLO_CUDA_SAMPLE=host` says no (the logits come back to the host sampler; for
-    /// comparisons).
+    /// `FAVLO_CUDA_SAMPLE=host` at open says no (the logits come back to the host
+    /// sampler; for comparisons).
     pub fn chooses_on_device(&self) -> bool {
         #[cfg(feature = "cuda")]
-        if self.cuda.is_some() {
-            return std::env::var("FAVLO_CUDA_SAMPLE").map_or(true, |v| v != "host");
+        if let Some(c) = &self.cuda {
+            return c.device_sampling;
         }
         false
     }

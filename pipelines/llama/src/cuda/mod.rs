@@ -139,6 +139,9 @@ pub(crate) struct CudaLlama {
     rows_host: Vec<f32>,
     /// The device sampler and its 8-byte result.
     sampler: (DeviceSampler, DeviceBuffer<u32>),
+    /// Steps may pick their token on the device (`FAVLO_CUDA_SAMPLE=host`, read once
+    /// at open, says no: the logits go back to the host sampler, for comparisons).
+    pub(crate) device_sampling: bool,
 }
 
 /// K padded for either MX format (FP4 pads to 256 values, FP8 to 128).
@@ -350,6 +353,7 @@ impl CudaLlama {
             chunk,
             rows_host: Vec::new(),
             sampler,
+            device_sampling: std::env::var("FAVLO_CUDA_SAMPLE").map_or(true, |v| v != "host"),
         })
     }
 
