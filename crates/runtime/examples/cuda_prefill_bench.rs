@@ -21,7 +21,8 @@
 
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 use favlo_runtime::cuda::{
-    CudaContext, GemmActs, GemmKernel, GemmMx, GemmWeights, copy_bandwidth_gbps, tile_gemm, time_ms,
+    CudaContext, GemmActs, GemmKernel, GemmMx, GemmWeights, TileStore, copy_bandwidth_gbps,
+    tile_gemm, time_ms,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
@@ -104,6 +105,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t0.elapsed().as_secs_f64() * 1e3,
         g.from_cache
     );
+    // FAVLO_PREFILL_STORE=direct|bulk|reduce|vector|vector-loads|vector6: how the persistent kernel writes a
+    // tile ([`TileStore`]), for the default rows and FAVLO_PREFILL_PROFILE.
+    match std::env::var("FAVLO_PREFILL_STORE").as_deref() {
+        Ok("direct") => g.store = TileStore::Direct,
+        Ok("bulk") => g.store = TileStore::Bulk,
+        Ok("reduce") => g.store = TileStore::ReduceOnly,
+        Ok("vector") => g.store = TileStore::Vector,
+        Ok("vector-loads") => g.store = TileStore::VectorLoads,
+        Ok("vector6") => g.store = TileStore::Vector6,
+        Ok(v) => return Err(format!("FAVLO_PREFILL_STORE={v}: not a tile store").into()),
+        Err(_) => {}
+    }
     let copy = copy_bandwidth_gbps(&ctx, 1 << 30, 10)?;
     println!("device-to-device copy (1 GiB, read+write): {copy:.0} GB/s");
 
@@ -223,6 +236,83 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let (warm, reps) = (2, 7);
     let tflops = |flop: f64, ms: f64| flop / (ms * 1e-3) / 1e12;
+
+    // The ways the persistent kernel can write a tile, checked then timed over the whole
+    // prefill's GEMMs (the first row is the default as loaded).
+    let variants = [
+        ("as loaded", g.store),
+        ("per-thread stores, 6-stage ring", TileStore::Direct),
+        ("copy engine, 5-stage ring", TileStore::Bulk),
+        (
+            "copy engine for y +=, else per-thread",
+            TileStore::ReduceOnly,
+        ),
+        (
+            "copy engine for y +=, else 16-byte stores",
+            TileStore::Vector,
+        ),
+        ("16-byte loads and stores", TileStore::VectorLoads),
+        (
+            "16-byte stores, 32-token staging, 6 stages",
+            TileStore::Vector6,
+        ),
+        (
+            "copy engine for y +=, else 16-byte stores (again)",
+            TileStore::Vector,
+        ),
+        ("per-thread stores (again)", TileStore::Direct),
+    ];
+    let saved = g.store;
+    println!(
+        "\n| tile store | q|k|v TF/s | o TF/s | gate|up TF/s | down TF/s | all GEMMs ms | TFLOP/s | % of FP8 peak | max rel err |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let all_flop: f64 = mats
+        .iter()
+        .map(|mm| 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64)
+        .sum();
+    for (label, store) in variants {
+        g.store = store;
+        let mut worst = 0f64;
+        for mm in &mats {
+            let xq = acts[mm.xin].values(&ctx)?;
+            g.gemm(&acts[mm.xin], &mm.copies[0], &mut y, false)?;
+            let e = check(&xq, &mm.wf, &ctx.download(&y)?, mm.n, mm.k, toks);
+            if e.is_nan() || e > 1e-3 {
+                return Err(format!("{label}, {}: GEMM error {e:.3e} > 1e-3", mm.name).into());
+            }
+            worst = worst.max(e);
+        }
+        let mut per = Vec::new();
+        for mm in &mats {
+            let flop = 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64;
+            let ms = time_ms(&ctx, warm, reps, || {
+                for w in &mm.copies {
+                    g.gemm(&acts[mm.xin], w, &mut y, mm.accumulate)?;
+                }
+                Ok(())
+            })?;
+            per.push(tflops(flop, ms));
+        }
+        let all = time_ms(&ctx, warm, reps, || {
+            for l in 0..LAYERS {
+                for mm in &mats {
+                    g.gemm(&acts[mm.xin], &mm.copies[l], &mut y, mm.accumulate)?;
+                }
+            }
+            Ok(())
+        })?;
+        println!(
+            "| {label} ({store:?}) | {:.0} | {:.0} | {:.0} | {:.0} | {all:.3} | {:.0} | {:.1}% | {worst:.2e} |",
+            per[0],
+            per[1],
+            per[2],
+            per[3],
+            tflops(all_flop, all),
+            100.0 * tflops(all_flop, all) / FP8_PEAK_TFLOPS
+        );
+    }
+    g.store = saved;
     println!(
         "\n| GEMM | n×k | ms for {LAYERS} layers | TFLOP/s | % of FP8 peak ({FP8_PEAK_TFLOPS}) | three consumer warpgroups ms | TFLOP/s | pipelined, one block per tile, ms | TFLOP/s | serial loop ms | TFLOP/s | probe (no promotion) ms | TFLOP/s | one copy (L2 reuse) TFLOP/s |"
     );

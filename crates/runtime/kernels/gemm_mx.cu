@@ -126,9 +126,10 @@ __device__ __forceinline__ void gm_promote(float* acc, const float* tmp, float f
 
 // w: [n/128][kblocks][16 KB]; ws: [n/128][kblocks][128][4]; xq: [m/128][kblocks][16 KB];
 // xc: [m/128][kblocks * 4]; xr: [m/128 * 128]; y: [m][ldy] (accumulate: y += ...).
+template <int NS = GM_STAGES>
 __device__ __forceinline__ void gm_init_bars(u64* full, u64* empty) {
     if (threadIdx.x == 0) {
-        for (int s = 0; s < GM_STAGES; ++s) {
+        for (int s = 0; s < NS; ++s) {
             gm_bar_init(&full[s], 1);
             gm_bar_init(&empty[s], 8);  // 2 consumer warpgroups x 4 warps
         }
@@ -199,6 +200,119 @@ __device__ __forceinline__ void gm_epilogue(const float* acc, float* res, float*
                     y[(size_t)tok * ldy + row] = accumulate ? v + res[i] : v;
                 }
             }
+        }
+    }
+}
+
+// Staged epilogue (persistent kernels): a consumer warpgroup writes HT tokens × its 64
+// rows of the tile into shared memory at a time (token-major, rows padded to GM_STG_LD
+// floats so the fragment's stores hit 32 distinct banks), then
+// * plain results, VEC: every thread stores 16-byte pieces of whole token rows (a warp
+//   writes 512 contiguous bytes of y per instruction, against 4 × 32 bytes for the
+//   fragment-order stores of `gm_epilogue`);
+// * `y +=`, ACCV: the same, each piece loaded from y first (all of a thread's in flight);
+// * otherwise (not VEC, or `y +=` without ACCV): the copy engine, one lane per token
+//   issuing that token's row of up to 256 bytes: bulk stores, `y +=` as bulk
+//   reduce-adds in L2 (`cp.reduce.async.bulk .add.f32`, round to nearest), so the
+//   warpgroup never waits on a residual load.
+// Needs n and ldy multiples of 4 (16-byte aligned rows); the caller checks.
+#define GM_STG_LD 68
+#define GM_STG_BYTES(HT) ((HT) * GM_STG_LD * 4)
+
+__device__ __forceinline__ void gm_named_sync(int id) {
+    asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
+}
+
+template <int VEC, int ACCV, int HT>
+__device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
+                                                   const float* __restrict__ xr, int m, int n,
+                                                   int ldy, int accumulate, int mt, int nt,
+                                                   int c, int wq, int g, int t, int lane,
+                                                   float* stg) {
+    constexpr int J = HT / 8;                // fragment column groups per round
+    constexpr int PIECES = HT * 16 / 128;    // 16-byte pieces per thread per round
+    const int lr = 16 * wq + g;              // the thread's first row in the warpgroup's 64
+    const int row0 = nt * GM_TILE + 64 * c;  // the warpgroup's first row in y
+    const int rows = min(64, n - row0);      // <= 0: a warpgroup past the last row
+    const bool threads = VEC && (!accumulate || ACCV);
+    const u32 bytes = rows > 0 ? (u32)rows * 4u : 0u;
+    const u32 sbase = gm_smem(stg);
+#pragma unroll
+    for (int hf = 0; hf < GM_TILE / HT; ++hf) {
+        // What this warpgroup staged last has been read: by its threads (this barrier),
+        // or by the copy engine (lanes of warp 0 issued it; each waits for its own bulk
+        // groups first).
+        if (!threads && wq == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        gm_named_sync(1 + c);
+#pragma unroll
+        for (int jj = 0; jj < J; ++jj) {
+            const int j = J * hf + jj;
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int tl = 8 * jj + 2 * t + e;  // token within the round
+                const int tok = mt * GM_TILE + HT * hf + tl;
+                const float r = tok < m ? xr[tok] : 0.f;
+                stg[tl * GM_STG_LD + lr] = acc[4 * j + e] * r;
+                stg[tl * GM_STG_LD + lr + 8] = acc[4 * j + 2 + e] * r;
+            }
+        }
+        if (threads) {
+            gm_named_sync(1 + c);
+            const int tid = 32 * wq + lane;
+            float4 res[PIECES];
+            if (accumulate) {
+#pragma unroll
+                for (int u = 0; u < PIECES; ++u) {
+                    const int q = tid + 128 * u, tl = q >> 4, col = 4 * (q & 15);
+                    const int tok = mt * GM_TILE + HT * hf + tl;
+                    res[u] = (tok < m && col < rows)
+                                 ? *reinterpret_cast<const float4*>(y + (size_t)tok * ldy +
+                                                                    row0 + col)
+                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < PIECES; ++u) {
+                const int q = tid + 128 * u, tl = q >> 4, col = 4 * (q & 15);
+                const int tok = mt * GM_TILE + HT * hf + tl;
+                if (tok < m && col < rows) {
+                    float4 v = *reinterpret_cast<const float4*>(stg + tl * GM_STG_LD + col);
+                    if (accumulate) {
+                        v.x += res[u].x;
+                        v.y += res[u].y;
+                        v.z += res[u].z;
+                        v.w += res[u].w;
+                    }
+                    *reinterpret_cast<float4*>(y + (size_t)tok * ldy + row0 + col) = v;
+                }
+            }
+            continue;  // the next round's first barrier orders these reads before its writes
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the copy engine
+        gm_named_sync(1 + c);
+        if (wq == 0 && rows > 0) {
+#pragma unroll
+            for (int h2 = 0; h2 < (HT + 31) / 32; ++h2) {
+                const int tl = lane + 32 * h2;
+                const int tok = mt * GM_TILE + HT * hf + tl;
+                if (tl < HT && tok < m) {
+                    float* dst = y + (size_t)tok * ldy + row0;
+                    const u32 src = sbase + (u32)(tl * GM_STG_LD * 4);
+                    if (accumulate)
+                        asm volatile(
+                            "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], "
+                            "[%1], %2;" ::"l"(dst),
+                            "r"(src), "r"(bytes)
+                            : "memory");
+                    else
+                        asm volatile(
+                            "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(
+                                dst),
+                            "r"(src), "r"(bytes)
+                            : "memory");
+                }
+            }
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
         }
     }
 }
@@ -281,17 +395,17 @@ __device__ __forceinline__ void gemm_body(const u8* __restrict__ w, const u8* __
 // the other warpgroup's). No step is in flight across calls: the compiler's wgmma
 // tracking then keeps the asynchrony (with a step in flight across the loop back-edge
 // ptxas serializes every wgmma, C7514).
-template <int WFMT, int NST>
+template <int WFMT, int NST, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, u8* ring,
                                               u64* full, u64* empty, int kb, int c, int r0,
                                               int lane) {
     const u32 ring0 = gm_smem(ring);
     // Promotion factors of the current and the next stage (ring of two).
     float f0[2][4], f1[2][4];
-    auto base = [&](int st) { return ring0 + ((kb + st) % GM_STAGES) * GM_STAGE_BYTES; };
+    auto base = [&](int st) { return ring0 + ((kb + st) % NS) * GM_STAGE_BYTES; };
     auto scales = [&](int st) {
-        const int s = (kb + st) % GM_STAGES;
-        gm_bar_wait(&full[s], ((kb + st) / GM_STAGES) & 1);
+        const int s = (kb + st) % NS;
+        gm_bar_wait(&full[s], ((kb + st) / NS) & 1);
         const u8* p = ring + s * GM_STAGE_BYTES;
         const u32 s0 = *reinterpret_cast<const u32*>(p + GM_SCALE_OFF + r0 * 4);
         const u32 s1 = *reinterpret_cast<const u32*>(p + GM_SCALE_OFF + (r0 + 8) * 4);
@@ -325,7 +439,7 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
         if (i % 4 == 3) {
             // Step i was the stage's last: its operands may be overwritten.
             __syncwarp();
-            if (lane == 0) gm_bar_arrive(&empty[(kb + i / 4) % GM_STAGES]);
+            if (lane == 0) gm_bar_arrive(&empty[(kb + i / 4) % NS]);
         }
         const float a = f0[(i / 4) & 1][i % 4], b = f1[(i / 4) & 1][i % 4];
         gm_promote(acc, cur, a, b);
@@ -341,22 +455,22 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
 // step is as many FP32 issue slots as the FP8 tensor cores' rate allows). Stage i + 1
 // goes into the other temporary before stage i is promoted; none stays in flight across
 // calls (see gm_pipe_steps).
-template <int WFMT, int NST>
+template <int WFMT, int NST, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb, u8* ring,
                                                u64* full, u64* empty, int kb, int c, int r0,
                                                int lane) {
     const u32 ring0 = gm_smem(ring);
     float f0[2], f1[2];
     auto scales = [&](int st) {
-        const int s = (kb + st) % GM_STAGES;
-        gm_bar_wait(&full[s], ((kb + st) / GM_STAGES) & 1);
+        const int s = (kb + st) % NS;
+        gm_bar_wait(&full[s], ((kb + st) / NS) & 1);
         const u8* p = ring + s * GM_STAGE_BYTES;
         const float cq = *reinterpret_cast<const float*>(p + GM_C_OFF);
         f0[st & 1] = gm_e8m0(p[GM_SCALE_OFF + r0 * 4]) * cq;
         f1[st & 1] = gm_e8m0(p[GM_SCALE_OFF + (r0 + 8) * 4]) * cq;
     };
     auto issue = [&](float* d, int st) {
-        const u32 b = ring0 + ((kb + st) % GM_STAGES) * GM_STAGE_BYTES;
+        const u32 b = ring0 + ((kb + st) % NS) * GM_STAGE_BYTES;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
         gm_wgmma<WFMT, 0>(d, gm_desc<0>(b + 8192 * c), gm_desc<0>(b + GM_TILE_BYTES));
 #pragma unroll
@@ -379,21 +493,21 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         }
         __syncwarp();  // stage i's operands may be overwritten
-        if (lane == 0) gm_bar_arrive(&empty[(kb + i) % GM_STAGES]);
+        if (lane == 0) gm_bar_arrive(&empty[(kb + i) % NS]);
         const float a = f0[i & 1], b = f1[i & 1];
         gm_promote(acc, cur, a, b);
     }
 }
 
 // N stages of one consumer warpgroup: grouped promotion (GROUP) or one per k step.
-template <int WFMT, int N, int GROUP>
+template <int WFMT, int N, int GROUP, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_stages(float* acc, float* ta, float* tb, u8* ring,
                                           u64* full, u64* empty, int kb, int c, int r0,
                                           int lane) {
     if (GROUP)
-        gm_group_steps<WFMT, N>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
+        gm_group_steps<WFMT, N, NS>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
     else
-        gm_pipe_steps<WFMT, N>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
+        gm_pipe_steps<WFMT, N, NS>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
 }
 
 // Consumers run gm_pipe_steps over groups of NST stages (4·NST − 1 of 4·NST promotions
@@ -443,7 +557,12 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
 // the output tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (token tile fastest, as
 // the non-persistent grid), the ring's stage counter running on across tiles, so the
 // producer loads the next tile's first stages while the consumers store this tile.
-template <int WFMT, int NST, int GROUP = 0>
+//
+// NS: ring stages. EPI: 0 = per-thread stores (`gm_epilogue`), else staged through
+// shared memory (`gm_epilogue_staged`, HT tokens per round; the ring has fewer stages so
+// the staging fits): 1 = the copy engine for everything; 2 = plain results by 16-byte
+// thread stores, `y +=` by the copy engine; 3 = both by 16-byte thread loads and stores.
+template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0, int HT = 64>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
                                                   const u8* __restrict__ xq,
@@ -451,12 +570,12 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const float* __restrict__ xr, float* y, int m,
                                                   int n, int kblocks, int ldy, int accumulate) {
     extern __shared__ __align__(1024) u8 gm_ring[];
-    __shared__ u64 full[GM_STAGES], empty[GM_STAGES];
+    __shared__ u64 full[NS], empty[NS];
     const int tid = threadIdx.x;
     const int wg = tid >> 7;
     const int m_tiles = (m + GM_TILE - 1) / GM_TILE, n_tiles = (n + GM_TILE - 1) / GM_TILE;
     const int tiles = m_tiles * n_tiles;
-    gm_init_bars(full, empty);
+    gm_init_bars<NS>(full, empty);
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (tid == 0) {
@@ -468,8 +587,8 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                 const u8* ssrc = ws + (size_t)nt * kblocks * 512;
                 const float* csrc = xc + (size_t)mt * kblocks * 4;
                 for (int kb = 0; kb < kblocks; ++kb, ++it) {
-                    const int s = it % GM_STAGES;
-                    if (it >= GM_STAGES) gm_bar_wait(&empty[s], ((it / GM_STAGES) - 1) & 1);
+                    const int s = it % NS;
+                    if (it >= NS) gm_bar_wait(&empty[s], ((it / NS) - 1) & 1);
                     u8* st = gm_ring + s * GM_STAGE_BYTES;
                     gm_bar_expect(&full[s], GM_STAGE_TX);
                     gm_bulk(st, wsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
@@ -500,14 +619,22 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
             constexpr int U = GROUP ? GROUP : NST;  // stages per call
             int kb = 0;
             for (; kb + U <= kblocks; kb += U)
-                gm_stages<WFMT, U, GROUP>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
-                                          lane);
+                gm_stages<WFMT, U, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                                              lane);
             for (; kb < kblocks; ++kb)
-                gm_stages<WFMT, 1, GROUP>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
-                                          lane);
+                gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                                              lane);
             it += kblocks;
-            gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
+            if (EPI && (n & 3) == 0 && (ldy & 3) == 0)
+                gm_epilogue_staged<EPI >= 2, EPI == 3, HT>(
+                    acc, y, xr, m, n, ldy, accumulate, mt, nt, c, wq, g, t, lane,
+                    reinterpret_cast<float*>(gm_ring + NS * GM_STAGE_BYTES +
+                                             c * GM_STG_BYTES(HT)));
+            else
+                gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
         }
+        // The copy engine's last stores (and reads of the staging) complete before exit.
+        if (EPI && wq == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     }
 }
 
@@ -672,6 +799,26 @@ GEMM_PERSIST_KERNEL(gemm_mxfp8_e5m2_persist, 1)
 
 GEMM_GROUP_KERNEL(gemm_mxfp8_e4m3_group2, 2)
 GEMM_GROUP_KERNEL(gemm_mxfp8_e4m3_group4, 4)
+
+// The same with a staged epilogue (EPI, HT: see gemm_persist_body) over an NS-stage
+// ring: NS × GM_STAGE_BYTES + 2 × GM_STG_BYTES(HT) of dynamic shared memory (gemm.rs).
+#define GEMM_STAGED_KERNEL(name, NST, GROUP, NS, EPI, HT)                                  \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                    \
+        name(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq, \
+             const float* __restrict__ xc, const float* __restrict__ xr, float* y, int m,     \
+             int n, int kblocks, int ldy, int accumulate) {                                 \
+        gemm_persist_body<0, NST, GROUP, NS, EPI, HT>(w, ws, xq, xc, xr, y, m, n, kblocks,  \
+                                                      ldy, accumulate);                     \
+    }
+
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_s, 2, 0, 5, 1, 64)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_v, 2, 0, 5, 2, 64)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_vv, 2, 0, 5, 3, 64)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_v6, 2, 0, 6, 2, 32)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_s, 2, 4, 5, 1, 64)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_v, 2, 4, 5, 2, 64)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_vv, 2, 4, 5, 3, 64)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_v6, 2, 4, 6, 2, 32)
 
 #define GEMM_W3_KERNEL(name, WFMT)                                                          \
     extern "C" __global__ void __launch_bounds__(512, 1)                                    \

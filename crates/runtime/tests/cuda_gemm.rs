@@ -15,6 +15,10 @@
 //!   grouped activations (one C per (tile, 128 k)): the grouped persistent kernel (2 and
 //!   4 stages per call), the grouped `Wide3` loop and the per-step loops, against the
 //!   same f64 product, ≤ 1e-3.
+//! * Every `TileStore` (per-thread stores; through shared memory and the copy engine,
+//!   `y +=` as its reduce-add; transposed 16-byte stores) on every shape above, and the
+//!   staged kinds' fallback to per-thread stores when n is not a multiple of 4
+//!   (33×130×256).
 //!
 //! Without CUDA (or without an sm_90a device) every device test prints a loud SKIPPED
 //! line and passes, unless `FAVLO_REQUIRE_CUDA=1`.
@@ -24,7 +28,7 @@ use std::sync::Arc;
 
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cuda::{
-    CudaContext, CudaError, GemmActs, GemmKernel, GemmMx, GemmWeights, tile_gemm,
+    CudaContext, CudaError, GemmActs, GemmKernel, GemmMx, GemmWeights, TileStore, tile_gemm,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
@@ -242,28 +246,36 @@ fn check_gemm(
         vec![f32::NAN; m * n]
     };
     let mut ys = Vec::new();
-    // Persistent twice: grouped weights run the grouped kernel with 4, then 2, stages
-    // per call (Wide3 has a grouped loop too).
-    for (kernel, stages) in [
-        (GemmKernel::Persistent, 4),
-        (GemmKernel::Persistent, 2),
-        (GemmKernel::Wide3, 4),
-        (GemmKernel::Pipelined, 4),
-        (GemmKernel::Serial, 4),
+    // Persistent with 4 and 2 grouped stages per call (grouped weights; Wide3 has a
+    // grouped loop too), with every way of storing a tile.
+    for (kernel, stages, store) in [
+        (GemmKernel::Persistent, 4, TileStore::Direct),
+        (GemmKernel::Persistent, 2, TileStore::Direct),
+        (GemmKernel::Persistent, 4, TileStore::Bulk),
+        (GemmKernel::Persistent, 4, TileStore::ReduceOnly),
+        (GemmKernel::Persistent, 4, TileStore::Vector),
+        (GemmKernel::Persistent, 4, TileStore::VectorLoads),
+        (GemmKernel::Persistent, 4, TileStore::Vector6),
+        (GemmKernel::Wide3, 4, TileStore::Direct),
+        (GemmKernel::Pipelined, 4, TileStore::Direct),
+        (GemmKernel::Serial, 4, TileStore::Direct),
     ] {
         g.kernel = kernel;
         g.group_stages = stages;
+        g.store = store;
         let mut yd = ctx.upload(&owner, SpanKind::Scratch, &y0).unwrap();
         g.gemm(&acts, &wd, &mut yd, accumulate).unwrap();
         let y = ctx.download(&yd).unwrap();
+        let label = format!("{kernel:?} {stages} stages {store:?}");
         assert!(
             y.iter().all(|v| v.is_finite()),
-            "{m}x{n}x{k} {kernel:?}: non-finite (unwritten) output"
+            "{m}x{n}x{k} {label}: non-finite (unwritten) output"
         );
-        ys.push((kernel, y));
+        ys.push((label, y));
     }
     g.kernel = GemmKernel::Persistent;
     g.group_stages = 4;
+    g.store = TileStore::Vector;
     // Tokens checked: all for small m, else a spread that touches every 128-token tile.
     let toks: Vec<usize> = if m * n * k <= 1 << 28 {
         (0..m).collect()
@@ -291,7 +303,7 @@ fn check_gemm(
         })
         .collect();
     let mut worst = 0f64;
-    for (kernel, y) in &ys {
+    for (label, y) in &ys {
         let mut max_ref = 0f64;
         let mut max_err = 0f64;
         for (tok, row) in &refs {
@@ -302,7 +314,7 @@ fn check_gemm(
         }
         let e = max_err / max_ref.max(1e-30);
         eprintln!(
-            "gemm {kernel:?} {format:?} m {m} n {n} k {k}{}: {} tokens checked, max rel err {e:.3e}",
+            "gemm {label} {format:?} m {m} n {n} k {k}{}: {} tokens checked, max rel err {e:.3e}",
             if accumulate { " (y +=)" } else { "" },
             toks.len()
         );
@@ -324,6 +336,7 @@ fn gemm_matches_f64_reference_small_and_ragged() {
         (300, 640, 4096, true),
         (129, 136, 96, true),
         (65, 200, 300, false),
+        (33, 130, 256, true),
     ] {
         let e = check_gemm(
             &ctx,
@@ -424,6 +437,7 @@ fn gemm_mxfp4_grouped_matches_f64_reference() {
         (17, 300, 1000, false, true),
         (129, 136, 96, true, true),
         (65, 200, 300, false, true),
+        (33, 130, 256, true, true),
         (300, 640, 4096, true, true),
         (2048, 6144, 4096, false, false),
         (2048, 4096, 12288, true, false),

@@ -42,6 +42,12 @@ const TILE_BYTES: usize = GEMM_TILE * GEMM_KB;
 const SCALE_TILE_BYTES: usize = GEMM_TILE * 4;
 /// Dynamic shared memory of the GEMM kernel: `GM_STAGES` × `GM_STAGE_BYTES`.
 const GEMM_SMEM: usize = 6 * 33792;
+/// Dynamic shared memory of the staged-epilogue kernels (`GEMM_STAGED_KERNEL`): NS ring
+/// stages plus two `GM_STG_BYTES(HT)` (HT tokens × 68 floats) staging buffers; 5 stages
+/// and 64 tokens, or 6 stages and 32 tokens.
+const fn staged_smem(stages: usize, tokens: usize) -> usize {
+    stages * 33792 + 2 * tokens * 68 * 4
+}
 /// Dynamic shared memory of the three-consumer kernel: `G3_STAGES` × `G3_STAGE_BYTES`.
 const GEMM_W3_SMEM: usize = 5 * 41984;
 
@@ -318,6 +324,10 @@ pub struct GemmMx {
     e4m3_group: [CudaFunction; 2],
     /// The three-consumer kernel with grouped promotion.
     e4m3_w3_group: CudaFunction,
+    /// The persistent kernels with staged epilogues, indexed by [`TileStore::staged`]:
+    /// per-step promotion, then grouped.
+    e4m3_persist_s: [CudaFunction; 4],
+    e4m3_group_s: [CudaFunction; 4],
     sms: usize,
     e4m3_swap: CudaFunction,
     probe: CudaFunction,
@@ -332,6 +342,44 @@ pub struct GemmMx {
     pub from_cache: bool,
     /// Stages per grouped call (2 or 4, default 4).
     pub group_stages: usize,
+    /// How the persistent E4M3 kernels write a finished tile.
+    pub store: TileStore,
+}
+
+/// How the persistent E4M3 GEMM writes a finished 128 × 128 tile of `y`. The staged
+/// kinds run a 5-stage ring instead of 6 (the staging takes the sixth stage's shared
+/// memory) and fall back to per-thread stores when `n` is not a multiple of 4.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TileStore {
+    /// Per-thread 4-byte stores (`y +=`: the residuals loaded first).
+    Direct,
+    /// Through shared memory and the copy engine: bulk stores, `y +=` as bulk
+    /// reduce-adds in L2 (no residual loads).
+    Bulk,
+    /// `y +=` as [`Self::Bulk`], plain results as [`Self::Direct`] (the 6-stage kernel).
+    ReduceOnly,
+    /// `y +=` as [`Self::Bulk`]; plain results transposed in shared memory and stored
+    /// 16 bytes per thread.
+    Vector,
+    /// Both plain and `y +=` results by 16-byte thread stores (`y +=`: loaded first).
+    VectorLoads,
+    /// [`Self::Vector`] staging 32 tokens at a time, over a 6-stage ring.
+    Vector6,
+}
+
+impl TileStore {
+    /// The staged kernel a persistent E4M3 GEMM runs (index into the staged kernel
+    /// arrays and its shared memory), or `None` for the per-thread stores.
+    fn staged(self, accumulate: bool) -> Option<(usize, usize)> {
+        match self {
+            TileStore::Direct => None,
+            TileStore::ReduceOnly if !accumulate => None,
+            TileStore::Bulk | TileStore::ReduceOnly => Some((0, staged_smem(5, 64))),
+            TileStore::Vector => Some((1, staged_smem(5, 64))),
+            TileStore::VectorLoads => Some((2, staged_smem(5, 64))),
+            TileStore::Vector6 => Some((3, staged_smem(6, 32))),
+        }
+    }
 }
 
 impl GemmMx {
@@ -370,7 +418,20 @@ impl GemmMx {
                 big("gemm_mxfp8_e4m3_group4")?,
             ],
             e4m3_w3_group: big_with("gemm_mxfp8_e4m3_w3g", GEMM_W3_SMEM)?,
+            e4m3_persist_s: [
+                big_with("gemm_mxfp8_e4m3_persist_s", staged_smem(5, 64))?,
+                big_with("gemm_mxfp8_e4m3_persist_v", staged_smem(5, 64))?,
+                big_with("gemm_mxfp8_e4m3_persist_vv", staged_smem(5, 64))?,
+                big_with("gemm_mxfp8_e4m3_persist_v6", staged_smem(6, 32))?,
+            ],
+            e4m3_group_s: [
+                big_with("gemm_mxfp8_e4m3_group4_s", staged_smem(5, 64))?,
+                big_with("gemm_mxfp8_e4m3_group4_v", staged_smem(5, 64))?,
+                big_with("gemm_mxfp8_e4m3_group4_vv", staged_smem(5, 64))?,
+                big_with("gemm_mxfp8_e4m3_group4_v6", staged_smem(6, 32))?,
+            ],
             group_stages: 4,
+            store: TileStore::Vector,
             sms: ctx
                 .raw()
                 .attribute(
@@ -516,15 +577,27 @@ impl GemmMx {
             self.kernel
         };
         let grouped = w.grouped && x.grouped;
+        // The staged kernel, if any: index into `e4m3_persist_s` / `e4m3_group_s`. Two
+        // grouped stages per call have none (the slower choice).
+        let staged = if kernel != GemmKernel::Persistent
+            || (grouped && self.group_stages < 4)
+            || w.format != ElementFormat::Fp8E4M3
+        {
+            None
+        } else {
+            self.store.staged(accumulate)
+        };
         let f = match (w.format, kernel) {
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
             (ElementFormat::Fp8E4M3, _) if self.desc_swap => &self.e4m3_swap,
             (ElementFormat::Fp8E4M3, GemmKernel::Serial) => &self.e4m3,
             (ElementFormat::Fp8E4M3, GemmKernel::Pipelined) => &self.e4m3_pipe,
-            (ElementFormat::Fp8E4M3, GemmKernel::Persistent) if grouped => {
-                &self.e4m3_group[usize::from(self.group_stages >= 4)]
-            }
-            (ElementFormat::Fp8E4M3, GemmKernel::Persistent) => &self.e4m3_persist,
+            (ElementFormat::Fp8E4M3, GemmKernel::Persistent) => match (staged, grouped) {
+                (Some((i, _)), true) => &self.e4m3_group_s[i],
+                (Some((i, _)), false) => &self.e4m3_persist_s[i],
+                (None, true) => &self.e4m3_group[usize::from(self.group_stages >= 4)],
+                (None, false) => &self.e4m3_persist,
+            },
             (ElementFormat::Fp8E4M3, GemmKernel::Wide3) if grouped => &self.e4m3_w3_group,
             (ElementFormat::Fp8E4M3, GemmKernel::Wide3) => &self.e4m3_w3,
             (ElementFormat::Fp8E5M2, GemmKernel::Serial) => &self.e5m2,
@@ -546,7 +619,7 @@ impl GemmMx {
             GemmKernel::Persistent => LaunchConfig {
                 grid_dim: ((mt * nt).min(self.sms) as u32, 1, 1),
                 block_dim: (384, 1, 1),
-                shared_mem_bytes: GEMM_SMEM as u32,
+                shared_mem_bytes: staged.map_or(GEMM_SMEM, |(_, smem)| smem) as u32,
             },
             GemmKernel::Wide3 => LaunchConfig {
                 grid_dim: (mt as u32, w.rows.div_ceil(192) as u32, 1),

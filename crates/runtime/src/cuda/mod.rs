@@ -47,8 +47,8 @@ pub use conv2d::{CONV_SPLIT_MAX, ChannelAffine, Conv2dOps, ConvAct};
 pub use decode::DecodeOps;
 pub use encoder::{ENC_MAX_HEAD_DIM, ENC_QUERY_TILE, EncAct, EncPool, EncoderOps, attention_tiles};
 pub use gemm::{
-    GEMM_KB, GEMM_TILE, GemmActs, GemmKernel, GemmMx, GemmWeights, GemmWeightsHost, tile_gemm,
-    tile_offset,
+    GEMM_KB, GEMM_TILE, GemmActs, GemmKernel, GemmMx, GemmWeights, GemmWeightsHost, TileStore,
+    tile_gemm, tile_offset,
 };
 pub use gemv::{
     GemvKernel, GemvMma, MxTiled, MxTiledHost, SmemLimits, XPrep, ring_config, ring_stage_bytes,
