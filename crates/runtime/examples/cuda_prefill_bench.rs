@@ -105,15 +105,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t0.elapsed().as_secs_f64() * 1e3,
         g.from_cache
     );
-    // FAVLO_PREFILL_STORE=direct|bulk|reduce|vector|vector-loads|vector6: how the persistent kernel writes a
-    // tile ([`TileStore`]), for the default rows and FAVLO_PREFILL_PROFILE.
+    // FAVLO_PREFILL_STORE=direct|bulk|vector: how the persistent kernel writes a tile
+    // ([`TileStore`]), for the default rows and FAVLO_PREFILL_PROFILE.
     match std::env::var("FAVLO_PREFILL_STORE").as_deref() {
         Ok("direct") => g.store = TileStore::Direct,
         Ok("bulk") => g.store = TileStore::Bulk,
-        Ok("reduce") => g.store = TileStore::ReduceOnly,
         Ok("vector") => g.store = TileStore::Vector,
-        Ok("vector-loads") => g.store = TileStore::VectorLoads,
-        Ok("vector6") => g.store = TileStore::Vector6,
         Ok(v) => return Err(format!("FAVLO_PREFILL_STORE={v}: not a tile store").into()),
         Err(_) => {}
     }
@@ -241,26 +238,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // prefill's GEMMs (the first row is the default as loaded).
     let variants = [
         ("as loaded", g.store),
-        ("per-thread stores, 6-stage ring", TileStore::Direct),
-        ("copy engine, 5-stage ring", TileStore::Bulk),
-        (
-            "copy engine for y +=, else per-thread",
-            TileStore::ReduceOnly,
-        ),
-        (
-            "copy engine for y +=, else 16-byte stores",
-            TileStore::Vector,
-        ),
-        ("16-byte loads and stores", TileStore::VectorLoads),
-        (
-            "16-byte stores, 32-token staging, 6 stages",
-            TileStore::Vector6,
-        ),
-        (
-            "copy engine for y +=, else 16-byte stores (again)",
-            TileStore::Vector,
-        ),
-        ("per-thread stores (again)", TileStore::Direct),
+        ("per-thread stores", TileStore::Direct),
+        ("copy engine", TileStore::Bulk),
+        ("16-byte stores, y += by the copy engine", TileStore::Vector),
     ];
     let saved = g.store;
     println!(

@@ -23,7 +23,10 @@
 //   (two temporaries: step i+1 on the tensor cores while step i is promoted), `*_persist`
 //   (the pipelined loop in a persistent grid, the default), `*_w3` (three consumer warp
 //   groups, 192 weight rows per block, serial loop); `*_probe` is a timing probe and
-//   `*_swap` a descriptor diagnostic. Measured on the H200 in docs/CUDA.md.
+//   `*_swap` a descriptor diagnostic. `*_s` / `*_v`: the persistent kernels with the
+//   tile written through shared memory (`gm_epilogue_staged`; `_v`, plain tiles as
+//   16-byte row stores and `y +=` as copy-engine reduce-adds, is the default). Measured
+//   on the H200 in docs/CUDA.md.
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -210,8 +213,7 @@ __device__ __forceinline__ void gm_epilogue(const float* acc, float* res, float*
 // * plain results, VEC: every thread stores 16-byte pieces of whole token rows (a warp
 //   writes 512 contiguous bytes of y per instruction, against 4 × 32 bytes for the
 //   fragment-order stores of `gm_epilogue`);
-// * `y +=`, ACCV: the same, each piece loaded from y first (all of a thread's in flight);
-// * otherwise (not VEC, or `y +=` without ACCV): the copy engine, one lane per token
+// * otherwise (not VEC, or `y +=`): the copy engine, one lane per token
 //   issuing that token's row of up to 256 bytes: bulk stores, `y +=` as bulk
 //   reduce-adds in L2 (`cp.reduce.async.bulk .add.f32`, round to nearest), so the
 //   warpgroup never waits on a residual load.
@@ -223,7 +225,7 @@ __device__ __forceinline__ void gm_named_sync(int id) {
     asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
-template <int VEC, int ACCV, int HT>
+template <int VEC, int HT>
 __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
                                                    const float* __restrict__ xr, int m, int n,
                                                    int ldy, int accumulate, int mt, int nt,
@@ -234,7 +236,7 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
     const int lr = 16 * wq + g;              // the thread's first row in the warpgroup's 64
     const int row0 = nt * GM_TILE + 64 * c;  // the warpgroup's first row in y
     const int rows = min(64, n - row0);      // <= 0: a warpgroup past the last row
-    const bool threads = VEC && (!accumulate || ACCV);
+    const bool threads = VEC && !accumulate;
     const u32 bytes = rows > 0 ? (u32)rows * 4u : 0u;
     const u32 sbase = gm_smem(stg);
 #pragma unroll
@@ -259,32 +261,13 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
         if (threads) {
             gm_named_sync(1 + c);
             const int tid = 32 * wq + lane;
-            float4 res[PIECES];
-            if (accumulate) {
-#pragma unroll
-                for (int u = 0; u < PIECES; ++u) {
-                    const int q = tid + 128 * u, tl = q >> 4, col = 4 * (q & 15);
-                    const int tok = mt * GM_TILE + HT * hf + tl;
-                    res[u] = (tok < m && col < rows)
-                                 ? *reinterpret_cast<const float4*>(y + (size_t)tok * ldy +
-                                                                    row0 + col)
-                                 : make_float4(0.f, 0.f, 0.f, 0.f);
-                }
-            }
 #pragma unroll
             for (int u = 0; u < PIECES; ++u) {
                 const int q = tid + 128 * u, tl = q >> 4, col = 4 * (q & 15);
                 const int tok = mt * GM_TILE + HT * hf + tl;
-                if (tok < m && col < rows) {
-                    float4 v = *reinterpret_cast<const float4*>(stg + tl * GM_STG_LD + col);
-                    if (accumulate) {
-                        v.x += res[u].x;
-                        v.y += res[u].y;
-                        v.z += res[u].z;
-                        v.w += res[u].w;
-                    }
-                    *reinterpret_cast<float4*>(y + (size_t)tok * ldy + row0 + col) = v;
-                }
+                if (tok < m && col < rows)
+                    *reinterpret_cast<float4*>(y + (size_t)tok * ldy + row0 + col) =
+                        *reinterpret_cast<const float4*>(stg + tl * GM_STG_LD + col);
             }
             continue;  // the next round's first barrier orders these reads before its writes
         }
@@ -561,7 +544,7 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
 // NS: ring stages. EPI: 0 = per-thread stores (`gm_epilogue`), else staged through
 // shared memory (`gm_epilogue_staged`, HT tokens per round; the ring has fewer stages so
 // the staging fits): 1 = the copy engine for everything; 2 = plain results by 16-byte
-// thread stores, `y +=` by the copy engine; 3 = both by 16-byte thread loads and stores.
+// thread stores, `y +=` by the copy engine.
 template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0, int HT = 64>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
@@ -575,6 +558,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
     const int wg = tid >> 7;
     const int m_tiles = (m + GM_TILE - 1) / GM_TILE, n_tiles = (n + GM_TILE - 1) / GM_TILE;
     const int tiles = m_tiles * n_tiles;
+    float* const stg0 = reinterpret_cast<float*>(gm_ring + NS * GM_STAGE_BYTES);
     gm_init_bars<NS>(full, empty);
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
@@ -626,10 +610,9 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                               lane);
             it += kblocks;
             if (EPI && (n & 3) == 0 && (ldy & 3) == 0)
-                gm_epilogue_staged<EPI >= 2, EPI == 3, HT>(
+                gm_epilogue_staged<EPI == 2, HT>(
                     acc, y, xr, m, n, ldy, accumulate, mt, nt, c, wq, g, t, lane,
-                    reinterpret_cast<float*>(gm_ring + NS * GM_STAGE_BYTES +
-                                             c * GM_STG_BYTES(HT)));
+                    stg0 + c * (GM_STG_BYTES(HT) / 4));
             else
                 gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
         }
@@ -813,12 +796,8 @@ GEMM_GROUP_KERNEL(gemm_mxfp8_e4m3_group4, 4)
 
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_s, 2, 0, 5, 1, 64)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_v, 2, 0, 5, 2, 64)
-GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_vv, 2, 0, 5, 3, 64)
-GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_v6, 2, 0, 6, 2, 32)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_s, 2, 4, 5, 1, 64)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_v, 2, 4, 5, 2, 64)
-GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_vv, 2, 4, 5, 3, 64)
-GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_v6, 2, 4, 6, 2, 32)
 
 #define GEMM_W3_KERNEL(name, WFMT)                                                          \
     extern "C" __global__ void __launch_bounds__(512, 1)                                    \

@@ -16,7 +16,7 @@
 //!   4 stages per call), the grouped `Wide3` loop and the per-step loops, against the
 //!   same f64 product, ≤ 1e-3.
 //! * Every `TileStore` (per-thread stores; through shared memory and the copy engine,
-//!   `y +=` as its reduce-add; transposed 16-byte stores) on every shape above, and the
+//!   `y +=` as its reduce-add; 16-byte row stores) on every shape above, and the
 //!   staged kinds' fallback to per-thread stores when n is not a multiple of 4
 //!   (33×130×256).
 //!
@@ -252,10 +252,7 @@ fn check_gemm(
         (GemmKernel::Persistent, 4, TileStore::Direct),
         (GemmKernel::Persistent, 2, TileStore::Direct),
         (GemmKernel::Persistent, 4, TileStore::Bulk),
-        (GemmKernel::Persistent, 4, TileStore::ReduceOnly),
         (GemmKernel::Persistent, 4, TileStore::Vector),
-        (GemmKernel::Persistent, 4, TileStore::VectorLoads),
-        (GemmKernel::Persistent, 4, TileStore::Vector6),
         (GemmKernel::Wide3, 4, TileStore::Direct),
         (GemmKernel::Pipelined, 4, TileStore::Direct),
         (GemmKernel::Serial, 4, TileStore::Direct),

@@ -42,12 +42,9 @@ const TILE_BYTES: usize = GEMM_TILE * GEMM_KB;
 const SCALE_TILE_BYTES: usize = GEMM_TILE * 4;
 /// Dynamic shared memory of the GEMM kernel: `GM_STAGES` × `GM_STAGE_BYTES`.
 const GEMM_SMEM: usize = 6 * 33792;
-/// Dynamic shared memory of the staged-epilogue kernels (`GEMM_STAGED_KERNEL`): NS ring
-/// stages plus two `GM_STG_BYTES(HT)` (HT tokens × 68 floats) staging buffers; 5 stages
-/// and 64 tokens, or 6 stages and 32 tokens.
-const fn staged_smem(stages: usize, tokens: usize) -> usize {
-    stages * 33792 + 2 * tokens * 68 * 4
-}
+/// Dynamic shared memory of the staged-epilogue kernels (`GEMM_STAGED_KERNEL`): 5 ring
+/// stages plus two `GM_STG_BYTES(64)` (64 tokens × 68 floats) staging buffers.
+const GEMM_STAGED_SMEM: usize = 5 * 33792 + 2 * 64 * 68 * 4;
 /// Dynamic shared memory of the three-consumer kernel: `G3_STAGES` × `G3_STAGE_BYTES`.
 const GEMM_W3_SMEM: usize = 5 * 41984;
 
@@ -324,10 +321,10 @@ pub struct GemmMx {
     e4m3_group: [CudaFunction; 2],
     /// The three-consumer kernel with grouped promotion.
     e4m3_w3_group: CudaFunction,
-    /// The persistent kernels with staged epilogues, indexed by [`TileStore::staged`]:
-    /// per-step promotion, then grouped.
-    e4m3_persist_s: [CudaFunction; 4],
-    e4m3_group_s: [CudaFunction; 4],
+    /// The persistent kernels with staged epilogues ([`TileStore::Bulk`],
+    /// [`TileStore::Vector`]): per-step promotion, then grouped.
+    e4m3_persist_s: [CudaFunction; 2],
+    e4m3_group_s: [CudaFunction; 2],
     sms: usize,
     e4m3_swap: CudaFunction,
     probe: CudaFunction,
@@ -351,35 +348,16 @@ pub struct GemmMx {
 /// memory) and fall back to per-thread stores when `n` is not a multiple of 4.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TileStore {
-    /// Per-thread 4-byte stores (`y +=`: the residuals loaded first).
+    /// Per-thread 4-byte stores in the wgmma fragment order (`y +=`: the residuals
+    /// loaded first).
     Direct,
-    /// Through shared memory and the copy engine: bulk stores, `y +=` as bulk
-    /// reduce-adds in L2 (no residual loads).
+    /// Through shared memory and the copy engine: bulk stores of token rows, `y +=` as
+    /// bulk reduce-adds in L2 (no residual loads).
     Bulk,
-    /// `y +=` as [`Self::Bulk`], plain results as [`Self::Direct`] (the 6-stage kernel).
-    ReduceOnly,
-    /// `y +=` as [`Self::Bulk`]; plain results transposed in shared memory and stored
-    /// 16 bytes per thread.
+    /// `y +=` as [`Self::Bulk`]; plain results through shared memory and stored 16 bytes
+    /// per thread (512 contiguous bytes per warp instruction). Default: fastest on the
+    /// H200 (docs/CUDA.md).
     Vector,
-    /// Both plain and `y +=` results by 16-byte thread stores (`y +=`: loaded first).
-    VectorLoads,
-    /// [`Self::Vector`] staging 32 tokens at a time, over a 6-stage ring.
-    Vector6,
-}
-
-impl TileStore {
-    /// The staged kernel a persistent E4M3 GEMM runs (index into the staged kernel
-    /// arrays and its shared memory), or `None` for the per-thread stores.
-    fn staged(self, accumulate: bool) -> Option<(usize, usize)> {
-        match self {
-            TileStore::Direct => None,
-            TileStore::ReduceOnly if !accumulate => None,
-            TileStore::Bulk | TileStore::ReduceOnly => Some((0, staged_smem(5, 64))),
-            TileStore::Vector => Some((1, staged_smem(5, 64))),
-            TileStore::VectorLoads => Some((2, staged_smem(5, 64))),
-            TileStore::Vector6 => Some((3, staged_smem(6, 32))),
-        }
-    }
 }
 
 impl GemmMx {
@@ -419,16 +397,12 @@ impl GemmMx {
             ],
             e4m3_w3_group: big_with("gemm_mxfp8_e4m3_w3g", GEMM_W3_SMEM)?,
             e4m3_persist_s: [
-                big_with("gemm_mxfp8_e4m3_persist_s", staged_smem(5, 64))?,
-                big_with("gemm_mxfp8_e4m3_persist_v", staged_smem(5, 64))?,
-                big_with("gemm_mxfp8_e4m3_persist_vv", staged_smem(5, 64))?,
-                big_with("gemm_mxfp8_e4m3_persist_v6", staged_smem(6, 32))?,
+                big_with("gemm_mxfp8_e4m3_persist_s", GEMM_STAGED_SMEM)?,
+                big_with("gemm_mxfp8_e4m3_persist_v", GEMM_STAGED_SMEM)?,
             ],
             e4m3_group_s: [
-                big_with("gemm_mxfp8_e4m3_group4_s", staged_smem(5, 64))?,
-                big_with("gemm_mxfp8_e4m3_group4_v", staged_smem(5, 64))?,
-                big_with("gemm_mxfp8_e4m3_group4_vv", staged_smem(5, 64))?,
-                big_with("gemm_mxfp8_e4m3_group4_v6", staged_smem(6, 32))?,
+                big_with("gemm_mxfp8_e4m3_group4_s", GEMM_STAGED_SMEM)?,
+                big_with("gemm_mxfp8_e4m3_group4_v", GEMM_STAGED_SMEM)?,
             ],
             group_stages: 4,
             store: TileStore::Vector,
@@ -579,13 +553,18 @@ impl GemmMx {
         let grouped = w.grouped && x.grouped;
         // The staged kernel, if any: index into `e4m3_persist_s` / `e4m3_group_s`. Two
         // grouped stages per call have none (the slower choice).
-        let staged = if kernel != GemmKernel::Persistent
-            || (grouped && self.group_stages < 4)
-            || w.format != ElementFormat::Fp8E4M3
-        {
-            None
-        } else {
-            self.store.staged(accumulate)
+        // The staged kernel, if any (index into `e4m3_persist_s` / `e4m3_group_s`). Two
+        // grouped stages per call have none (the slower choice).
+        let staged = match self.store {
+            _ if kernel != GemmKernel::Persistent
+                || (grouped && self.group_stages < 4)
+                || w.format != ElementFormat::Fp8E4M3 =>
+            {
+                None
+            }
+            TileStore::Direct => None,
+            TileStore::Bulk => Some(0),
+            TileStore::Vector => Some(1),
         };
         let f = match (w.format, kernel) {
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
@@ -593,8 +572,8 @@ impl GemmMx {
             (ElementFormat::Fp8E4M3, GemmKernel::Serial) => &self.e4m3,
             (ElementFormat::Fp8E4M3, GemmKernel::Pipelined) => &self.e4m3_pipe,
             (ElementFormat::Fp8E4M3, GemmKernel::Persistent) => match (staged, grouped) {
-                (Some((i, _)), true) => &self.e4m3_group_s[i],
-                (Some((i, _)), false) => &self.e4m3_persist_s[i],
+                (Some(i), true) => &self.e4m3_group_s[i],
+                (Some(i), false) => &self.e4m3_persist_s[i],
                 (None, true) => &self.e4m3_group[usize::from(self.group_stages >= 4)],
                 (None, false) => &self.e4m3_persist,
             },
@@ -619,7 +598,11 @@ impl GemmMx {
             GemmKernel::Persistent => LaunchConfig {
                 grid_dim: ((mt * nt).min(self.sms) as u32, 1, 1),
                 block_dim: (384, 1, 1),
-                shared_mem_bytes: staged.map_or(GEMM_SMEM, |(_, smem)| smem) as u32,
+                shared_mem_bytes: if staged.is_some() {
+                    GEMM_STAGED_SMEM
+                } else {
+                    GEMM_SMEM
+                } as u32,
             },
             GemmKernel::Wide3 => LaunchConfig {
                 grid_dim: (mt as u32, w.rows.div_ceil(192) as u32, 1),
