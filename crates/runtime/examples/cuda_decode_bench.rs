@@ -5,7 +5,7 @@
 //! Run: `cuda_decode_bench [--layers 36] [--ctx 1024] [--steps 32] [--f32-kv] [--mxfp8]
 //! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
 //! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--unfused] [--no-persist]
-//! [--skip qkv,attn,o,gate_up,down,head]` (`--unfused`: the RMSNorm and SwiGLU
+//! [--skip qkv,attn,o,gate_up,down,head,rope]` (`--unfused`: the RMSNorm and SwiGLU
 //! preparations as kernels of their own; `--skip`: leave parts out of the fused step, to
 //! see what each costs on the step's critical path; the logits are then meaningless).
 

@@ -50,12 +50,30 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
                                            const int* __restrict__ lenp, int len_add, int cap,
                                            int n_kv, float scale) {
     constexpr int P = HD / 32;
-    pdl_trigger();
-    pdl_wait();  // q, the cache row and *lenp come from earlier kernels
-    const int len = max(1, min(*lenp + len_add, cap));  // never past the cache
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int s = blockIdx.x, g = blockIdx.y;
     const int nsplit = gridDim.x;
+    pdl_trigger();
+    {
+        // While the kernels before finish: pull this warp's K and V rows into L2 (a hint
+        // only: L2 is where every write lands, so whatever the loads below read after
+        // pdl_wait is current, and a stale length only changes what gets warmed).
+        const int guess = min(*(volatile const int*)lenp + len_add, cap);
+        const int j = s * KEYS_PER_BLOCK + warp * KEYS_PER_WARP + (lane & 7);
+        if (lane < 16 && j < guess) {
+            const T* row = ((lane & 8) ? vc : kc) + ((long long)j * n_kv + g) * HD;
+#if __CUDA_ARCH__ >= 900
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row),
+                         "r"((unsigned)(HD * sizeof(T)))
+                         : "memory");
+#else
+            for (int o = 0; o < HD * (int)sizeof(T); o += 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"((const char*)row + o));
+#endif
+        }
+    }
+    pdl_wait();  // q, the cache row and *lenp come from earlier kernels
+    const int len = max(1, min(*lenp + len_add, cap));  // never past the cache
     RowV<P> qv[G];
 #pragma unroll
     for (int i = 0; i < G; ++i) {
@@ -185,7 +203,8 @@ ATTN_GROUPS(64, _hd64)
 
 // out[h][d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s. Grid: n_heads; block: HD.
 // The split weights are computed once per head in shared memory (threads over splits),
-// then each thread sums its dim over the splits with many loads in flight.
+// then each thread sums its dim over the splits that hold keys, with many loads in
+// flight.
 template <int HD>
 __device__ __forceinline__ float combine_head(const float* __restrict__ part, int nsplit) {
     constexpr int NW = HD / 32;
@@ -217,8 +236,11 @@ __device__ __forceinline__ float combine_head(const float* __restrict__ part, in
 #pragma unroll
     for (int w = 1; w < NW; ++w) L += red[w];
     float O = 0.f;
+    // Splits past the keys (weight 0, partial 0) are skipped: the same sum, half the
+    // loads at 1024 keys in a 2048-key cache (the barrier above ordered every cw write).
 #pragma unroll 16
-    for (int s = 0; s < nsplit; ++s) O = fmaf(p[s * (HD + 4) + d], cw[s], O);
+    for (int s = 0; s < nsplit; ++s)
+        if (cw[s] != 0.f) O = fmaf(p[s * (HD + 4) + d], cw[s], O);
     return O / L;
 }
 

@@ -120,7 +120,8 @@ pub struct DecodeBenchOptions {
 }
 
 /// The parts [`DecodeBenchOptions::skip`] can leave out, bit i = name i.
-pub const SKIP_PARTS: [&str; 6] = ["qkv", "attn", "o", "gate_up", "down", "head"];
+/// `rope`: only the attention's q/k norm + RoPE + KV store kernel (two-pass attention).
+pub const SKIP_PARTS: [&str; 7] = ["qkv", "attn", "o", "gate_up", "down", "head", "rope"];
 
 impl Default for DecodeBenchOptions {
     /// `favlo bench decode --device cuda`: the full model, 1024 tokens of context, 32
@@ -540,19 +541,21 @@ pub(super) fn attention(
             out,
         );
     }
-    k.ops.qk_norm_rope_store(
-        &b.qkv,
-        &l.q_norm,
-        &l.k_norm,
-        &b.cos,
-        &b.sin,
-        &b.pos,
-        NH,
-        NKV,
-        EPS,
-        &mut b.q,
-        &mut l.cache,
-    )?;
+    if k.skip & 64 == 0 {
+        k.ops.qk_norm_rope_store(
+            &b.qkv,
+            &l.q_norm,
+            &l.k_norm,
+            &b.cos,
+            &b.sin,
+            &b.pos,
+            NH,
+            NKV,
+            EPS,
+            &mut b.q,
+            &mut l.cache,
+        )?;
+    }
     k.attn.decode(
         &b.q,
         &l.cache,
