@@ -211,7 +211,7 @@ __device__ __forceinline__ void gm_epilogue(const float* acc, float* res, float*
 // rows of the tile into shared memory at a time (token-major, rows padded to GM_STG_LD
 // floats so the fragment's stores hit 32 distinct banks), then
 // * plain results, VEC: every thread stores 16-byte pieces of whole token rows (a warp
-//   writes 512 contiguous bytes of y per instruction, against 4 × 32 bytes for the
+//   writes two whole 256-byte token rows of y per instruction, against 4 × 32 bytes for the
 //   fragment-order stores of `gm_epilogue`);
 // * otherwise (not VEC, or `y +=`): the copy engine, one lane per token
 //   issuing that token's row of up to 256 bytes: bulk stores, `y +=` as bulk

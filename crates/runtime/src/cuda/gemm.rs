@@ -355,7 +355,7 @@ pub enum TileStore {
     /// bulk reduce-adds in L2 (no residual loads).
     Bulk,
     /// `y +=` as [`Self::Bulk`]; plain results through shared memory and stored 16 bytes
-    /// per thread (512 contiguous bytes per warp instruction). Default: fastest on the
+    /// per thread (two whole 256-byte token rows per warp instruction). Default: fastest on the
     /// H200 (docs/CUDA.md).
     Vector,
 }
