@@ -47,6 +47,15 @@ const GEMM_SMEM: usize = 6 * 33792;
 const GEMM_STAGED_SMEM: usize = 5 * 33792 + 2 * 64 * 68 * 4;
 /// Dynamic shared memory of the three-consumer kernel: `G3_STAGES` × `G3_STAGE_BYTES`.
 const GEMM_W3_SMEM: usize = 5 * 41984;
+/// Hopper's largest dynamic shared memory per block (227 KB) less the kernels' 1 KB of
+/// static shared memory (the mbarriers, aligned to the ring's 1 KB).
+const SM90_DYNAMIC_SMEM: usize = 227 * 1024 - 1024;
+const _: () = assert!(
+    GEMM_SMEM <= SM90_DYNAMIC_SMEM
+        && GEMM_STAGED_SMEM <= SM90_DYNAMIC_SMEM
+        && GEMM_W3_SMEM <= SM90_DYNAMIC_SMEM,
+    "a GEMM kernel's shared memory does not fit a Hopper block"
+);
 
 fn shape(op: &'static str, detail: String) -> CudaError {
     CudaError::Shape { op, detail }
