@@ -207,7 +207,7 @@ __device__ __forceinline__ void gm_epilogue(const float* acc, float* res, float*
     }
 }
 
-// Staged epilogue (persistent kernels): a consumer warpgroup writes HT tokens × its 64
+// Staged epilogue (persistent kernels): a consumer warpgroup writes 64 tokens × its 64
 // rows of the tile into shared memory at a time (token-major, rows padded to GM_STG_LD
 // floats so the fragment's stores hit 32 distinct banks), then
 // * plain results, VEC: every thread stores 16-byte pieces of whole token rows (a warp
@@ -219,18 +219,20 @@ __device__ __forceinline__ void gm_epilogue(const float* acc, float* res, float*
 //   warpgroup never waits on a residual load.
 // Needs n and ldy multiples of 4 (16-byte aligned rows); the caller checks.
 #define GM_STG_LD 68
-#define GM_STG_BYTES(HT) ((HT) * GM_STG_LD * 4)
+#define GM_STG_TOKENS 64                        // tokens per round: half the tile
+#define GM_STG_BYTES (GM_STG_TOKENS * GM_STG_LD * 4)  // one warpgroup's staging
 
 __device__ __forceinline__ void gm_named_sync(int id) {
     asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
-template <int VEC, int HT>
+template <int VEC>
 __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
                                                    const float* __restrict__ xr, int m, int n,
                                                    int ldy, int accumulate, int mt, int nt,
                                                    int c, int wq, int g, int t, int lane,
                                                    float* stg) {
+    constexpr int HT = GM_STG_TOKENS;
     constexpr int J = HT / 8;                // fragment column groups per round
     constexpr int PIECES = HT * 16 / 128;    // 16-byte pieces per thread per round
     const int lr = 16 * wq + g;              // the thread's first row in the warpgroup's 64
@@ -275,10 +277,10 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
         gm_named_sync(1 + c);
         if (wq == 0 && rows > 0) {
 #pragma unroll
-            for (int h2 = 0; h2 < (HT + 31) / 32; ++h2) {
+            for (int h2 = 0; h2 < HT / 32; ++h2) {
                 const int tl = lane + 32 * h2;
                 const int tok = mt * GM_TILE + HT * hf + tl;
-                if (tl < HT && tok < m) {
+                if (tok < m) {
                     float* dst = y + (size_t)tok * ldy + row0;
                     const u32 src = sbase + (u32)(tl * GM_STG_LD * 4);
                     if (accumulate)
@@ -542,10 +544,10 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
 // producer loads the next tile's first stages while the consumers store this tile.
 //
 // NS: ring stages. EPI: 0 = per-thread stores (`gm_epilogue`), else staged through
-// shared memory (`gm_epilogue_staged`, HT tokens per round; the ring has fewer stages so
+// shared memory (`gm_epilogue_staged`, 64 tokens per round; the ring has fewer stages so
 // the staging fits): 1 = the copy engine for everything; 2 = plain results by 16-byte
 // thread stores, `y +=` by the copy engine.
-template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0, int HT = 64>
+template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
                                                   const u8* __restrict__ xq,
@@ -610,9 +612,9 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                               lane);
             it += kblocks;
             if (EPI && (n & 3) == 0 && (ldy & 3) == 0)
-                gm_epilogue_staged<EPI == 2, HT>(
+                gm_epilogue_staged<EPI == 2>(
                     acc, y, xr, m, n, ldy, accumulate, mt, nt, c, wq, g, t, lane,
-                    stg0 + c * (GM_STG_BYTES(HT) / 4));
+                    stg0 + c * (GM_STG_BYTES / 4));
             else
                 gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
         }
@@ -783,21 +785,22 @@ GEMM_PERSIST_KERNEL(gemm_mxfp8_e5m2_persist, 1)
 GEMM_GROUP_KERNEL(gemm_mxfp8_e4m3_group2, 2)
 GEMM_GROUP_KERNEL(gemm_mxfp8_e4m3_group4, 4)
 
-// The same with a staged epilogue (EPI, HT: see gemm_persist_body) over an NS-stage
-// ring: NS × GM_STAGE_BYTES + 2 × GM_STG_BYTES(HT) of dynamic shared memory (gemm.rs).
-#define GEMM_STAGED_KERNEL(name, NST, GROUP, NS, EPI, HT)                                  \
+// The same with a staged epilogue (EPI: see gemm_persist_body) over a 5-stage ring:
+// 5 × GM_STAGE_BYTES + 2 × GM_STG_BYTES of dynamic shared memory (GEMM_STAGED_SMEM in
+// gemm.rs).
+#define GEMM_STAGED_KERNEL(name, NST, GROUP, EPI)                                          \
     extern "C" __global__ void __launch_bounds__(384, 1)                                    \
         name(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq, \
              const float* __restrict__ xc, const float* __restrict__ xr, float* y, int m,     \
              int n, int kblocks, int ldy, int accumulate) {                                 \
-        gemm_persist_body<0, NST, GROUP, NS, EPI, HT>(w, ws, xq, xc, xr, y, m, n, kblocks,  \
-                                                      ldy, accumulate);                     \
+        gemm_persist_body<0, NST, GROUP, 5, EPI>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy,  \
+                                                 accumulate);                               \
     }
 
-GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_s, 2, 0, 5, 1, 64)
-GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_v, 2, 0, 5, 2, 64)
-GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_s, 2, 4, 5, 1, 64)
-GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_v, 2, 4, 5, 2, 64)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_s, 2, 0, 1)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_v, 2, 0, 2)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_s, 2, 4, 1)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_v, 2, 4, 2)
 
 #define GEMM_W3_KERNEL(name, WFMT)                                                          \
     extern "C" __global__ void __launch_bounds__(512, 1)                                    \

@@ -43,7 +43,7 @@ const SCALE_TILE_BYTES: usize = GEMM_TILE * 4;
 /// Dynamic shared memory of the GEMM kernel: `GM_STAGES` × `GM_STAGE_BYTES`.
 const GEMM_SMEM: usize = 6 * 33792;
 /// Dynamic shared memory of the staged-epilogue kernels (`GEMM_STAGED_KERNEL`): 5 ring
-/// stages plus two `GM_STG_BYTES(64)` (64 tokens × 68 floats) staging buffers.
+/// stages plus two `GM_STG_BYTES` (64 tokens × 68 floats) staging buffers.
 const GEMM_STAGED_SMEM: usize = 5 * 33792 + 2 * 64 * 68 * 4;
 /// Dynamic shared memory of the three-consumer kernel: `G3_STAGES` × `G3_STAGE_BYTES`.
 const GEMM_W3_SMEM: usize = 5 * 41984;
