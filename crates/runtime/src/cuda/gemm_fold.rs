@@ -110,7 +110,6 @@ pub(super) fn fold_fp4(view: MxView<'_>, groups: usize) -> Folded {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::fold_fp4;
     use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule, decode_e8m0, decode_fp8_e4m3};
 
@@ -143,7 +142,7 @@ mod tests {
     }
 
     #[test]
-    fn fp4_folds_exactly_grouped_and_per_block() {
+    fn fp4_folds_exactly_grouped_and_per_block() -> Result<(), favlo_mx::MxError> {
         let (rows, cols) = (37, 300);
         let l = MxLayout::new(ElementFormat::Fp4E2M1, rows, cols);
         let mut state = 0x2545_F491_4F6C_DD1Du64;
@@ -158,12 +157,13 @@ mod tests {
             .map(|i| ((next() * 2.0 - 1.0) * 2f64.powi(((i / 32) % 13) as i32 - 6)) as f32)
             .collect();
         let mut packed = vec![0u8; l.total_bytes()];
-        favlo_mx::pack(&w, l, ScaleRule::Ceil, &mut packed).unwrap();
-        check(MxView::new(l, &packed).unwrap(), true);
+        favlo_mx::pack(&w, l, ScaleRule::Ceil, &mut packed)?;
+        check(MxView::new(l, &packed)?, true);
         // One block 2^30 below its neighbours: 24 binades, so per block.
         let mut w2 = w.clone();
         w2[..32].iter_mut().for_each(|v| *v *= 2f32.powi(-30));
-        favlo_mx::pack(&w2, l, ScaleRule::Ceil, &mut packed).unwrap();
-        check(MxView::new(l, &packed).unwrap(), false);
+        favlo_mx::pack(&w2, l, ScaleRule::Ceil, &mut packed)?;
+        check(MxView::new(l, &packed)?, false);
+        Ok(())
     }
 }
