@@ -124,12 +124,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t0.elapsed().as_secs_f64() * 1e3,
         g.from_cache
     );
-    // FAVLO_PREFILL_STORE=direct|bulk|vector: how the persistent kernel writes a tile
+    // FAVLO_PREFILL_STORE=direct|bulk|vector|vector-add: how the persistent kernel writes a tile
     // ([`TileStore`]), for the default rows and FAVLO_PREFILL_PROFILE.
     match std::env::var("FAVLO_PREFILL_STORE").as_deref() {
         Ok("direct") => g.store = TileStore::Direct,
         Ok("bulk") => g.store = TileStore::Bulk,
         Ok("vector") => g.store = TileStore::Vector,
+        Ok("vector-add") => g.store = TileStore::VectorAdd,
         Ok(v) => return Err(format!("FAVLO_PREFILL_STORE={v}: not a tile store").into()),
         Err(_) => {}
     }
@@ -265,6 +266,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("per-thread stores", TileStore::Direct),
         ("copy engine", TileStore::Bulk),
         ("16-byte stores, y += by the copy engine", TileStore::Vector),
+        (
+            "16-byte stores, y += by 16-byte loads and stores",
+            TileStore::VectorAdd,
+        ),
     ];
     let saved = g.store;
     println!(

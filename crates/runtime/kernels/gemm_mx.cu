@@ -23,9 +23,10 @@
 //   (two temporaries: step i+1 on the tensor cores while step i is promoted), `*_persist`
 //   (the pipelined loop in a persistent grid, the default), `*_w3` (three consumer warp
 //   groups, 192 weight rows per block, serial loop); `*_probe` is a timing probe and
-//   `*_swap` a descriptor diagnostic. `*_s` / `*_v`: the persistent kernels with the
-//   tile written through shared memory (`gm_epilogue_staged`; `_v`, plain tiles as
-//   16-byte row stores and `y +=` as copy-engine reduce-adds, is the default). Measured
+//   `*_swap` a descriptor diagnostic. `*_s` / `*_v` / `*_a`: the persistent kernels with
+//   the tile written through shared memory (`gm_epilogue_staged`; `_v`, plain tiles as
+//   16-byte row stores and `y +=` as copy-engine reduce-adds; `_a`, `y +=` too by 16-byte
+//   thread loads, adds and stores, the default). Measured
 //   on the H200 in docs/CUDA.md.
 
 typedef unsigned int u32;
@@ -226,6 +227,9 @@ __device__ __forceinline__ void gm_named_sync(int id) {
     asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
+// VEC: 0 = the copy engine for everything; 1 = plain results by thread stores, `y +=`
+// by the copy engine; 2 = threads for both (`y +=`: a round's residual pieces loaded
+// first, then added and stored).
 template <int VEC>
 __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
                                                    const float* __restrict__ xr, int m, int n,
@@ -238,7 +242,7 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
     const int lr = 16 * wq + g;              // the thread's first row in the warpgroup's 64
     const int row0 = nt * GM_TILE + 64 * c;  // the warpgroup's first row in y
     const int rows = min(64, n - row0);      // <= 0: a warpgroup past the last row
-    const bool threads = VEC && !accumulate;
+    const bool threads = VEC == 2 || (VEC && !accumulate);
     const u32 bytes = rows > 0 ? (u32)rows * 4u : 0u;
     const u32 sbase = gm_smem(stg);
 #pragma unroll
@@ -263,6 +267,28 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
         if (threads) {
             gm_named_sync(1 + c);
             const int tid = 32 * wq + lane;
+            if (VEC == 2 && accumulate) {
+                float4 res[PIECES];
+#pragma unroll
+                for (int u = 0; u < PIECES; ++u) {
+                    const int q = tid + 128 * u, tl = q >> 4, col = 4 * (q & 15);
+                    const int tok = mt * GM_TILE + HT * hf + tl;
+                    res[u] = (tok < m && col < rows)
+                                 ? *reinterpret_cast<const float4*>(y + (size_t)tok * ldy + row0 + col)
+                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+                }
+#pragma unroll
+                for (int u = 0; u < PIECES; ++u) {
+                    const int q = tid + 128 * u, tl = q >> 4, col = 4 * (q & 15);
+                    const int tok = mt * GM_TILE + HT * hf + tl;
+                    const float4 v = *reinterpret_cast<const float4*>(stg + tl * GM_STG_LD + col);
+                    if (tok < m && col < rows)
+                        *reinterpret_cast<float4*>(y + (size_t)tok * ldy + row0 + col) =
+                            make_float4(res[u].x + v.x, res[u].y + v.y, res[u].z + v.z,
+                                        res[u].w + v.w);
+                }
+                continue;
+            }
 #pragma unroll
             for (int u = 0; u < PIECES; ++u) {
                 const int q = tid + 128 * u, tl = q >> 4, col = 4 * (q & 15);
@@ -546,7 +572,8 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
 // NS: ring stages. EPI: 0 = per-thread stores (`gm_epilogue`), else staged through
 // shared memory (`gm_epilogue_staged`, 64 tokens per round; the ring has fewer stages so
 // the staging fits): 1 = the copy engine for everything; 2 = plain results by 16-byte
-// thread stores, `y +=` by the copy engine.
+// thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=` as 16-byte
+// loads, adds and stores).
 template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
@@ -612,7 +639,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                               lane);
             it += kblocks;
             if (EPI && (n & 3) == 0 && (ldy & 3) == 0)
-                gm_epilogue_staged<EPI == 2>(
+                gm_epilogue_staged<EPI == 1 ? 0 : EPI == 2 ? 1 : 2>(
                     acc, y, xr, m, n, ldy, accumulate, mt, nt, c, wq, g, t, lane,
                     stg0 + c * (GM_STG_BYTES / 4));
             else
@@ -801,6 +828,8 @@ GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_s, 2, 0, 1)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_v, 2, 0, 2)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_s, 2, 4, 1)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_v, 2, 4, 2)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_a, 2, 0, 3)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_a, 2, 4, 3)
 
 #define GEMM_W3_KERNEL(name, WFMT)                                                          \
     extern "C" __global__ void __launch_bounds__(512, 1)                                    \

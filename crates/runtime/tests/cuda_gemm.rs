@@ -253,6 +253,7 @@ fn check_gemm(
         (GemmKernel::Persistent, 2, TileStore::Direct),
         (GemmKernel::Persistent, 4, TileStore::Bulk),
         (GemmKernel::Persistent, 4, TileStore::Vector),
+        (GemmKernel::Persistent, 4, TileStore::VectorAdd),
         (GemmKernel::Wide3, 4, TileStore::Direct),
         (GemmKernel::Pipelined, 4, TileStore::Direct),
         (GemmKernel::Serial, 4, TileStore::Direct),
@@ -272,7 +273,7 @@ fn check_gemm(
     }
     g.kernel = GemmKernel::Persistent;
     g.group_stages = 4;
-    g.store = TileStore::Vector;
+    g.store = TileStore::VectorAdd;
     // Tokens checked: all for small m, else a spread that touches every 128-token tile.
     let toks: Vec<usize> = if m * n * k <= 1 << 28 {
         (0..m).collect()

@@ -331,9 +331,9 @@ pub struct GemmMx {
     /// The three-consumer kernel with grouped promotion.
     e4m3_w3_group: CudaFunction,
     /// The persistent kernels with staged epilogues ([`TileStore::Bulk`],
-    /// [`TileStore::Vector`]): per-step promotion, then grouped.
-    e4m3_persist_s: [CudaFunction; 2],
-    e4m3_group_s: [CudaFunction; 2],
+    /// [`TileStore::Vector`], [`TileStore::VectorAdd`]): per-step promotion, then grouped.
+    e4m3_persist_s: [CudaFunction; 3],
+    e4m3_group_s: [CudaFunction; 3],
     sms: usize,
     e4m3_swap: CudaFunction,
     probe: CudaFunction,
@@ -364,9 +364,13 @@ pub enum TileStore {
     /// bulk reduce-adds in L2 (no residual loads).
     Bulk,
     /// `y +=` as [`Self::Bulk`]; plain results through shared memory and stored 16 bytes
-    /// per thread (two whole 256-byte token rows per warp instruction). Default: fastest on the
-    /// H200 (docs/CUDA.md).
+    /// per thread (two whole 256-byte token rows per warp instruction). The default
+    /// before [`Self::VectorAdd`].
     Vector,
+    /// Threads for both: plain results as [`Self::Vector`], `y +=` as 16-byte loads of
+    /// a round's residuals, adds and 16-byte stores (no copy engine). Default: the
+    /// `y +=` GEMMs 3–10% faster than [`Self::Vector`] on the H200 (docs/CUDA.md).
+    VectorAdd,
 }
 
 impl GemmMx {
@@ -408,13 +412,15 @@ impl GemmMx {
             e4m3_persist_s: [
                 big_with("gemm_mxfp8_e4m3_persist_s", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_persist_v", GEMM_STAGED_SMEM)?,
+                big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
             ],
             e4m3_group_s: [
                 big_with("gemm_mxfp8_e4m3_group4_s", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_v", GEMM_STAGED_SMEM)?,
+                big_with("gemm_mxfp8_e4m3_group4_a", GEMM_STAGED_SMEM)?,
             ],
             group_stages: 4,
-            store: TileStore::Vector,
+            store: TileStore::VectorAdd,
             sms: ctx
                 .raw()
                 .attribute(
@@ -560,8 +566,6 @@ impl GemmMx {
             self.kernel
         };
         let grouped = w.grouped && x.grouped;
-        // The staged kernel, if any: index into `e4m3_persist_s` / `e4m3_group_s`. Two
-        // grouped stages per call have none (the slower choice).
         // The staged kernel, if any (index into `e4m3_persist_s` / `e4m3_group_s`). Two
         // grouped stages per call have none (the slower choice).
         let staged = match self.store {
@@ -574,6 +578,7 @@ impl GemmMx {
             TileStore::Direct => None,
             TileStore::Bulk => Some(0),
             TileStore::Vector => Some(1),
+            TileStore::VectorAdd => Some(2),
         };
         let f = match (w.format, kernel) {
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
