@@ -211,10 +211,10 @@ __device__ __forceinline__ void gm_epilogue(const float* acc, float* res, float*
 // Staged epilogue (persistent kernels): a consumer warpgroup writes 64 tokens × its 64
 // rows of the tile into shared memory at a time (token-major, rows padded to GM_STG_LD
 // floats so the fragment's stores hit 32 distinct banks), then
-// * plain results, VEC: every thread stores 16-byte pieces of whole token rows (a warp
-//   writes two whole 256-byte token rows of y per instruction, against 4 × 32 bytes for the
-//   fragment-order stores of `gm_epilogue`);
-// * otherwise (not VEC, or `y +=`): the copy engine, one lane per token
+// * plain results with EPI ≥ 2, and `y +=` with EPI 3: every thread stores 16-byte pieces
+//   of whole token rows (a warp writes two whole 256-byte token rows of y per
+//   instruction, against 4 × 32 bytes for the fragment-order stores of `gm_epilogue`);
+// * otherwise: the copy engine, one lane per token
 //   issuing that token's row of up to 256 bytes: bulk stores, `y +=` as bulk
 //   reduce-adds in L2 (`cp.reduce.async.bulk .add.f32`, round to nearest), so the
 //   warpgroup never waits on a residual load.
@@ -227,10 +227,10 @@ __device__ __forceinline__ void gm_named_sync(int id) {
     asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
-// VEC: 0 = the copy engine for everything; 1 = plain results by thread stores, `y +=`
-// by the copy engine; 2 = threads for both (`y +=`: a round's residual pieces loaded
-// first, then added and stored).
-template <int VEC>
+// EPI (as in gemm_persist_body): 1 = the copy engine for everything; 2 = plain results
+// by thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=`: a round's
+// residual pieces loaded first, then added and stored).
+template <int EPI>
 __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
                                                    const float* __restrict__ xr, int m, int n,
                                                    int ldy, int accumulate, int mt, int nt,
@@ -242,7 +242,7 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
     const int lr = 16 * wq + g;              // the thread's first row in the warpgroup's 64
     const int row0 = nt * GM_TILE + 64 * c;  // the warpgroup's first row in y
     const int rows = min(64, n - row0);      // <= 0: a warpgroup past the last row
-    const bool threads = VEC == 2 || (VEC && !accumulate);
+    const bool threads = EPI == 3 || (EPI == 2 && !accumulate);
     const u32 bytes = rows > 0 ? (u32)rows * 4u : 0u;
     const u32 sbase = gm_smem(stg);
 #pragma unroll
@@ -267,35 +267,43 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
         if (threads) {
             gm_named_sync(1 + c);
             const int tid = 32 * wq + lane;
-            if (VEC == 2 && accumulate) {
+            // Piece u of this thread: token tl of the round, columns col .. col + 3; its
+            // place in y, or null past the last token or row.
+            auto piece = [&](int u, int& tl, int& col) -> float* {
+                const int q = tid + 128 * u;
+                tl = q >> 4;
+                col = 4 * (q & 15);
+                const int tok = mt * GM_TILE + HT * hf + tl;
+                return (tok < m && col < rows) ? y + (size_t)tok * ldy + row0 + col : nullptr;
+            };
+            if (EPI == 3 && accumulate) {
+                // `y +=`: every residual piece of the round loaded before any store.
                 float4 res[PIECES];
 #pragma unroll
                 for (int u = 0; u < PIECES; ++u) {
-                    const int q = tid + 128 * u, tl = q >> 4, col = 4 * (q & 15);
-                    const int tok = mt * GM_TILE + HT * hf + tl;
-                    res[u] = (tok < m && col < rows)
-                                 ? *reinterpret_cast<const float4*>(y + (size_t)tok * ldy + row0 + col)
-                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+                    int tl, col;
+                    const float* p = piece(u, tl, col);
+                    res[u] = p ? *reinterpret_cast<const float4*>(p)
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
                 }
 #pragma unroll
                 for (int u = 0; u < PIECES; ++u) {
-                    const int q = tid + 128 * u, tl = q >> 4, col = 4 * (q & 15);
-                    const int tok = mt * GM_TILE + HT * hf + tl;
+                    int tl, col;
+                    float* p = piece(u, tl, col);
                     const float4 v = *reinterpret_cast<const float4*>(stg + tl * GM_STG_LD + col);
-                    if (tok < m && col < rows)
-                        *reinterpret_cast<float4*>(y + (size_t)tok * ldy + row0 + col) =
-                            make_float4(res[u].x + v.x, res[u].y + v.y, res[u].z + v.z,
-                                        res[u].w + v.w);
+                    if (p)
+                        *reinterpret_cast<float4*>(p) = make_float4(
+                            res[u].x + v.x, res[u].y + v.y, res[u].z + v.z, res[u].w + v.w);
                 }
-                continue;
-            }
+            } else {
 #pragma unroll
-            for (int u = 0; u < PIECES; ++u) {
-                const int q = tid + 128 * u, tl = q >> 4, col = 4 * (q & 15);
-                const int tok = mt * GM_TILE + HT * hf + tl;
-                if (tok < m && col < rows)
-                    *reinterpret_cast<float4*>(y + (size_t)tok * ldy + row0 + col) =
-                        *reinterpret_cast<const float4*>(stg + tl * GM_STG_LD + col);
+                for (int u = 0; u < PIECES; ++u) {
+                    int tl, col;
+                    float* p = piece(u, tl, col);
+                    if (p)
+                        *reinterpret_cast<float4*>(p) =
+                            *reinterpret_cast<const float4*>(stg + tl * GM_STG_LD + col);
+                }
             }
             continue;  // the next round's first barrier orders these reads before its writes
         }
@@ -639,7 +647,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                               lane);
             it += kblocks;
             if (EPI && (n & 3) == 0 && (ldy & 3) == 0)
-                gm_epilogue_staged<EPI == 1 ? 0 : EPI == 2 ? 1 : 2>(
+                gm_epilogue_staged<EPI>(
                     acc, y, xr, m, n, ldy, accumulate, mt, nt, c, wq, g, t, lane,
                     stg0 + c * (GM_STG_BYTES / 4));
             else
