@@ -18,6 +18,8 @@ use favlo_server::{Catalog, CatalogRow};
 pub struct Factory {
     /// Storage of language-model matrices.
     pub llama_format: favlo_llama::WeightFormat,
+    /// How a CUDA chat prefill computes its projections (`--prefill`).
+    pub llama_prefill: favlo_llama::PrefillMode,
     /// Where language, embeddings, DCGAN image/video models and the voice decoder run (`--device`).
     pub device: favlo_runtime::device::Device,
 }
@@ -36,6 +38,7 @@ impl PipelineFactory for Factory {
                     max_context: spec.context_length,
                     name: Some(spec.id.clone()),
                     device: self.device,
+                    prefill: self.llama_prefill,
                     ..Default::default()
                 };
                 let rt = favlo_llama::open(&spec.dir, ledger, owner, &opts)

@@ -427,3 +427,34 @@ extern "C" __global__ void __launch_bounds__(256) rows_prep(const float* __restr
         prep32_store(i < cols ? r[i] : 0.f, lane, (long long)blockIdx.x * nb + b, xhl, xs);
     }
 }
+
+// RMSNorm of t rows (row stride ldx, dim values) as f32 rows (stride ldy): the input of
+// the FP8 GEMM's activation quantization. Grid t, 256 threads.
+extern "C" __global__ void __launch_bounds__(256) rows_rms_norm_f32(
+    const float* __restrict__ x, int ldx, const float* __restrict__ w, float eps, int dim,
+    float* __restrict__ y, int ldy) {
+    __shared__ float red[8];
+    pdl_trigger();
+    pdl_wait();
+    const float* xr = x + (long long)blockIdx.x * ldx;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < dim; i += 256) ss = fmaf(xr[i], xr[i], ss);
+    ss = ap_block_sum(ss, red);
+    const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    float* yr = y + (long long)blockIdx.x * ldy;
+    for (int i = threadIdx.x; i < dim; i += 256) yr[i] = xr[i] * inv * w[i];
+}
+
+// silu(gate)·up over t rows of fused gate|up (row stride ldgu; gate n values then up n
+// values) as f32 rows of n values (stride ldy). Grid t, 256 threads.
+extern "C" __global__ void __launch_bounds__(256) rows_swiglu_f32(
+    const float* __restrict__ gu, int ldgu, int n, float* __restrict__ y, int ldy) {
+    pdl_trigger();
+    pdl_wait();
+    const float* r = gu + (long long)blockIdx.x * ldgu;
+    float* yr = y + (long long)blockIdx.x * ldy;
+    for (int i = threadIdx.x; i < n; i += 256) {
+        const float g = r[i];
+        yr[i] = g / (1.0f + expf(-g)) * r[n + i];
+    }
+}

@@ -33,5 +33,5 @@ pub use config::{Arch, LlamaConfig, RopeScaling};
 pub use error::LlamaError;
 pub use generate::{GenerateParams, Generated, Step, TokenScore};
 pub use model::{CHUNK, DeviceChoice, LlamaModel};
-pub use runtime::{LlamaRuntime, OpenOptions, check_device, open};
+pub use runtime::{LlamaRuntime, OpenOptions, PrefillMode, check_device, open};
 pub use weights::WeightFormat;

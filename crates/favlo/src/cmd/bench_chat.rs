@@ -53,6 +53,10 @@ pub struct ChatBench {
     /// counts only size the host pool).
     #[arg(long, env = "FAVLO_DEVICE", default_value = "cpu")]
     pub device: String,
+    /// CUDA prefill: exact (default) or fp8 (Hopper FP8 tensor cores, activations
+    /// rounded to E4M3), as `favlo serve --prefill`.
+    #[arg(long, env = "FAVLO_PREFILL", default_value = "exact")]
+    pub prefill: String,
     /// Decode by sampling at this temperature (top-p 1, no top-k, a fixed seed), as a
     /// chat request with OpenAI's defaults does, instead of greedily (0). The anchors
     /// decode greedily, so the two do not go together.
@@ -138,6 +142,9 @@ fn anchor_for(dir: &std::path::Path, device: Device) -> anyhow::Result<Anchor> {
 }
 
 pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
+    // Usage errors first, before any model is looked up.
+    let device = crate::cmd::common::device(&b.device)?;
+    let prefill = crate::cmd::common::prefill_mode(&b.prefill, device)?;
     let (dir, name) = match &b.dir {
         Some(d) => {
             anyhow::ensure!(
@@ -153,7 +160,6 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("unknown --weights {:?}", b.weights))?;
     let ledger = Ledger::new(Device::Cpu, None);
     let owner = Owner::mint("bench-chat");
-    let device = crate::cmd::common::device(&b.device)?;
     // Room for the prompt and the decoded tokens (at least the 1024 the figures have
     // always been taken at).
     let context = (b.prompt + b.decode + 1).max(1024);
@@ -161,6 +167,7 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
         format,
         max_context: Some(context),
         device,
+        prefill,
         ..Default::default()
     };
     let mut rt = favlo_llama::open(&dir, &ledger, &owner, &opts)?;

@@ -23,6 +23,12 @@ pub struct RuntimeArgs {
     /// decoder in f32), or auto (cuda:0 when it is usable here, else the CPU, saying why).
     #[arg(long, env = "FAVLO_DEVICE", default_value = "cpu")]
     pub device: String,
+    /// How a CUDA chat prefill computes the prompt's projections: exact (default: the
+    /// decode path's numbers, within 1e-4 of the CPU) or fp8 (Hopper GPUs: FP8 tensor
+    /// cores with the activations rounded to E4M3, about twice the prompt rate on long
+    /// prompts; the weights take one more byte each on the GPU).
+    #[arg(long, env = "FAVLO_PREFILL", default_value = "exact")]
+    pub prefill: String,
 }
 
 impl RuntimeArgs {
@@ -49,7 +55,30 @@ impl RuntimeArgs {
     }
 }
 
+/// The parsed `--prefill` for a model on `device` (a [`UsageError`] when unknown, or fp8
+/// off CUDA).
+pub fn prefill_mode(s: &str, device: Device) -> anyhow::Result<favlo_llama::PrefillMode> {
+    let mode = favlo_llama::PrefillMode::parse(s).ok_or_else(|| {
+        UsageError(format!(
+            "unknown --prefill {s:?}: use exact (default) or fp8"
+        ))
+    })?;
+    if mode == favlo_llama::PrefillMode::Fp8 && device == Device::Cpu {
+        return Err(UsageError(
+            "--prefill fp8 runs on a CUDA GPU (Hopper): add --device cuda, or leave --prefill exact"
+                .into(),
+        )
+        .into());
+    }
+    Ok(mode)
+}
+
 impl RuntimeArgs {
+    /// The parsed `--prefill` for models on `device`.
+    pub fn prefill(&self, device: Device) -> anyhow::Result<favlo_llama::PrefillMode> {
+        prefill_mode(&self.prefill, device)
+    }
+
     /// The parsed and checked `--device` (a [`UsageError`] when unusable here).
     pub fn device(&self) -> anyhow::Result<Device> {
         device(&self.device)

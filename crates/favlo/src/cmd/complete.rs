@@ -56,6 +56,7 @@ impl TokenSink for Stdout {
 pub fn run(args: CompleteArgs) -> anyhow::Result<ExitCode> {
     args.runtime.init_threads()?;
     let device = args.runtime.device()?;
+    let prefill = args.runtime.prefill(device)?;
     let home = Home::from_env()?;
     let registry = Registry::load(&home)?;
     let row = registry.get(&args.model).with_context(|| {
@@ -92,6 +93,7 @@ pub fn run(args: CompleteArgs) -> anyhow::Result<ExitCode> {
         max_context: row.defaults.context_length,
         name: Some(row.id.clone()),
         device,
+        prefill,
         ..Default::default()
     };
     let mut runtime = favlo_llama::open(&dir, &ledger, &owner, &opts)?;

@@ -57,6 +57,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     init_logging();
     args.runtime.init_threads()?;
     let device = args.runtime.device()?;
+    let prefill = args.runtime.prefill(device)?;
     #[cfg(feature = "cuda")]
     if let Device::Cuda(n) = device {
         crate::cmd::common::warm_cuda_kernels(n as usize);
@@ -95,6 +96,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         catalog: Arc::new(HubCatalog { home, registry }),
         factory: Arc::new(Factory {
             llama_format: args.runtime.weights()?,
+            llama_prefill: prefill,
             device,
         }),
         ledger,

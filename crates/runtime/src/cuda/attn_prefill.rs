@@ -8,7 +8,8 @@
 //! keeps ~f32 accuracy while the cache and positions are exactly the decode path's: a
 //! chunk prefilled here and the decode graph after it share one cache. The batched
 //! helpers (bias + RoPE + store, RMSNorm, SwiGLU, x preparation over t rows) write the
-//! GEMV's x preparation for t rows at a fixed row stride, one launch per chunk.
+//! GEMV's x preparation for t rows at a fixed row stride, one launch per chunk (or, for
+//! the FP8 GEMM path, f32 rows: [`super::prefill_rows`]).
 
 use std::sync::Arc;
 
@@ -57,6 +58,9 @@ pub struct PrefillOps {
     rms: CudaFunction,
     swiglu: CudaFunction,
     prep: CudaFunction,
+    /// The f32-row producers of the FP8 GEMM path ([`super::prefill_rows`]).
+    pub(super) rms_f32: CudaFunction,
+    pub(super) swiglu_f32: CudaFunction,
 }
 
 /// Qwen3's per-head RMSNorm of q and k before RoPE: weights of `head_dim` values each.
@@ -116,6 +120,11 @@ fn is_f16(cache: &KvCache) -> bool {
 }
 
 impl PrefillOps {
+    /// The context the kernels launch on.
+    pub(super) fn ctx(&self) -> &CudaContext {
+        &self.ctx
+    }
+
     /// Compiles (or reads from the cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<PrefillOps, CudaError> {
         let m = LoadedModule::load(ctx, MODULE)?;
@@ -138,6 +147,8 @@ impl PrefillOps {
             rms: f("rows_rms_norm_prep")?,
             swiglu: f("rows_swiglu_prep")?,
             prep: f("rows_prep")?,
+            rms_f32: f("rows_rms_norm_f32")?,
+            swiglu_f32: f("rows_swiglu_f32")?,
             ctx: Arc::clone(ctx),
         })
     }
@@ -337,7 +348,7 @@ impl PrefillOps {
     }
 
     /// One block of 256 threads per row.
-    fn rows_cfg(t: usize, op: &'static str) -> Result<LaunchConfig, CudaError> {
+    pub(super) fn rows_cfg(t: usize, op: &'static str) -> Result<LaunchConfig, CudaError> {
         Ok(LaunchConfig {
             grid_dim: (
                 u32::try_from(t).map_err(|_| shape(op, format!("{t} rows")))?,

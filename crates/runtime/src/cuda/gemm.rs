@@ -89,6 +89,15 @@ pub struct GemmWeightsHost {
     pub scales: Vec<u8>,
 }
 
+impl GemmWeightsHost {
+    /// Device bytes of a `rows × cols` matrix tiled by [`tile_gemm`] (either MX format:
+    /// one byte per code in whole 128 × 128 tiles, plus the scale tiles).
+    pub fn bytes_for(rows: usize, cols: usize) -> u64 {
+        let tiles = rows.div_ceil(GEMM_TILE) * cols.div_ceil(GEMM_KB).max(1);
+        (tiles * (TILE_BYTES + SCALE_TILE_BYTES)) as u64
+    }
+}
+
 /// Re-tiles an MX matrix for the GEMM: MXFP8 (E4M3 or E5M2) as it is, MXFP4 re-encoded
 /// as E4M3 codes with no rounding ([`super::gemm_fold`]; grouped scales where the
 /// matrix allows).
@@ -135,29 +144,35 @@ pub fn tile_gemm(view: MxView<'_>) -> Result<GemmWeightsHost, CudaError> {
 }
 
 /// Rows of 1-byte codes (`kblocks · 128` each) and their scales (4 per k block) into
-/// the tiled planes.
+/// the tiled planes, row tiles in parallel.
 fn tile_rows<'a>(
     rows: usize,
     kblocks: usize,
-    row_codes: impl Fn(usize) -> &'a [u8],
-    row_scales: impl Fn(usize) -> &'a [u8],
+    row_codes: impl Fn(usize) -> &'a [u8] + Sync,
+    row_scales: impl Fn(usize) -> &'a [u8] + Sync,
 ) -> (Vec<u8>, Vec<u8>) {
+    use rayon::prelude::*;
     let tiles = rows.div_ceil(GEMM_TILE);
     let mut data = vec![0u8; tiles * kblocks * TILE_BYTES];
     let mut scales = vec![0u8; tiles * kblocks * SCALE_TILE_BYTES];
-    for row in 0..rows {
-        let (tile, r) = (row / GEMM_TILE, row % GEMM_TILE);
-        let (rd, rs) = (row_codes(row), row_scales(row));
-        for kb in 0..kblocks {
-            let base = (tile * kblocks + kb) * TILE_BYTES;
-            for c in 0..GEMM_KB / 16 {
-                let d = base + tile_offset(r, 16 * c);
-                data[d..d + 16].copy_from_slice(&rd[kb * GEMM_KB + 16 * c..][..16]);
+    data.par_chunks_mut(kblocks * TILE_BYTES)
+        .zip(scales.par_chunks_mut(kblocks * SCALE_TILE_BYTES))
+        .enumerate()
+        .for_each(|(tile, (data, scales))| {
+            for r in 0..GEMM_TILE.min(rows - tile * GEMM_TILE) {
+                let row = tile * GEMM_TILE + r;
+                let (rd, rs) = (row_codes(row), row_scales(row));
+                for kb in 0..kblocks {
+                    let base = kb * TILE_BYTES;
+                    for c in 0..GEMM_KB / 16 {
+                        let d = base + tile_offset(r, 16 * c);
+                        data[d..d + 16].copy_from_slice(&rd[kb * GEMM_KB + 16 * c..][..16]);
+                    }
+                    let sb = kb * SCALE_TILE_BYTES + r * 4;
+                    scales[sb..sb + 4].copy_from_slice(&rs[kb * 4..kb * 4 + 4]);
+                }
             }
-            let sb = (tile * kblocks + kb) * SCALE_TILE_BYTES + r * 4;
-            scales[sb..sb + 4].copy_from_slice(&rs[kb * 4..kb * 4 + 4]);
-        }
-    }
+        });
     (data, scales)
 }
 
@@ -254,6 +269,13 @@ impl GemmActs {
             block_scales: ctx.alloc(owner, SpanKind::Scratch, tiles * kblocks * 4)?,
             row_scales: ctx.alloc(owner, SpanKind::Scratch, tiles * GEMM_TILE)?,
         })
+    }
+
+    /// Device bytes [`Self::new`] takes for these sizes (for a caller's memory fit).
+    pub fn bytes_for(m_cap: usize, cols: usize) -> u64 {
+        let tiles = m_cap.div_ceil(GEMM_TILE).max(1);
+        let kblocks = cols.div_ceil(GEMM_KB).max(1);
+        (tiles * kblocks * (TILE_BYTES + 4 * 4) + tiles * GEMM_TILE * 4) as u64
     }
 
     /// Quantized with one C per (tile, 128-value k block) instead of per 32 values:

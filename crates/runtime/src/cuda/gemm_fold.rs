@@ -11,6 +11,7 @@
 //! always fit), still exact.
 
 use favlo_mx::{MxView, decode_fp4_e2m1, decode_fp8_e4m3, encode_fp8_e4m3};
+use rayon::prelude::*;
 
 /// An MXFP4 matrix as E4M3 codes: `[rows][padded cols]` codes, `[rows][groups · 4]` E8M0
 /// scales (the same byte four times per group when `grouped`).
@@ -29,7 +30,7 @@ fn fp4_code(data: &[u8], i: usize) -> u8 {
 }
 
 /// The E4M3 code of E2M1 `code` times 2^shift, if it is exact.
-fn reencode(code: u8, shift: i32) -> Option<u8> {
+fn reencode_slow(code: u8, shift: i32) -> Option<u8> {
     if code & 7 == 0 {
         return Some(if code & 8 != 0 { 0x80 } else { 0 });
     }
@@ -38,15 +39,36 @@ fn reencode(code: u8, shift: i32) -> Option<u8> {
     (decode_fp8_e4m3(e).to_bits() == v.to_bits()).then_some(e)
 }
 
+/// Shifts the table covers: a scale difference of two E8M0 bytes.
+const SHIFTS: i32 = 256;
+
+/// [`reencode_slow`] for every (shift, code), built once: folding an 8B model looks up
+/// billions of codes.
+fn table() -> &'static [[Option<u8>; 16]] {
+    static TABLE: std::sync::OnceLock<Vec<[Option<u8>; 16]>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (-SHIFTS..SHIFTS)
+            .map(|shift| std::array::from_fn(|c| reencode_slow(c as u8, shift)))
+            .collect()
+    })
+}
+
+/// The E4M3 code of E2M1 `code` times 2^shift, if it is exact (`shift` within ±255).
+fn reencode(table: &[[Option<u8>; 16]], code: u8, shift: i32) -> Option<u8> {
+    table
+        .get(usize::try_from(shift + SHIFTS).ok()?)
+        .and_then(|row| row[usize::from(code & 0xF)])
+}
+
 /// One row: `grouped` = one scale per group (None if a group cannot), else per block.
 fn fold_row(
-    data: &[u8],
-    sc: &[u8],
+    (data, sc): (&[u8], &[u8]),
     groups: usize,
     grouped: bool,
     codes: &mut [u8],
     out_sc: &mut [u8],
 ) -> Option<()> {
+    let table = table();
     for g in 0..groups {
         let scales: [u8; 4] = std::array::from_fn(|b| sc.get(4 * g + b).copied().unwrap_or(0));
         let live: [bool; 4] = std::array::from_fn(|b| {
@@ -68,7 +90,7 @@ fn fold_row(
             let shift = i32::from(s) - i32::from(t);
             for i in 0..BLOCK {
                 let k = g * GROUP + b * BLOCK + i;
-                codes[k] = reencode(fp4_code(data, k), shift)?;
+                codes[k] = reencode(table, fp4_code(data, k), shift)?;
             }
         }
     }
@@ -82,18 +104,23 @@ pub(super) fn fold_fp4(view: MxView<'_>, groups: usize) -> Folded {
     let width = groups * GROUP;
     let mut codes = vec![0u8; rows * width];
     let mut scales = vec![0u8; rows * groups * 4];
+    // Rows in parallel (an 8B model has billions of codes); `all` stops early when one
+    // row cannot share its group scales.
     let mut fold = |grouped: bool| {
-        (0..rows).all(|r| {
-            fold_row(
-                view.row_data(r),
-                view.row_scales(r),
-                groups,
-                grouped,
-                &mut codes[r * width..(r + 1) * width],
-                &mut scales[r * groups * 4..(r + 1) * groups * 4],
-            )
-            .is_some()
-        })
+        codes
+            .par_chunks_mut(width)
+            .zip(scales.par_chunks_mut(groups * 4))
+            .enumerate()
+            .all(|(r, (c, s))| {
+                fold_row(
+                    (view.row_data(r), view.row_scales(r)),
+                    groups,
+                    grouped,
+                    c,
+                    s,
+                )
+                .is_some()
+            })
     };
     let grouped = fold(true);
     if !grouped {
@@ -110,7 +137,22 @@ pub(super) fn fold_fp4(view: MxView<'_>, groups: usize) -> Folded {
 
 #[cfg(test)]
 mod tests {
-    use super::fold_fp4;
+    use super::{fold_fp4, reencode, reencode_slow, table};
+
+    #[test]
+    fn the_table_is_the_slow_reencoding() {
+        for shift in -255..=255 {
+            for code in 0..16u8 {
+                assert_eq!(
+                    reencode(table(), code, shift),
+                    reencode_slow(code, shift),
+                    "code {code} shift {shift}"
+                );
+            }
+        }
+        assert_eq!(reencode(table(), 1, 256), None);
+        assert_eq!(reencode(table(), 1, -257), None);
+    }
     use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule, decode_e8m0, decode_fp8_e4m3};
 
     /// Decodes folded rows back to f32 and compares them bit for bit with the MX decode.

@@ -25,6 +25,7 @@ mod graph;
 mod kernels;
 mod launch;
 mod mx_gemm;
+mod prefill_rows;
 mod rel_encoder;
 mod rope_store;
 mod sample;

@@ -15,7 +15,8 @@
 //!   second graph, run only where logits are wanted.
 //! - Prefill of more than one token runs in chunks ([`prefill`]): every step batched
 //!   over the chunk's tokens (causal flash attention over the same cache) except the
-//!   projections, which run as exact-operand GEMMs (`MxGemm`); only the last token's
+//!   projections, which run as exact-operand GEMMs (`MxGemm`), or as FP8 tensor-core
+//!   GEMMs with `PrefillMode::Fp8`; only the last token's
 //!   logits are computed. Models with q/k norms, and `FAVLO_CUDA_PREFILL=loop` (for
 //!   comparisons), use the token loop over the decode step.
 //! - A step with no penalties, logprobs or grammar picks its token on the device
@@ -66,6 +67,8 @@ pub(crate) struct CudaOptions {
     pub kv_f16: bool,
     /// Most prompt tokens per batched prefill chunk (≥ 1).
     pub prefill_chunk: usize,
+    /// The batched prefill's projections as FP8 GEMMs (`crate::PrefillMode::Fp8`).
+    pub prefill_fp8: bool,
 }
 
 /// Prompt tokens per batched prefill chunk unless [`crate::OpenOptions`] says otherwise.
@@ -218,8 +221,18 @@ impl CudaLlama {
             3 * padded(d.max(qd).max(ff)) * 3 + d + 2 * (qd + 2 * kvd) + 2 * ff + d / 32 + ff / 32;
         // Batched prefill unless `FAVLO_CUDA_PREFILL=loop` turns it off.
         let batched = std::env::var("FAVLO_CUDA_PREFILL").map_or(true, |v| v != "loop");
+        let fp8 = batched && opts.prefill_fp8;
+        if fp8 && ctx.arch() != "sm_90a" {
+            return Err(LlamaError::Request {
+                message: format!(
+                    "{name}: the FP8 prefill needs a Hopper GPU (sm_90a tensor cores); cuda:{} is {}: use the exact prefill",
+                    opts.ordinal,
+                    ctx.arch()
+                ),
+            });
+        }
         let chunk_bytes = if batched {
-            prefill::chunk_bytes(opts.prefill_chunk, d, qd, kvd, ff)
+            prefill::chunk_bytes(opts.prefill_chunk, (d, qd, kvd, ff), fp8)
         } else {
             0
         };
@@ -228,7 +241,12 @@ impl CudaLlama {
             .layers
             .iter()
             .map(|l| l.qkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes())
-            .sum();
+            .sum::<u64>()
+            + if fp8 {
+                cfg.n_layers as u64 * prefill::fp8_layer_bytes((d, qd, kvd, ff))
+            } else {
+                0
+            };
         let max_ctx = max_ctx.min(MAX_CONTEXT);
         let min_ctx = min_ctx.min(max_ctx);
         let request = format!(
@@ -249,6 +267,7 @@ impl CudaLlama {
                     l,
                     li,
                     (opts.kv_f16, capacity, cfg.n_kv_heads, hd),
+                    fp8,
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -302,6 +321,12 @@ impl CudaLlama {
                 owner,
                 opts.prefill_chunk,
                 (d, qd, kvd, ff),
+                (
+                    fp8,
+                    layers.iter().filter_map(|l| l.fp8.as_ref()).any(|f| {
+                        f.qkv.grouped || f.o.grouped || f.gate_up.grouped || f.down.grouped
+                    }),
+                ),
             )?)
         } else {
             None

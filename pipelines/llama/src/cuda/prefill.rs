@@ -5,13 +5,17 @@
 //! SwiGLU), and the projections as GEMMs over the chunk's rows.
 //!
 //! Key design choices:
-//! - The projections run through [`MxGemm`]: the MX weights expanded exactly to bf16
-//!   and each prepared x row split into two bf16 planes (16 significant bits), one
-//!   cuBLASLt GEMM per plane accumulating in f32. The FP8 GEMM (`GemmMx`) is not used:
-//!   it quantizes activations to E4M3 (3 mantissa bits), which cannot meet the 1e-4
-//!   agreement with the CPU path that the decode graph keeps, and it has no MXFP4.
-//!   Where cuBLASLt cannot be loaded, or with `FAVLO_CUDA_PREFILL=gemv` (for
-//!   comparisons), the projections run the decode path's GEMV once per token.
+//! - By default the projections run through [`MxGemm`]: the MX weights expanded exactly
+//!   to bf16 and each prepared x row split into two bf16 planes (16 significant bits),
+//!   one cuBLASLt GEMM per plane accumulating in f32, which keeps the 1e-4 agreement
+//!   with the CPU path that the decode graph keeps. Where cuBLASLt cannot be loaded, or
+//!   with `FAVLO_CUDA_PREFILL=gemv` (for comparisons), they run the decode path's GEMV
+//!   once per token.
+//! - With `PrefillMode::Fp8` (Hopper only) they run on the FP8 tensor cores instead
+//!   (`GemmMx`): the producers write plain f32 rows, which are rounded to E4M3 per
+//!   token row and 32- or 128-value block, against E4M3 copies of the weights tiled at
+//!   open (MXFP4 folded exactly). Twice the work per weight byte of a bf16 GEMM is
+//!   gone, and so is the exactness: the option trades ~1% logit error for speed.
 //! - The chunk writes the same KV cache and uses the same RoPE tables as the decode
 //!   graph, and leaves the last token's hidden state in the decode buffers with
 //!   `*pos = n_past + n`, so decoding continues from it unchanged; only the last
@@ -22,7 +26,8 @@
 use std::sync::Arc;
 
 use favlo_runtime::cuda::{
-    CudaContext, CudaError, DeviceBuffer, MxGemm, PrefillShape, QkNorm, XPrep,
+    CudaContext, CudaError, DeviceBuffer, GemmActs, GemmMx, GemmWeights, GemmWeightsHost, GemvMma,
+    MxGemm, MxTiled, PrefillShape, QkNorm, XPrep,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 
@@ -37,26 +42,52 @@ pub(crate) const DEFAULT_CHUNK: usize = 1024;
 /// bf16 planes per x row in the projection GEMMs (16 significant bits).
 const TERMS: usize = 2;
 
+/// Model widths: (hidden, q_dim, kv_dim, ff).
+type Widths = (usize, usize, usize, usize);
+
 /// Device buffers of one chunk (rows of the chunk's tokens).
 pub(super) struct ChunkBufs {
     /// Most tokens per chunk.
     chunk: usize,
     /// Residual stream [chunk, hidden].
     h: DeviceBuffer<f32>,
-    /// x preparations: rows of padded(hidden), padded(q_dim), padded(ff).
-    prep_d: XPrep,
-    prep_a: XPrep,
-    prep_f: XPrep,
     qkv: DeviceBuffer<f32>,
     q: DeviceBuffer<f32>,
     o: DeviceBuffer<f32>,
     gu: DeviceBuffer<f32>,
+    proj: Proj,
+}
+
+/// How the chunk's projections run.
+enum Proj {
+    Exact(Box<Exact>),
+    Fp8(Box<Fp8>),
+}
+
+/// The exact projections: x preparations of the decode path, then [`MxGemm`] (or, with
+/// no cuBLASLt, the GEMV once per token).
+struct Exact {
+    /// x preparations: rows of padded(hidden), padded(q_dim), padded(ff).
+    prep_d: XPrep,
+    prep_a: XPrep,
+    prep_f: XPrep,
     /// The projection GEMMs (None: the GEMV per token).
     gemm: Option<MxGemm>,
 }
 
+/// The FP8 projections: f32 rows, their E4M3 quantization, [`GemmMx`].
+struct Fp8 {
+    mx: GemmMx,
+    /// Quantized activations for K = hidden (q|k|v, gate|up), q_dim (o), ff (down).
+    acts_d: GemmActs,
+    acts_a: GemmActs,
+    acts_f: GemmActs,
+    /// The normed / SwiGLU rows [chunk, max(hidden, ff)].
+    rows: DeviceBuffer<f32>,
+}
+
 /// (largest matrix, largest x block) in values, K padded for either MX format.
-fn gemm_sizes(chunk: usize, (d, qd, kvd, ff): (usize, usize, usize, usize)) -> (usize, usize) {
+fn gemm_sizes(chunk: usize, (d, qd, kvd, ff): Widths) -> (usize, usize) {
     let (pd, pa, pf) = (padded(d), padded(qd), padded(ff));
     let w = ((qd + 2 * kvd) * pd)
         .max(d * pa)
@@ -70,17 +101,17 @@ fn want_gemm() -> bool {
     std::env::var("FAVLO_CUDA_PREFILL").map_or(true, |v| v != "gemv")
 }
 
-impl ChunkBufs {
-    /// Scratch for chunks of a model of these widths.
-    pub(super) fn new(
+impl Exact {
+    fn new(
         ctx: &Arc<CudaContext>,
         owner: &Owner,
         chunk: usize,
-        (d, qd, kvd, ff): (usize, usize, usize, usize),
-    ) -> Result<ChunkBufs, LlamaError> {
+        widths: Widths,
+    ) -> Result<Exact, LlamaError> {
         let e = dev_err;
+        let (d, qd, _, ff) = widths;
         let gemm = if want_gemm() {
-            let (mw, mx) = gemm_sizes(chunk, (d, qd, kvd, ff));
+            let (mw, mx) = gemm_sizes(chunk, widths);
             match MxGemm::new(ctx, owner, mw, mx, TERMS) {
                 Ok(g) => Some(g),
                 Err(CudaError::Unavailable { reason }) => {
@@ -92,33 +123,155 @@ impl ChunkBufs {
         } else {
             None
         };
+        Ok(Exact {
+            prep_d: XPrep::new(ctx, owner, chunk * padded(d)).map_err(e)?,
+            prep_a: XPrep::new(ctx, owner, chunk * padded(qd)).map_err(e)?,
+            prep_f: XPrep::new(ctx, owner, chunk * padded(ff)).map_err(e)?,
+            gemm,
+        })
+    }
+
+    fn bytes(chunk: usize, widths: Widths) -> u64 {
+        let (d, qd, _, ff) = widths;
+        let prep = |k: usize| chunk * padded(k) * 2 * 2 + chunk * padded(k) / 32 * 4;
+        let gemm = if want_gemm() {
+            let (mw, mx) = gemm_sizes(chunk, widths);
+            MxGemm::bytes_for(mw, mx, TERMS)
+        } else {
+            0
+        };
+        (prep(d) + prep(qd) + prep(ff)) as u64 + gemm
+    }
+}
+
+/// `y (+)= x · wᵀ` for `t` prepared rows at stride `pk`: the GEMM, or the GEMV per
+/// token with y rows at stride `ldy`.
+#[allow(clippy::too_many_arguments)]
+fn exact_run(
+    gemm: &mut Option<MxGemm>,
+    gemv: &GemvMma,
+    w: &MxTiled,
+    x: &XPrep,
+    t: usize,
+    pk: usize,
+    y: &mut DeviceBuffer<f32>,
+    ldy: usize,
+    accumulate: bool,
+) -> Result<(), CudaError> {
+    match gemm.as_mut() {
+        Some(g) => g.run(w, x, t, pk, y, accumulate),
+        None => (0..t).try_for_each(|i| gemv.gemv_at(w, x, i * pk, y, i * ldy, accumulate)),
+    }
+}
+
+impl Fp8 {
+    /// `grouped`: one activation scale per 128 k instead of per 32 (with weights folded
+    /// to one scale per 128 k, as MXFP4 weights mostly are, the GEMM then promotes once
+    /// per stage; other weights read the same scale four times).
+    fn new(
+        ctx: &Arc<CudaContext>,
+        owner: &Owner,
+        chunk: usize,
+        (d, qd, _, ff): Widths,
+        grouped: bool,
+    ) -> Result<Fp8, LlamaError> {
+        let e = dev_err;
+        let mx = GemmMx::load(ctx).map_err(e)?;
+        let acts = |k: usize| {
+            GemmActs::new(ctx, owner, chunk, k)
+                .map(|a| a.grouped(grouped))
+                .map_err(e)
+        };
+        Ok(Fp8 {
+            mx,
+            acts_d: acts(d)?,
+            acts_a: acts(qd)?,
+            acts_f: acts(ff)?,
+            rows: ctx
+                .alloc::<f32>(owner, SpanKind::Scratch, chunk * d.max(ff))
+                .map_err(e)?,
+        })
+    }
+
+    fn bytes(chunk: usize, (d, qd, _, ff): Widths) -> u64 {
+        [d, qd, ff]
+            .iter()
+            .map(|&k| GemmActs::bytes_for(chunk, k))
+            .sum::<u64>()
+            + (chunk * d.max(ff) * 4) as u64
+    }
+}
+
+/// Quantizes `t` rows of `k` values of `x` (stride `ldx`) and runs `y (+)= x · wᵀ`.
+#[allow(clippy::too_many_arguments)]
+fn fp8_run(
+    mx: &GemmMx,
+    acts: &mut GemmActs,
+    x: &DeviceBuffer<f32>,
+    t: usize,
+    ldx: usize,
+    w: &GemmWeights,
+    y: &mut DeviceBuffer<f32>,
+    accumulate: bool,
+) -> Result<(), CudaError> {
+    mx.quantize(x, t, w.cols, ldx, acts)?;
+    mx.gemm(acts, w, y, accumulate)
+}
+
+impl ChunkBufs {
+    /// Scratch for chunks of a model of these widths; `fp8`: the FP8 projections, with
+    /// activation scales per 128 k when `grouped` (see [`Fp8::new`]).
+    pub(super) fn new(
+        ctx: &Arc<CudaContext>,
+        owner: &Owner,
+        chunk: usize,
+        widths: Widths,
+        (fp8, grouped): (bool, bool),
+    ) -> Result<ChunkBufs, LlamaError> {
+        let e = dev_err;
+        let (d, qd, kvd, ff) = widths;
+        let proj = if fp8 {
+            Proj::Fp8(Box::new(Fp8::new(ctx, owner, chunk, widths, grouped)?))
+        } else {
+            Proj::Exact(Box::new(Exact::new(ctx, owner, chunk, widths)?))
+        };
         let scratch = |n: usize| ctx.alloc::<f32>(owner, SpanKind::Scratch, n).map_err(e);
         Ok(ChunkBufs {
             chunk,
             h: scratch(chunk * d)?,
-            prep_d: XPrep::new(ctx, owner, chunk * padded(d)).map_err(e)?,
-            prep_a: XPrep::new(ctx, owner, chunk * padded(qd)).map_err(e)?,
-            prep_f: XPrep::new(ctx, owner, chunk * padded(ff)).map_err(e)?,
             qkv: scratch(chunk * (qd + 2 * kvd))?,
             q: scratch(chunk * qd)?,
             o: scratch(chunk * qd)?,
             gu: scratch(chunk * 2 * ff)?,
-            gemm,
+            proj,
         })
     }
 }
 
 /// Bytes [`ChunkBufs`] takes for these widths (for the context's memory fit).
-pub(super) fn chunk_bytes(chunk: usize, d: usize, qd: usize, kvd: usize, ff: usize) -> u64 {
-    let prep = |k: usize| chunk * padded(k) * 2 * 2 + chunk * padded(k) / 32 * 4;
+pub(super) fn chunk_bytes(chunk: usize, widths: Widths, fp8: bool) -> u64 {
+    let (d, qd, kvd, ff) = widths;
     let f32s = chunk * (d + (qd + 2 * kvd) + 2 * qd + 2 * ff);
-    let gemm = if want_gemm() {
-        let (mw, mx) = gemm_sizes(chunk, (d, qd, kvd, ff));
-        MxGemm::bytes_for(mw, mx, TERMS)
+    let proj = if fp8 {
+        Fp8::bytes(chunk, widths)
     } else {
-        0
+        Exact::bytes(chunk, widths)
     };
-    (prep(d) + prep(qd) + prep(ff) + f32s * 4) as u64 + gemm
+    (f32s * 4) as u64 + proj
+}
+
+/// Device bytes of one block's FP8 GEMM tiles (`upload::Fp8Layer`).
+pub(super) fn fp8_layer_bytes((d, qd, kvd, ff): Widths) -> u64 {
+    GemmWeightsHost::bytes_for(qd + 2 * kvd, d)
+        + GemmWeightsHost::bytes_for(d, qd)
+        + GemmWeightsHost::bytes_for(2 * ff, d)
+        + GemmWeightsHost::bytes_for(d, ff)
+}
+
+fn missing_fp8() -> LlamaError {
+    LlamaError::Device {
+        message: "the FP8 prefill's weight tiles are missing".into(),
+    }
 }
 
 impl CudaLlama {
@@ -163,14 +316,39 @@ impl CudaLlama {
             };
             for l in self.layers.iter_mut() {
                 let p = &k.prefill;
-                p.rms_norm_prep(&cb.h, d, t, &l.attn_norm, dm.eps, pd, &mut cb.prep_d)
-                    .map_err(e)?;
-                match cb.gemm.as_mut() {
-                    Some(g) => g.run(&l.qkv, &cb.prep_d, t, pd, &mut cb.qkv, false),
-                    None => (0..t).try_for_each(|i| {
-                        k.gemv
-                            .gemv_at(&l.qkv, &cb.prep_d, i * pd, &mut cb.qkv, i * nqkv, false)
-                    }),
+                let ChunkBufs {
+                    h,
+                    qkv,
+                    q,
+                    o,
+                    gu,
+                    proj,
+                    ..
+                } = &mut *cb;
+                let w8 = || l.fp8.as_ref().ok_or_else(missing_fp8);
+                // q|k|v = RMSNorm(h) · Wᵀ
+                match &mut *proj {
+                    Proj::Fp8(f) => {
+                        let w = w8()?;
+                        p.rms_norm_rows(h, d, t, &l.attn_norm, dm.eps, &mut f.rows, d)
+                            .map_err(e)?;
+                        fp8_run(&f.mx, &mut f.acts_d, &f.rows, t, d, &w.qkv, qkv, false)
+                    }
+                    Proj::Exact(x) => {
+                        p.rms_norm_prep(h, d, t, &l.attn_norm, dm.eps, pd, &mut x.prep_d)
+                            .map_err(e)?;
+                        exact_run(
+                            &mut x.gemm,
+                            &k.gemv,
+                            &l.qkv,
+                            &x.prep_d,
+                            t,
+                            pd,
+                            qkv,
+                            nqkv,
+                            false,
+                        )
+                    }
                 }
                 .map_err(e)?;
                 let norm = match (&l.q_norm, &l.k_norm) {
@@ -178,7 +356,7 @@ impl CudaLlama {
                     _ => None,
                 };
                 p.bias_rope_store(
-                    &cb.qkv,
+                    qkv,
                     nqkv,
                     l.qkv_bias.as_ref(),
                     norm,
@@ -186,47 +364,63 @@ impl CudaLlama {
                     &b.sin,
                     s,
                     dm.interleaved,
-                    &mut cb.q,
+                    q,
                     qd,
                     &mut l.cache,
                 )
                 .map_err(e)?;
-                p.attention(&cb.q, qd, &l.cache, s, dm.scale, &mut cb.o, qd)
+                p.attention(q, qd, &l.cache, s, dm.scale, o, qd)
                     .map_err(e)?;
-                p.prep_rows(&cb.o, qd, t, qd, pa, &mut cb.prep_a)
-                    .map_err(e)?;
-                match cb.gemm.as_mut() {
-                    Some(g) => g.run(&l.o, &cb.prep_a, t, pa, &mut cb.h, true),
-                    None => (0..t).try_for_each(|i| {
-                        k.gemv
-                            .gemv_at(&l.o, &cb.prep_a, i * pa, &mut cb.h, i * d, true)
-                    }),
+                // h += attention · Woᵀ
+                match &mut *proj {
+                    Proj::Fp8(f) => {
+                        let w = w8()?;
+                        fp8_run(&f.mx, &mut f.acts_a, o, t, qd, &w.o, h, true)
+                    }
+                    Proj::Exact(x) => {
+                        p.prep_rows(o, qd, t, qd, pa, &mut x.prep_a).map_err(e)?;
+                        exact_run(&mut x.gemm, &k.gemv, &l.o, &x.prep_a, t, pa, h, d, true)
+                    }
                 }
                 .map_err(e)?;
-                p.rms_norm_prep(&cb.h, d, t, &l.ffn_norm, dm.eps, pd, &mut cb.prep_d)
-                    .map_err(e)?;
-                match cb.gemm.as_mut() {
-                    Some(g) => g.run(&l.gate_up, &cb.prep_d, t, pd, &mut cb.gu, false),
-                    None => (0..t).try_for_each(|i| {
-                        k.gemv.gemv_at(
+                // gate|up = RMSNorm(h) · Wᵀ
+                match &mut *proj {
+                    Proj::Fp8(f) => {
+                        let w = w8()?;
+                        p.rms_norm_rows(h, d, t, &l.ffn_norm, dm.eps, &mut f.rows, d)
+                            .map_err(e)?;
+                        fp8_run(&f.mx, &mut f.acts_d, &f.rows, t, d, &w.gate_up, gu, false)
+                    }
+                    Proj::Exact(x) => {
+                        p.rms_norm_prep(h, d, t, &l.ffn_norm, dm.eps, pd, &mut x.prep_d)
+                            .map_err(e)?;
+                        exact_run(
+                            &mut x.gemm,
+                            &k.gemv,
                             &l.gate_up,
-                            &cb.prep_d,
-                            i * pd,
-                            &mut cb.gu,
-                            i * 2 * ff,
+                            &x.prep_d,
+                            t,
+                            pd,
+                            gu,
+                            2 * ff,
                             false,
                         )
-                    }),
+                    }
                 }
                 .map_err(e)?;
-                p.swiglu_prep(&cb.gu, 2 * ff, t, ff, pf, &mut cb.prep_f)
-                    .map_err(e)?;
-                match cb.gemm.as_mut() {
-                    Some(g) => g.run(&l.down, &cb.prep_f, t, pf, &mut cb.h, true),
-                    None => (0..t).try_for_each(|i| {
-                        k.gemv
-                            .gemv_at(&l.down, &cb.prep_f, i * pf, &mut cb.h, i * d, true)
-                    }),
+                // h += SwiGLU(gate|up) · Wdownᵀ
+                match &mut *proj {
+                    Proj::Fp8(f) => {
+                        let w = w8()?;
+                        p.swiglu_rows(gu, 2 * ff, t, ff, &mut f.rows, ff)
+                            .map_err(e)?;
+                        fp8_run(&f.mx, &mut f.acts_f, &f.rows, t, ff, &w.down, h, true)
+                    }
+                    Proj::Exact(x) => {
+                        p.swiglu_prep(gu, 2 * ff, t, ff, pf, &mut x.prep_f)
+                            .map_err(e)?;
+                        exact_run(&mut x.gemm, &k.gemv, &l.down, &x.prep_f, t, pf, h, d, true)
+                    }
                 }
                 .map_err(e)?;
             }

@@ -1,5 +1,6 @@
 //! Uploading a loaded model's weights to the GPU: MX matrices re-tiled for the
-//! tensor-core GEMV, norms and biases as f32, and the per-layer KV caches.
+//! tensor-core GEMV (and, for the FP8 prefill, a second time as E4M3 GEMM tiles), norms
+//! and biases as f32, and the per-layer KV caches.
 //!
 //! Key design choice: the host loader ([`crate::weights::load`] with MXFP8 or MXFP4)
 //! already decoded every GGUF/safetensors tensor to f32 and packed it in the favlo-mx
@@ -9,7 +10,9 @@
 
 use favlo_mx::MxView;
 use favlo_runtime::buffer::Buffer;
-use favlo_runtime::cuda::{CudaContext, DeviceBuffer, KvCache, MxTiled, tile_mx};
+use favlo_runtime::cuda::{
+    CudaContext, DeviceBuffer, GemmWeights, KvCache, MxTiled, tile_gemm, tile_mx,
+};
 use favlo_runtime::ledger::{Owner, SpanKind};
 
 use crate::error::LlamaError;
@@ -29,6 +32,16 @@ pub(super) struct DevLayer {
     pub gate_up: MxTiled,
     pub down: MxTiled,
     pub cache: KvCache,
+    /// The same matrices as E4M3 tiles for the FP8 prefill GEMMs (with that option).
+    pub fp8: Option<Fp8Layer>,
+}
+
+/// A block's projections tiled for `GemmMx` (FP8 prefill).
+pub(super) struct Fp8Layer {
+    pub qkv: GemmWeights,
+    pub o: GemmWeights,
+    pub gate_up: GemmWeights,
+    pub down: GemmWeights,
 }
 
 /// An MX matrix re-tiled and uploaded; other storage is an error (the CUDA path runs
@@ -50,6 +63,41 @@ pub(super) fn matrix(
     }
 }
 
+/// An MX matrix re-tiled as E4M3 codes for the FP8 GEMM (MXFP4 folded exactly) and
+/// uploaded.
+fn gemm_matrix(
+    ctx: &CudaContext,
+    owner: &Owner,
+    m: &Matrix,
+    name: &str,
+) -> Result<GemmWeights, LlamaError> {
+    match m {
+        Matrix::Mx { buf, layout } => {
+            let view = MxView::new(*layout, buf).map_err(LlamaError::Mx)?;
+            let host = tile_gemm(view).map_err(dev_err)?;
+            GemmWeights::upload(ctx, owner, &host).map_err(dev_err)
+        }
+        _ => Err(LlamaError::Request {
+            message: format!("CUDA runs MXFP8 or MXFP4 weights; {name} is stored otherwise"),
+        }),
+    }
+}
+
+/// The FP8 prefill's copies of block `li`'s four projections.
+fn fp8_layer(
+    ctx: &CudaContext,
+    owner: &Owner,
+    l: &Layer,
+    li: usize,
+) -> Result<Fp8Layer, LlamaError> {
+    Ok(Fp8Layer {
+        qkv: gemm_matrix(ctx, owner, &l.qkv, &format!("blk.{li}.qkv"))?,
+        o: gemm_matrix(ctx, owner, &l.wo, &format!("blk.{li}.attn_output"))?,
+        gate_up: gemm_matrix(ctx, owner, &l.gate_up, &format!("blk.{li}.ffn_gate_up"))?,
+        down: gemm_matrix(ctx, owner, &l.down, &format!("blk.{li}.ffn_down"))?,
+    })
+}
+
 /// An f32 host buffer copied to the device as resident weights.
 pub(super) fn vector(
     ctx: &CudaContext,
@@ -59,13 +107,15 @@ pub(super) fn vector(
     ctx.upload(owner, SpanKind::Resident, v).map_err(dev_err)
 }
 
-/// One block: its matrices, norms, bias, and a zeroed KV cache of `capacity` tokens.
+/// One block: its matrices (and, with `fp8`, their FP8 GEMM tiles), norms, bias, and a
+/// zeroed KV cache of `capacity` tokens.
 pub(super) fn layer(
     ctx: &CudaContext,
     owner: &Owner,
     l: &Layer,
     li: usize,
     kv: (bool, usize, usize, usize),
+    fp8: bool,
 ) -> Result<DevLayer, LlamaError> {
     let (f16, capacity, n_kv_heads, head_dim) = kv;
     let opt = |b: &Option<Buffer<f32>>| b.as_ref().map(|b| vector(ctx, owner, b)).transpose();
@@ -81,5 +131,10 @@ pub(super) fn layer(
         down: matrix(ctx, owner, &l.down, &format!("blk.{li}.ffn_down"))?,
         cache: KvCache::with_head_dim(ctx, owner, f16, capacity, n_kv_heads, head_dim)
             .map_err(dev_err)?,
+        fp8: if fp8 {
+            Some(fp8_layer(ctx, owner, l, li)?)
+        } else {
+            None
+        },
     })
 }

@@ -1,10 +1,12 @@
 //! What the CUDA chat tests share: the skip rule, opening a model on a device with the
 //! tests' settings, and the logits metric.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// Each test binary uses a subset.
+#![allow(dead_code)]
 
 use std::path::Path;
 
-use favlo_llama::{LlamaRuntime, OpenOptions, WeightFormat, open};
+use favlo_llama::{LlamaRuntime, OpenOptions, PrefillMode, WeightFormat, open};
 use favlo_runtime::device::Device;
 use favlo_runtime::ledger::{Ledger, Owner};
 
@@ -26,14 +28,32 @@ pub fn cuda_ok(what: &str) -> bool {
 /// `path` opened on `device` with MXFP8 weights, a 512-token context and 128-token
 /// prefill chunks (so the tests' prompts span several; the default is 1024).
 pub fn open_on(path: &Path, device: Device, kv_f16: bool) -> LlamaRuntime {
+    open_with(
+        path,
+        device,
+        WeightFormat::Mxfp8,
+        kv_f16,
+        PrefillMode::Exact,
+    )
+}
+
+/// As [`open_on`] with the weight format and prefill arithmetic given.
+pub fn open_with(
+    path: &Path,
+    device: Device,
+    format: WeightFormat,
+    kv_f16: bool,
+    prefill: PrefillMode,
+) -> LlamaRuntime {
     let ledger = Ledger::new(Device::Cpu, None);
     let owner = Owner::mint("cuda-llama-test");
     let opts = OpenOptions {
-        format: WeightFormat::Mxfp8,
+        format,
         max_context: Some(512),
         device,
         kv_f16,
         prefill_chunk: Some(128),
+        prefill,
         ..OpenOptions::default()
     };
     open(path, &ledger, &owner, &opts).unwrap()

@@ -1,0 +1,50 @@
+//! `--prefill` as a user meets it on `serve`, `complete` and `bench chat`: an unknown
+//! value, or `fp8` without a CUDA device, is a usage error (exit status 2) that names
+//! the fix, before any model loads or any port is bound.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+/// (exit code, stderr) of `favlo <args>` with an empty home.
+fn favlo(args: &[&str]) -> (Option<i32>, String) {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_favlo"))
+        .args(args)
+        .env("FAVLO_HOME", home.path())
+        .env_remove("FAVLO_DEVICE")
+        .env_remove("FAVLO_PREFILL")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn usage_error(args: &[&str], needle: &str) {
+    let (code, err) = favlo(args);
+    assert_eq!(code, Some(2), "favlo {args:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains(needle), "favlo {args:?}: {err}");
+}
+
+#[test]
+fn fp8_prefill_needs_cuda() {
+    let fix = "--prefill fp8 runs on a CUDA GPU";
+    usage_error(&["serve", "--prefill", "fp8"], fix);
+    usage_error(&["complete", "hi", "--prefill", "fp8"], fix);
+    usage_error(&["bench", "chat", "--prefill", "fp8"], fix);
+    usage_error(&["serve", "--device", "cpu", "--prefill", "FP8"], fix);
+}
+
+#[test]
+fn unknown_prefill_is_named() {
+    usage_error(
+        &["serve", "--prefill", "fast"],
+        "unknown --prefill \"fast\": use exact (default) or fp8",
+    );
+    usage_error(
+        &["complete", "hi", "--prefill", "int8"],
+        "unknown --prefill",
+    );
+}
