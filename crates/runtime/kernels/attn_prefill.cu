@@ -9,7 +9,7 @@
 // group), 16 rows per warp. Key tiles of 32 are staged in shared memory as f16 (rows
 // padded by 16 bytes: conflict-free fragment loads); S = Q·Kᵀ and O += P·V run on
 // `mma.sync.m16n8k16` f16 × f16 → f32, with an online softmax in f32 (precise expf)
-// between them. Precision: q·scale and p are split into f16 hi + lo (~22 bits, two mma
+// between them; an f16 cache's next tile is copied (`cp.async`) during this one's math. Precision: q·scale and p are split into f16 hi + lo (~22 bits, two mma
 // each); an f32 cache is split the same way (a third mma, hi·lo), so the f32 path keeps
 // ~f32 accuracy and the f16 path is exact in k and v. Query rows past t·G compute a
 // clamped row and are not stored; every row sees key 0, so its max is finite after the
@@ -65,6 +65,33 @@ __device__ __forceinline__ void ap_load_tile(const unsigned short* __restrict__ 
     }
 }
 
+// The same tile copied asynchronously (`cp.async`, 16-byte pieces, zero-filled at and
+// past kend): the caller commits the group and waits for it before reading.
+template <int HD>
+__device__ __forceinline__ void ap_load_tile_async(const unsigned short* __restrict__ kc,
+                                                   const unsigned short* __restrict__ vc,
+                                                   unsigned short* ks, unsigned short* vs,
+                                                   int kb0, int kend, int nkv, int g) {
+    constexpr int PER_ROW = HD / 8;
+    for (int i = threadIdx.x; i < AP_BK * PER_ROW; i += blockDim.x) {
+        const int r = i / PER_ROW, c = (i % PER_ROW) * 8;
+        const int key = kb0 + r;
+        const int bytes = key < kend ? 16 : 0;
+        const long long off = ((long long)min(key, kend - 1) * nkv + g) * HD + c;
+        const unsigned dk = (unsigned)__cvta_generic_to_shared(ks + r * (HD + 8) + c);
+        const unsigned dv = (unsigned)__cvta_generic_to_shared(vs + r * (HD + 8) + c);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dk), "l"(kc + off),
+                     "r"(bytes));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dv), "l"(vc + off),
+                     "r"(bytes));
+    }
+    asm volatile("cp.async.commit_group;");
+}
+
+__device__ __forceinline__ void ap_async_wait_all() {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
 // f32 cache: each value split into f16 hi (plane 0) + lo (plane 1).
 template <int HD>
 __device__ __forceinline__ void ap_load_tile(const float* __restrict__ kc,
@@ -105,8 +132,11 @@ __device__ __forceinline__ void attn_prefill(const float* __restrict__ q, int ld
     constexpr int KS = HD / 16;  // k steps over the head (S = Q·Kᵀ)
     constexpr int NB = HD / 8;   // n blocks of the output (O = P·V)
     constexpr int LD = HD + 8;
-    __shared__ __align__(16) unsigned short ks[NP][AP_BK * LD];
-    __shared__ __align__(16) unsigned short vs[NP][AP_BK * LD];
+    // An f16 cache's tiles are double-buffered (the next tile's copy runs during this
+    // tile's math); an f32 cache's are converted on the way in, one buffer.
+    constexpr int NBUF = SPLIT ? 1 : 2;
+    __shared__ __align__(16) unsigned short ks_all[NBUF][NP][AP_BK * LD];
+    __shared__ __align__(16) unsigned short vs_all[NBUF][NP][AP_BK * LD];
     pdl_trigger();
     pdl_wait();  // q and the cache rows come from earlier kernels
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -114,7 +144,9 @@ __device__ __forceinline__ void attn_prefill(const float* __restrict__ q, int ld
     const int kvh = blockIdx.y;
     const int G = nh / nkv;
     const int nrows = t * G;
-    const int r0 = blockIdx.x * AP_ROWS;
+    // Row tiles in reverse: the longest (latest tokens, most keys) start first, so the
+    // causal grid's short blocks fill the tail instead of its long ones.
+    const int r0 = (gridDim.x - 1 - blockIdx.x) * AP_ROWS;
     const int rlast = min(r0 + AP_ROWS, nrows) - 1;
     const int kend = n_past + rlast / G + 1;  // keys this block needs
     const int ra = r0 + warp * 16 + g, rb = ra + 8;
@@ -145,11 +177,23 @@ __device__ __forceinline__ void attn_prefill(const float* __restrict__ q, int ld
     // The warp's own last key: tiles past it are skipped (block-uniform barriers stay).
     const int wlast = n_past + min(min(r0 + warp * 16 + 15, nrows - 1) / G, t - 1);
     const int ntiles = (kend + AP_BK - 1) / AP_BK;
+    if constexpr (!SPLIT) ap_load_tile_async<HD>(kc, vc, ks_all[0][0], vs_all[0][0], 0, kend, nkv, kvh);
     for (int kt = 0; kt < ntiles; ++kt) {
         const int kb0 = kt * AP_BK;
-        __syncthreads();  // the previous tile's reads are done
-        ap_load_tile<HD>(kc, vc, ks, vs, kb0, kend, nkv, kvh);
-        __syncthreads();
+        unsigned short(*ks)[AP_BK * LD] = ks_all[kt % NBUF];
+        unsigned short(*vs)[AP_BK * LD] = vs_all[kt % NBUF];
+        if constexpr (SPLIT) {
+            __syncthreads();  // the previous tile's reads are done
+            ap_load_tile<HD>(kc, vc, ks, vs, kb0, kend, nkv, kvh);
+        } else {
+            ap_async_wait_all();  // this tile's copy (the only group in flight)
+        }
+        __syncthreads();  // this tile visible to all; the previous tile's reads done
+        if constexpr (!SPLIT) {
+            if (kt + 1 < ntiles)
+                ap_load_tile_async<HD>(kc, vc, ks_all[(kt + 1) % NBUF][0],
+                                       vs_all[(kt + 1) % NBUF][0], kb0 + AP_BK, kend, nkv, kvh);
+        }
         if (kb0 > wlast) continue;  // warp-uniform
         float s[AP_BK / 8][4];
 #pragma unroll
@@ -276,11 +320,15 @@ __device__ __forceinline__ unsigned short ap_f2h(float v) {
 __device__ __forceinline__ void ap_store(unsigned short* p, float v) { *p = ap_f2h(v); }
 __device__ __forceinline__ void ap_store(float* p, float v) { *p = v; }
 
-// rope_store.cu's bias + RoPE + KV store for t tokens: grid (heads, t), block HD; token
-// i (row i of qkv, stride ldqkv) is at position n_past + i; q goes to row i of q_out
-// (stride ldq). With qw / kw (Qwen3; both or neither), every q and k head is first
-// RMS-normalized over its HD values (weight qw or kw, epsilon eps), as decode.cu's
-// qk_norm_rope_store does for one token.
+// rope_store.cu's bias + RoPE + KV store for t tokens: grid (ceil(heads / 8), t), 256
+// threads, one warp per (token, head), lane l holding values V·l .. V·l + V − 1 (V = HD /
+// 32); token i (row i of qkv, stride ldqkv) is at position n_past + i; q goes to row i
+// of q_out (stride ldq). With qw / kw (Qwen3; both or neither), every q and k head is
+// first RMS-normalized over its HD values (weight qw or kw, epsilon eps), as decode.cu's
+// qk_norm_rope_store does for one token. The NeoX partner of value d (d ± HD/2) sits in
+// lane l ^ 16, the interleaved one (d ^ 1) in the same lane: no shared memory, no block
+// barrier (a block per (token, head) of HD threads was latency-bound: 61 µs for 1024
+// Qwen3-8B tokens).
 template <int HD, typename T>
 __device__ __forceinline__ void rows_bias_rope_store(
     const float* __restrict__ qkv, int ldqkv, const float* __restrict__ bias,
@@ -288,55 +336,70 @@ __device__ __forceinline__ void rows_bias_rope_store(
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, int n_past,
     float* __restrict__ q_out, int ldq, T* __restrict__ kc, T* __restrict__ vc, int nh, int nkv,
     int interleaved) {
-    __shared__ float buf[HD];
-    __shared__ float red[HD / 32];
+    constexpr int V = HD / 32;
+    constexpr int half = HD / 2;
     pdl_trigger();
     pdl_wait();
-    const int head = blockIdx.x, d = threadIdx.x, tok = blockIdx.y;
-    const int pos = n_past + tok;
-    float x = qkv[(long long)tok * ldqkv + head * HD + d];
-    if (bias != nullptr) x += bias[head * HD + d];
+    const int lane = threadIdx.x & 31;
+    const int head = blockIdx.x * 8 + (threadIdx.x >> 5), tok = blockIdx.y;
+    if (head >= nh + 2 * nkv) return;  // warp-uniform
+    const int pos = n_past + tok, d0 = lane * V;
+    const float* src = qkv + (long long)tok * ldqkv + head * HD + d0;
+    float x[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+        x[v] = src[v];
+        if (bias != nullptr) x[v] += bias[head * HD + d0 + v];
+    }
     if (head >= nh + nkv) {
-        ap_store(vc + ((long long)pos * nkv + (head - nh - nkv)) * HD + d, x);
+        T* dst = vc + ((long long)pos * nkv + (head - nh - nkv)) * HD + d0;
+#pragma unroll
+        for (int v = 0; v < V; ++v) ap_store(dst + v, x[v]);
         return;
     }
-    if (qw != nullptr) {  // block-uniform: every thread of a q or k head takes it
-        float ss = x * x;
+    if (qw != nullptr) {
+        float ss = 0.f;
+#pragma unroll
+        for (int v = 0; v < V; ++v) ss = fmaf(x[v], x[v], ss);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if ((d & 31) == 0) red[d >> 5] = ss;
-        __syncthreads();
-        ss = 0.f;
+        const float inv = 1.0f / sqrtf(ss / (float)HD + eps);
+        const float* w = (head < nh ? qw : kw) + d0;
 #pragma unroll
-        for (int w = 0; w < HD / 32; ++w) ss += red[w];
-        x = x * (1.0f / sqrtf(ss / (float)HD + eps)) * (head < nh ? qw : kw)[d];
+        for (int v = 0; v < V; ++v) x[v] = x[v] * inv * w[v];
     }
-    buf[d] = x;
-    __syncthreads();
-    constexpr int half = HD / 2;
-    int i, partner;
-    bool first;
+    float r[V];
     if (interleaved) {
-        i = d >> 1;
-        first = (d & 1) == 0;
-        partner = d ^ 1;
+#pragma unroll
+        for (int v = 0; v < V; v += 2) {
+            const int i = (d0 + v) >> 1;
+            const float c = cos_t[(long long)pos * half + i], s = sin_t[(long long)pos * half + i];
+            r[v] = x[v] * c - x[v + 1] * s;
+            r[v + 1] = x[v] * s + x[v + 1] * c;
+        }
     } else {
-        first = d < half;
-        i = first ? d : d - half;
-        partner = first ? d + half : d - half;
+        const bool first = lane < 16;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            const float p = __shfl_xor_sync(0xffffffffu, x[v], 16);
+            const int i = first ? d0 + v : d0 + v - half;
+            const float c = cos_t[(long long)pos * half + i], s = sin_t[(long long)pos * half + i];
+            r[v] = first ? x[v] * c - p * s : p * s + x[v] * c;
+        }
     }
-    const float c = cos_t[(long long)pos * half + i], s = sin_t[(long long)pos * half + i];
-    const float x0 = first ? x : buf[partner], x1 = first ? buf[partner] : x;
-    const float r = first ? x0 * c - x1 * s : x0 * s + x1 * c;
     if (head < nh) {
-        q_out[(long long)tok * ldq + head * HD + d] = r;
+        float* dst = q_out + (long long)tok * ldq + head * HD + d0;
+#pragma unroll
+        for (int v = 0; v < V; ++v) dst[v] = r[v];
     } else {
-        ap_store(kc + ((long long)pos * nkv + (head - nh)) * HD + d, r);
+        T* dst = kc + ((long long)pos * nkv + (head - nh)) * HD + d0;
+#pragma unroll
+        for (int v = 0; v < V; ++v) ap_store(dst + v, r[v]);
     }
 }
 
 #define ROWS_ROPE(HD)                                                                         \
-    extern "C" __global__ void __launch_bounds__(HD) rows_bias_rope_store_f16_hd##HD(         \
+    extern "C" __global__ void __launch_bounds__(256) rows_bias_rope_store_f16_hd##HD(         \
         const float* qkv, int ldqkv, const float* bias, const float* qw, const float* kw,     \
         float eps, const float* cos_t, const float* sin_t, int n_past, float* q_out, int ldq, \
         unsigned short* kc, unsigned short* vc, int nh, int nkv, int interleaved) {           \
@@ -344,7 +407,7 @@ __device__ __forceinline__ void rows_bias_rope_store(
                                                  n_past, q_out, ldq, kc, vc, nh, nkv,         \
                                                  interleaved);                                \
     }                                                                                         \
-    extern "C" __global__ void __launch_bounds__(HD) rows_bias_rope_store_f32_hd##HD(         \
+    extern "C" __global__ void __launch_bounds__(256) rows_bias_rope_store_f32_hd##HD(         \
         const float* qkv, int ldqkv, const float* bias, const float* qw, const float* kw,     \
         float eps, const float* cos_t, const float* sin_t, int n_past, float* q_out, int ldq, \
         float* kc, float* vc, int nh, int nkv, int interleaved) {                             \

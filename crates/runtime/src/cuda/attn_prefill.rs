@@ -272,8 +272,8 @@ impl PrefillOps {
             ));
         }
         let cfg = LaunchConfig {
-            grid_dim: (heads as u32, t as u32, 1),
-            block_dim: (hd as u32, 1, 1),
+            grid_dim: (heads.div_ceil(8) as u32, t as u32, 1),
+            block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
         let f = &self.rope[hd_index(hd, op)?][usize::from(is_f16(cache))];
