@@ -32,7 +32,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{cuda_ok, open_on, rel};
+use common::{cuda_ok, fixture_prompts, open_on, rel};
 use favlo_llama::LlamaRuntime;
 use favlo_runtime::device::Device;
 
@@ -51,24 +51,7 @@ fn model_path(env: &str) -> Option<PathBuf> {
 
 /// The fixture prompts' token ids.
 fn prompts(refs: &str) -> Vec<Vec<u32>> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(refs);
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
-    v["cases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .take(CASES)
-        .map(|c| {
-            c["prompt_ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|i| i.as_u64().unwrap() as u32)
-                .collect()
-        })
-        .collect()
+    fixture_prompts(refs, CASES)
 }
 
 /// Prompt logits, then `STEPS` pure argmax tokens (no stop tokens).

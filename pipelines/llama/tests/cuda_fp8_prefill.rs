@@ -24,7 +24,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{cuda_ok, open_with, rel};
+use common::{cuda_ok, fixture_prompts, open_with, rel};
 use favlo_llama::{LlamaRuntime, PrefillMode, WeightFormat};
 use favlo_runtime::device::Device;
 
@@ -35,22 +35,7 @@ const TOL: f32 = 0.08;
 
 /// The fixture prompts' token ids, and one of 301 ids made of them.
 fn prompts() -> Vec<Vec<u32>> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2_refs.json");
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
-    let mut cases: Vec<Vec<u32>> = v["cases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .take(5)
-        .map(|c| {
-            c["prompt_ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|i| i.as_u64().unwrap() as u32)
-                .collect()
-        })
-        .collect();
+    let mut cases = fixture_prompts("smollm2_refs.json", 5);
     let long: Vec<u32> = cases.iter().flatten().copied().cycle().take(301).collect();
     cases.push(long);
     cases

@@ -44,23 +44,25 @@ pub(super) struct Fp8Layer {
     pub down: GemmWeights,
 }
 
-/// An MX matrix re-tiled and uploaded; other storage is an error (the CUDA path runs
-/// MXFP8 / MXFP4 only).
+/// The MX view of a matrix; other storage is an error (the CUDA path runs MXFP8 /
+/// MXFP4 only).
+fn mx_view<'a>(m: &'a Matrix, name: &str) -> Result<MxView<'a>, LlamaError> {
+    match m {
+        Matrix::Mx { buf, layout } => MxView::new(*layout, buf).map_err(LlamaError::Mx),
+        _ => Err(LlamaError::Request {
+            message: format!("CUDA runs MXFP8 or MXFP4 weights; {name} is stored otherwise"),
+        }),
+    }
+}
+
+/// An MX matrix re-tiled for the GEMV and uploaded.
 pub(super) fn matrix(
     ctx: &CudaContext,
     owner: &Owner,
     m: &Matrix,
     name: &str,
 ) -> Result<MxTiled, LlamaError> {
-    match m {
-        Matrix::Mx { buf, layout } => {
-            let view = MxView::new(*layout, buf).map_err(LlamaError::Mx)?;
-            MxTiled::upload(ctx, owner, &tile_mx(view)).map_err(dev_err)
-        }
-        _ => Err(LlamaError::Request {
-            message: format!("CUDA runs MXFP8 or MXFP4 weights; {name} is stored otherwise"),
-        }),
-    }
+    MxTiled::upload(ctx, owner, &tile_mx(mx_view(m, name)?)).map_err(dev_err)
 }
 
 /// An MX matrix re-tiled as E4M3 codes for the FP8 GEMM (MXFP4 folded exactly) and
@@ -71,16 +73,8 @@ fn gemm_matrix(
     m: &Matrix,
     name: &str,
 ) -> Result<GemmWeights, LlamaError> {
-    match m {
-        Matrix::Mx { buf, layout } => {
-            let view = MxView::new(*layout, buf).map_err(LlamaError::Mx)?;
-            let host = tile_gemm(view).map_err(dev_err)?;
-            GemmWeights::upload(ctx, owner, &host).map_err(dev_err)
-        }
-        _ => Err(LlamaError::Request {
-            message: format!("CUDA runs MXFP8 or MXFP4 weights; {name} is stored otherwise"),
-        }),
-    }
+    let host = tile_gemm(mx_view(m, name)?).map_err(dev_err)?;
+    GemmWeights::upload(ctx, owner, &host).map_err(dev_err)
 }
 
 /// The FP8 prefill's copies of block `li`'s four projections.

@@ -59,6 +59,28 @@ pub fn open_with(
     open(path, &ledger, &owner, &opts).unwrap()
 }
 
+/// The first `n` chat prompts' token ids of `tests/fixtures/<refs>`.
+pub fn fixture_prompts(refs: &str, n: usize) -> Vec<Vec<u32>> {
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(refs);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .take(n)
+        .map(|c| {
+            c["prompt_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_u64().unwrap() as u32)
+                .collect()
+        })
+        .collect()
+}
+
 /// Max |a − b| / max |b| (`a` must be finite).
 pub fn rel(a: &[f32], b: &[f32]) -> f32 {
     assert!(a.iter().all(|x| x.is_finite()), "non-finite logits");
