@@ -122,7 +122,9 @@ __device__ __forceinline__ void ap_load_tile(const float* __restrict__ kc,
     }
 }
 
-template <int HD, typename T>
+// LO: q·scale and p as f16 hi + lo (two mma each, ~22 bits: the exact prefill); without
+// it, hi only (one mma each, 11 bits: the FP8 prefill, whose activations are E4M3).
+template <int HD, typename T, bool LO>
 __device__ __forceinline__ void attn_prefill(const float* __restrict__ q, int ldq,
                                              const T* __restrict__ kc, const T* __restrict__ vc,
                                              float* __restrict__ out, int ldo, int t, int n_past,
@@ -205,7 +207,7 @@ __device__ __forceinline__ void attn_prefill(const float* __restrict__ q, int ld
                 const unsigned b0 = *reinterpret_cast<const unsigned*>(&ks[0][off]);
                 const unsigned b1 = *reinterpret_cast<const unsigned*>(&ks[0][off + 8]);
                 ap_mma(s[nb], qh[st], b0, b1);
-                ap_mma(s[nb], ql[st], b0, b1);
+                if (LO) ap_mma(s[nb], ql[st], b0, b1);
                 if (SPLIT) {
                     const unsigned c0 = *reinterpret_cast<const unsigned*>(&ks[NP - 1][off]);
                     const unsigned c1 = *reinterpret_cast<const unsigned*>(&ks[NP - 1][off + 8]);
@@ -264,9 +266,9 @@ __device__ __forceinline__ void attn_prefill(const float* __restrict__ q, int ld
                 unsigned b0, b1, b2, b3;
                 ap_ldsm_t4(&vs[0][off], b0, b1, b2, b3);
                 ap_mma(o[2 * np], ph[kk], b0, b1);
-                ap_mma(o[2 * np], pl[kk], b0, b1);
+                if (LO) ap_mma(o[2 * np], pl[kk], b0, b1);
                 ap_mma(o[2 * np + 1], ph[kk], b2, b3);
-                ap_mma(o[2 * np + 1], pl[kk], b2, b3);
+                if (LO) ap_mma(o[2 * np + 1], pl[kk], b2, b3);
                 if (SPLIT) {
                     ap_ldsm_t4(&vs[NP - 1][off], b0, b1, b2, b3);
                     ap_mma(o[2 * np], ph[kk], b0, b1);
@@ -299,12 +301,19 @@ __device__ __forceinline__ void attn_prefill(const float* __restrict__ q, int ld
     extern "C" __global__ void __launch_bounds__(128) attn_prefill_f16_hd##HD(                 \
         const float* q, int ldq, const unsigned short* kc, const unsigned short* vc,           \
         float* out, int ldo, int t, int n_past, int nh, int nkv, float scale) {                \
-        attn_prefill<HD, unsigned short>(q, ldq, kc, vc, out, ldo, t, n_past, nh, nkv, scale); \
+        attn_prefill<HD, unsigned short, true>(q, ldq, kc, vc, out, ldo, t, n_past, nh, nkv,   \
+                                               scale);                                         \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(128) attn_prefill_f16h_hd##HD(                \
+        const float* q, int ldq, const unsigned short* kc, const unsigned short* vc,           \
+        float* out, int ldo, int t, int n_past, int nh, int nkv, float scale) {                \
+        attn_prefill<HD, unsigned short, false>(q, ldq, kc, vc, out, ldo, t, n_past, nh, nkv,  \
+                                                scale);                                        \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(128) attn_prefill_f32_hd##HD(                 \
         const float* q, int ldq, const float* kc, const float* vc, float* out, int ldo, int t, \
         int n_past, int nh, int nkv, float scale) {                                            \
-        attn_prefill<HD, float>(q, ldq, kc, vc, out, ldo, t, n_past, nh, nkv, scale);          \
+        attn_prefill<HD, float, true>(q, ldq, kc, vc, out, ldo, t, n_past, nh, nkv, scale);    \
     }
 
 ATTN_PREFILL(64)

@@ -4,7 +4,8 @@
 //!   groups 1..8, ragged chunk lengths (1, 17, 70, 130, …), n_past 0 and > 0, f16 and
 //!   f32 caches, padded row strides; the reference reads the cache as stored (f16
 //!   rounded). Bound: max |gpu − ref| ≤ 5e-5 · max |ref| (the kernel's f16 hi + lo
-//!   fragments keep ~22 bits; f32 accumulation);
+//!   fragments keep ~22 bits; f32 accumulation); the single-half kernel of the FP8
+//!   prefill (`attention_half`, q and p as one f16 each) on the same cases ≤ `HALF_TOL`;
 //! - bias + RoPE + KV store over t rows (both pair layouts, with and without bias, with
 //!   and without Qwen3's per-head q/k RMSNorm):
 //!   q and cache rows ≤ 1e-6 (f32) / 1e-3 (f16 cache, half an f16 ulp) of 1 + |ref|,
@@ -94,7 +95,7 @@ fn attention_case(
     group: usize,
     t: usize,
     n_past: usize,
-    f16c: bool,
+    (f16c, half): (bool, bool),
 ) -> f64 {
     let owner = Owner::mint("cuda-attn-prefill");
     let nh = nkv * group;
@@ -115,8 +116,12 @@ fn attention_case(
         n_kv_heads: nkv,
         head_dim: hd,
     };
-    ops.attention(&qd, ldq, &cache, s, scale, &mut out, ldo)
-        .unwrap();
+    if half {
+        ops.attention_half(&qd, ldq, &cache, s, scale, &mut out, ldo)
+    } else {
+        ops.attention(&qd, ldq, &cache, s, scale, &mut out, ldo)
+    }
+    .unwrap();
     let got = ctx.download(&out).unwrap();
     let mut err = 0f64;
     let mut max = 0f64;
@@ -158,11 +163,16 @@ fn attention_case(
     }
     let rel = err / max;
     eprintln!(
-        "attn prefill hd {hd} kv {nkv} group {group} t {t} n_past {n_past} {}: max rel err {rel:.2e}",
-        if f16c { "f16" } else { "f32" }
+        "attn prefill hd {hd} kv {nkv} group {group} t {t} n_past {n_past} {}{}: max rel err {rel:.2e}",
+        if f16c { "f16" } else { "f32" },
+        if half { " (single halves)" } else { "" }
     );
     rel
 }
+
+/// Bound of the single-half kernel (`PrefillOps::attention_half`): q·scale and p rounded
+/// to f16 (2^-11 relative each). Measured on an H200 (2026-12-01): 2.3e-4 – 3.5e-4.
+const HALF_TOL: f64 = 1e-3;
 
 #[test]
 fn prefill_attention_matches_f64() {
@@ -181,8 +191,15 @@ fn prefill_attention_matches_f64() {
         (128, 1, 8, 64, 33, true),
     ];
     for (hd, nkv, g, t, np, f16c) in cases {
-        let e = attention_case(&ctx, &ops, &mut rng, hd, nkv, g, t, np, f16c);
+        let e = attention_case(&ctx, &ops, &mut rng, hd, nkv, g, t, np, (f16c, false));
         assert!(e <= tol, "hd {hd} group {g} t {t} n_past {np}: {e:.2e}");
+        // The single-half kernel (f16 caches; an f32 cache takes the exact one).
+        let e = attention_case(&ctx, &ops, &mut rng, hd, nkv, g, t, np, (f16c, true));
+        let bound = if f16c { HALF_TOL } else { tol };
+        assert!(
+            e <= bound,
+            "half: hd {hd} group {g} t {t} n_past {np}: {e:.2e}"
+        );
     }
     // Every group size 1..8 on both head sizes and caches.
     for g in 1..=8 {
@@ -190,8 +207,12 @@ fn prefill_attention_matches_f64() {
             let t = rng.random_range(1..90);
             let np = rng.random_range(0..120);
             let f16c = g % 2 == 0;
-            let e = attention_case(&ctx, &ops, &mut rng, hd, 2, g, t, np, f16c);
+            let e = attention_case(&ctx, &ops, &mut rng, hd, 2, g, t, np, (f16c, false));
             assert!(e <= tol, "hd {hd} group {g} t {t} n_past {np}: {e:.2e}");
+            if f16c {
+                let e = attention_case(&ctx, &ops, &mut rng, hd, 2, g, t, np, (true, true));
+                assert!(e <= HALF_TOL, "half: hd {hd} group {g} t {t}: {e:.2e}");
+            }
         }
     }
 }

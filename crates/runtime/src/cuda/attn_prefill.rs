@@ -54,6 +54,8 @@ pub struct PrefillOps {
     ctx: Arc<CudaContext>,
     /// [head dim 64?][f16 cache?].
     attn: [[CudaFunction; 2]; 2],
+    /// [head dim 64?]: the f16-cache kernel with q and p as single f16 halves.
+    attn_half: [CudaFunction; 2],
     rope: [[CudaFunction; 2]; 2],
     rms: CudaFunction,
     swiglu: CudaFunction,
@@ -134,6 +136,7 @@ impl PrefillOps {
                 [f("attn_prefill_f32_hd128")?, f("attn_prefill_f16_hd128")?],
                 [f("attn_prefill_f32_hd64")?, f("attn_prefill_f16_hd64")?],
             ],
+            attn_half: [f("attn_prefill_f16h_hd128")?, f("attn_prefill_f16h_hd64")?],
             rope: [
                 [
                     f("rows_bias_rope_store_f32_hd128")?,
@@ -157,7 +160,9 @@ impl PrefillOps {
     /// (stride `ldq`, [n_heads][head_dim] f32) attends to cache keys `0..=n_past + i`
     /// with `scale`; row i of `out` (stride `ldo`) gets [n_heads][head_dim] f32 (values
     /// past that in the row are not touched). The chunk's own keys must already be in
-    /// the cache ([`Self::bias_rope_store`]).
+    /// the cache ([`Self::bias_rope_store`]). q·scale and the probabilities enter the
+    /// tensor cores as f16 hi + lo pairs (~22 bits; ≤ 5e-5 of the output's max against
+    /// f64 in `tests/cuda_attn_prefill.rs`).
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
@@ -168,6 +173,38 @@ impl PrefillOps {
         scale: f32,
         out: &mut DeviceBuffer<f32>,
         ldo: usize,
+    ) -> Result<(), CudaError> {
+        self.launch_attention(q, ldq, cache, s, scale, out, ldo, false)
+    }
+
+    /// [`Self::attention`] with q·scale and the probabilities as single f16 values (11
+    /// bits; half the tensor-core work) over an f16 cache; an f32 cache runs the exact
+    /// kernel. For callers whose activations are coarser anyway (the FP8 prefill).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_half(
+        &self,
+        q: &DeviceBuffer<f32>,
+        ldq: usize,
+        cache: &KvCache,
+        s: PrefillShape,
+        scale: f32,
+        out: &mut DeviceBuffer<f32>,
+        ldo: usize,
+    ) -> Result<(), CudaError> {
+        self.launch_attention(q, ldq, cache, s, scale, out, ldo, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn launch_attention(
+        &self,
+        q: &DeviceBuffer<f32>,
+        ldq: usize,
+        cache: &KvCache,
+        s: PrefillShape,
+        scale: f32,
+        out: &mut DeviceBuffer<f32>,
+        ldo: usize,
+        half: bool,
     ) -> Result<(), CudaError> {
         let op = "attn_prefill";
         s.check(op, cache)?;
@@ -195,7 +232,12 @@ impl PrefillOps {
             block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };
-        let f = &self.attn[hd_index(s.head_dim, op)?][usize::from(is_f16(cache))];
+        let hi = hd_index(s.head_dim, op)?;
+        let f = if half && is_f16(cache) {
+            &self.attn_half[hi]
+        } else {
+            &self.attn[hi][usize::from(is_f16(cache))]
+        };
         let (ldqi, ldoi, ti, npi, nhi, nkvi) = (
             int(ldq, op)?,
             int(ldo, op)?,

@@ -15,7 +15,9 @@
 //!   (`GemmMx`): the producers write plain f32 rows, which are rounded to E4M3 per
 //!   token row and 32- or 128-value block, against E4M3 copies of the weights tiled at
 //!   open (MXFP4 folded exactly). Twice the work per weight byte of a bf16 GEMM is
-//!   gone, and so is the exactness: the option trades ~1% logit error for speed.
+//!   gone, and so is the exactness: the option trades logit errors of a few percent of
+//!   the largest logit (docs/CUDA.md) for about twice the prompt rate. The attention
+//!   then takes q and p as single f16 halves too (`PrefillOps::attention_half`).
 //! - The chunk writes the same KV cache and uses the same RoPE tables as the decode
 //!   graph, and leaves the last token's hidden state in the decode buffers with
 //!   `*pos = n_past + n`, so decoding continues from it unchanged; only the last
@@ -369,8 +371,12 @@ impl CudaLlama {
                     &mut l.cache,
                 )
                 .map_err(e)?;
-                p.attention(q, qd, &l.cache, s, dm.scale, o, qd)
-                    .map_err(e)?;
+                // The FP8 path's activations are E4M3: q and p need not keep 22 bits.
+                match proj {
+                    Proj::Fp8(_) => p.attention_half(q, qd, &l.cache, s, dm.scale, o, qd),
+                    Proj::Exact(_) => p.attention(q, qd, &l.cache, s, dm.scale, o, qd),
+                }
+                .map_err(e)?;
                 // h += attention · Woᵀ
                 match &mut *proj {
                     Proj::Fp8(f) => {
