@@ -185,7 +185,7 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
     };
     let anchor_name = anchor.as_ref().map_or("", Anchor::engine);
     println!(
-        "model {} ({}), weights {}, device {}, {} round(s){}",
+        "model {} ({}), weights {}, device {}{}, {} round(s){}",
         name,
         dir.display(),
         match (cuda, format) {
@@ -194,6 +194,11 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
             _ => b.weights.as_str(),
         },
         rt.model().device_name(),
+        match prefill {
+            favlo_llama::PrefillMode::Fp8 => ", prefill fp8",
+            favlo_llama::PrefillMode::Exact if cuda => ", prefill exact",
+            favlo_llama::PrefillMode::Exact => "",
+        },
         rounds,
         if b.anchor {
             format!(", alternating with {anchor_name}")

@@ -63,12 +63,29 @@ pub fn prefill_mode(s: &str, device: Device) -> anyhow::Result<favlo_llama::Pref
             "unknown --prefill {s:?}: use exact (default) or fp8"
         ))
     })?;
-    if mode == favlo_llama::PrefillMode::Fp8 && device == Device::Cpu {
-        return Err(UsageError(
-            "--prefill fp8 runs on a CUDA GPU (Hopper): add --device cuda, or leave --prefill exact"
-                .into(),
-        )
-        .into());
+    if mode == favlo_llama::PrefillMode::Fp8 {
+        match device {
+            Device::Cpu => {
+                return Err(UsageError(
+                    "--prefill fp8 runs on a CUDA GPU (Hopper): add --device cuda, or leave --prefill exact"
+                        .into(),
+                )
+                .into());
+            }
+            // The FP8 GEMM is Hopper's wgmma: say so now, not at the first request.
+            #[cfg(feature = "cuda")]
+            Device::Cuda(n) => {
+                let arch = favlo_runtime::cuda::CudaContext::device_arch(n as usize)
+                    .map_err(|e| UsageError(format!("--prefill fp8: {e}")))?;
+                if arch != "sm_90a" {
+                    return Err(UsageError(format!(
+                        "--prefill fp8 needs a Hopper GPU (sm_90a FP8 tensor cores); cuda:{n} is {arch}: leave --prefill exact"
+                    ))
+                    .into());
+                }
+            }
+            _ => {}
+        }
     }
     Ok(mode)
 }
