@@ -17,8 +17,9 @@
 //!   over the chunk's tokens (causal flash attention over the same cache) except the
 //!   projections, which run as exact-operand GEMMs (`MxGemm`), or as FP8 tensor-core
 //!   GEMMs with `PrefillMode::Fp8`; only the last token's
-//!   logits are computed. Models with q/k norms, and `FAVLO_CUDA_PREFILL=loop` (for
-//!   comparisons), use the token loop over the decode step.
+//!   logits are computed (q/k-norm models too: the norms run in the chunk's RoPE
+//!   launch). `FAVLO_CUDA_PREFILL=loop` (for comparisons) keeps the token loop over the
+//!   decode step.
 //! - A step with no penalties, logprobs or grammar picks its token on the device
 //!   (`forward_choose`: greedy, or temperature / top-k / top-p / min-p with the host
 //!   sampler's draw as the uniform) and copies back 8 bytes; otherwise the logits of
