@@ -42,31 +42,9 @@ __device__ __forceinline__ void ap_ldsm_t4(const unsigned short* p, unsigned& r0
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
 }
 
-// One key tile (keys kb0 .. kb0+31, zero at and past kend) of kv head g into shared
-// memory: f16 cache copied in 16-byte pieces.
-template <int HD>
-__device__ __forceinline__ void ap_load_tile(const unsigned short* __restrict__ kc,
-                                             const unsigned short* __restrict__ vc,
-                                             unsigned short (*ks)[AP_BK * (HD + 8)],
-                                             unsigned short (*vs)[AP_BK * (HD + 8)], int kb0,
-                                             int kend, int nkv, int g) {
-    constexpr int PER_ROW = HD / 8;
-    for (int i = threadIdx.x; i < AP_BK * PER_ROW; i += blockDim.x) {
-        const int r = i / PER_ROW, c = (i % PER_ROW) * 8;
-        const int key = kb0 + r;
-        uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-        if (key < kend) {
-            const long long off = ((long long)key * nkv + g) * HD + c;
-            kv = __ldg(reinterpret_cast<const uint4*>(kc + off));
-            vv = __ldg(reinterpret_cast<const uint4*>(vc + off));
-        }
-        *reinterpret_cast<uint4*>(&ks[0][r * (HD + 8) + c]) = kv;
-        *reinterpret_cast<uint4*>(&vs[0][r * (HD + 8) + c]) = vv;
-    }
-}
-
-// The same tile copied asynchronously (`cp.async`, 16-byte pieces, zero-filled at and
-// past kend): the caller commits the group and waits for it before reading.
+// One key tile (keys kb0 .. kb0+31, zero at and past kend) of kv head g of an f16 cache
+// into shared memory, copied asynchronously (`cp.async`, 16-byte pieces): the caller
+// waits for the group before reading.
 template <int HD>
 __device__ __forceinline__ void ap_load_tile_async(const unsigned short* __restrict__ kc,
                                                    const unsigned short* __restrict__ vc,
@@ -439,6 +417,15 @@ __device__ __forceinline__ float ap_block_sum(float v, float* red) {
     return s;
 }
 
+// 1 / sqrt(mean(x²) + eps) of one row of dim values, over a block of 256 threads.
+__device__ __forceinline__ float ap_row_inv_rms(const float* __restrict__ xr, int dim, float eps,
+                                                float* red) {
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < dim; i += 256) ss = fmaf(xr[i], xr[i], ss);
+    ss = ap_block_sum(ss, red);
+    return 1.0f / sqrtf(ss / (float)dim + eps);
+}
+
 // RMSNorm of t rows (dim values, a multiple of 32, row stride ldx) straight into the
 // GEMV's x preparation: row r fills prepared blocks r·pcols/32 .. (r+1)·pcols/32, the
 // blocks past dim with zeros. Grid t, 256 threads.
@@ -450,10 +437,7 @@ extern "C" __global__ void __launch_bounds__(256) rows_rms_norm_prep(
     pdl_wait();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float* xr = x + (long long)blockIdx.x * ldx;
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < dim; i += 256) ss = fmaf(xr[i], xr[i], ss);
-    ss = ap_block_sum(ss, red);
-    const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    const float inv = ap_row_inv_rms(xr, dim, eps, red);
     const int nb = pcols / 32;
     for (int b = warp; b < nb; b += 8) {
         const int i = b * 32 + lane;
@@ -509,10 +493,7 @@ extern "C" __global__ void __launch_bounds__(256) rows_rms_norm_f32(
     pdl_trigger();
     pdl_wait();
     const float* xr = x + (long long)blockIdx.x * ldx;
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < dim; i += 256) ss = fmaf(xr[i], xr[i], ss);
-    ss = ap_block_sum(ss, red);
-    const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    const float inv = ap_row_inv_rms(xr, dim, eps, red);
     float* yr = y + (long long)blockIdx.x * ldy;
     for (int i = threadIdx.x; i < dim; i += 256) yr[i] = xr[i] * inv * w[i];
 }

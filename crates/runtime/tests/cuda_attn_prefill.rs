@@ -5,7 +5,7 @@
 //!   f32 caches, padded row strides; the reference reads the cache as stored (f16
 //!   rounded). Bound: max |gpu − ref| ≤ 5e-5 · max |ref| (the kernel's f16 hi + lo
 //!   fragments keep ~22 bits; f32 accumulation); the single-half kernel of the FP8
-//!   prefill (`attention_half`, q and p as one f16 each) on the same cases ≤ `HALF_TOL`;
+//!   prefill (`AttnPrecision::Half`, q and p as one f16 each) on the same cases ≤ `HALF_TOL`;
 //! - bias + RoPE + KV store over t rows (both pair layouts, with and without bias, with
 //!   and without Qwen3's per-head q/k RMSNorm):
 //!   q and cache rows ≤ 1e-6 (f32) / 1e-3 (f16 cache, half an f16 ulp) of 1 + |ref|,
@@ -29,7 +29,8 @@ use std::sync::Arc;
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cpu::{WeightRef, reference};
 use favlo_runtime::cuda::{
-    CudaContext, GemvMma, KvCache, MxTiled, PrefillOps, PrefillShape, QkNorm, XPrep, tile_mx,
+    AttnPrecision, CudaContext, GemvMma, KvCache, MxTiled, PrefillOps, PrefillShape, QkNorm, XPrep,
+    tile_mx,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use half::f16;
@@ -116,12 +117,13 @@ fn attention_case(
         n_kv_heads: nkv,
         head_dim: hd,
     };
-    if half {
-        ops.attention_half(&qd, ldq, &cache, s, scale, &mut out, ldo)
+    let precision = if half {
+        AttnPrecision::Half
     } else {
-        ops.attention(&qd, ldq, &cache, s, scale, &mut out, ldo)
-    }
-    .unwrap();
+        AttnPrecision::Split
+    };
+    ops.attention(&qd, ldq, &cache, s, scale, &mut out, ldo, precision)
+        .unwrap();
     let got = ctx.download(&out).unwrap();
     let mut err = 0f64;
     let mut max = 0f64;
@@ -170,7 +172,7 @@ fn attention_case(
     rel
 }
 
-/// Bound of the single-half kernel (`PrefillOps::attention_half`): q·scale and p rounded
+/// Bound of the single-half kernel (`AttnPrecision::Half`): q·scale and p rounded
 /// to f16 (2^-11 relative each). Measured on an H200 (2026-12-01): 2.3e-4 – 3.5e-4.
 const HALF_TOL: f64 = 1e-3;
 

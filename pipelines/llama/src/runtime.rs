@@ -237,7 +237,7 @@ pub fn open(
                     .prefill_chunk
                     .unwrap_or(crate::cuda::DEFAULT_PREFILL_CHUNK)
                     .max(1),
-                prefill_fp8: options.prefill == PrefillMode::Fp8,
+                prefill: options.prefill,
             };
             let dev = crate::cuda::CudaLlama::open(&cfg, &w, owner, opts, min_ctx, max_ctx, &name)?;
             LlamaModel::with_cuda(cfg, w, ledger, owner, dev)?

@@ -68,7 +68,7 @@ fn fp8_vs_cpu(format: WeightFormat) {
         return;
     }
     let arch = favlo_runtime::cuda::CudaContext::device_arch(0).unwrap();
-    if arch != "sm_90a" {
+    if !favlo_runtime::cuda::GemmMx::supports(&arch) {
         eprintln!("\n**** SKIPPED: the FP8 prefill needs sm_90a, cuda:0 is {arch} ****\n");
         return;
     }

@@ -251,7 +251,7 @@ fn qwen3_cuda_fp8_prefill_near_cpu() {
         return;
     }
     let arch = favlo_runtime::cuda::CudaContext::device_arch(0).unwrap();
-    if arch != "sm_90a" {
+    if !favlo_runtime::cuda::GemmMx::supports(&arch) {
         eprintln!("\n**** SKIPPED: the FP8 prefill needs sm_90a, cuda:0 is {arch} ****\n");
         return;
     }

@@ -77,7 +77,7 @@ pub fn prefill_mode(s: &str, device: Device) -> anyhow::Result<favlo_llama::Pref
             Device::Cuda(n) => {
                 let arch = favlo_runtime::cuda::CudaContext::device_arch(n as usize)
                     .map_err(|e| UsageError(format!("--prefill fp8: {e}")))?;
-                if arch != "sm_90a" {
+                if !favlo_runtime::cuda::GemmMx::supports(&arch) {
                     return Err(UsageError(format!(
                         "--prefill fp8 needs a Hopper GPU (sm_90a FP8 tensor cores); cuda:{n} is {arch}: leave --prefill exact"
                     ))

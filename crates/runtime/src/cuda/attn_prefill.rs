@@ -33,11 +33,11 @@ pub(crate) const MODULE: Module = Module {
 /// Query rows (token × head-in-group) per attention block (`AP_ROWS`).
 const ROWS: usize = 64;
 
-fn shape(op: &'static str, detail: String) -> CudaError {
+pub(super) fn shape(op: &'static str, detail: String) -> CudaError {
     CudaError::Shape { op, detail }
 }
 
-fn int(n: usize, op: &'static str) -> Result<i32, CudaError> {
+pub(super) fn int(n: usize, op: &'static str) -> Result<i32, CudaError> {
     i32::try_from(n).map_err(|_| shape(op, format!("{n} exceeds i32")))
 }
 
@@ -74,6 +74,18 @@ pub struct QkNorm<'a> {
     pub k: &'a DeviceBuffer<f32>,
     /// The norm's epsilon.
     pub eps: f32,
+}
+
+/// How [`PrefillOps::attention`] feeds q·scale and the probabilities to the tensor cores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttnPrecision {
+    /// f16 hi + lo pairs (~22 bits, two mma each; ≤ 5e-5 of the output's max against f64
+    /// in `tests/cuda_attn_prefill.rs`): the exact prefill.
+    Split,
+    /// Single f16 values (11 bits, half the tensor-core work) over an f16 cache; an f32
+    /// cache runs [`Self::Split`]. For callers whose activations are coarser anyway (the
+    /// FP8 prefill).
+    Half,
 }
 
 /// Shape of one prefill attention call.
@@ -160,9 +172,8 @@ impl PrefillOps {
     /// (stride `ldq`, [n_heads][head_dim] f32) attends to cache keys `0..=n_past + i`
     /// with `scale`; row i of `out` (stride `ldo`) gets [n_heads][head_dim] f32 (values
     /// past that in the row are not touched). The chunk's own keys must already be in
-    /// the cache ([`Self::bias_rope_store`]). q·scale and the probabilities enter the
-    /// tensor cores as f16 hi + lo pairs (~22 bits; ≤ 5e-5 of the output's max against
-    /// f64 in `tests/cuda_attn_prefill.rs`).
+    /// the cache ([`Self::bias_rope_store`]). `precision` picks how q·scale and the
+    /// probabilities enter the tensor cores ([`AttnPrecision`]).
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
@@ -173,38 +184,7 @@ impl PrefillOps {
         scale: f32,
         out: &mut DeviceBuffer<f32>,
         ldo: usize,
-    ) -> Result<(), CudaError> {
-        self.launch_attention(q, ldq, cache, s, scale, out, ldo, false)
-    }
-
-    /// [`Self::attention`] with q·scale and the probabilities as single f16 values (11
-    /// bits; half the tensor-core work) over an f16 cache; an f32 cache runs the exact
-    /// kernel. For callers whose activations are coarser anyway (the FP8 prefill).
-    #[allow(clippy::too_many_arguments)]
-    pub fn attention_half(
-        &self,
-        q: &DeviceBuffer<f32>,
-        ldq: usize,
-        cache: &KvCache,
-        s: PrefillShape,
-        scale: f32,
-        out: &mut DeviceBuffer<f32>,
-        ldo: usize,
-    ) -> Result<(), CudaError> {
-        self.launch_attention(q, ldq, cache, s, scale, out, ldo, true)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn launch_attention(
-        &self,
-        q: &DeviceBuffer<f32>,
-        ldq: usize,
-        cache: &KvCache,
-        s: PrefillShape,
-        scale: f32,
-        out: &mut DeviceBuffer<f32>,
-        ldo: usize,
-        half: bool,
+        precision: AttnPrecision,
     ) -> Result<(), CudaError> {
         let op = "attn_prefill";
         s.check(op, cache)?;
@@ -233,7 +213,7 @@ impl PrefillOps {
             shared_mem_bytes: 0,
         };
         let hi = hd_index(s.head_dim, op)?;
-        let f = if half && is_f16(cache) {
+        let f = if precision == AttnPrecision::Half && is_f16(cache) {
             &self.attn_half[hi]
         } else {
             &self.attn[hi][usize::from(is_f16(cache))]

@@ -396,10 +396,16 @@ pub enum TileStore {
 }
 
 impl GemmMx {
+    /// Whether the GEMM runs on a device of `arch` (`CudaContext::arch`): Hopper's
+    /// wgmma, sm_90a only.
+    pub fn supports(arch: &str) -> bool {
+        arch == "sm_90a"
+    }
+
     /// Compiles (or reads from the cache) and loads the module. Needs sm_90a.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<GemmMx, CudaError> {
         let arch = ctx.arch();
-        if arch != "sm_90a" {
+        if !Self::supports(&arch) {
             return Err(CudaError::Unavailable {
                 reason: format!("the MXFP8 GEMM needs sm_90a (Hopper wgmma); device is {arch}"),
             });

@@ -37,7 +37,7 @@ pub use attention::{
     ATTN_HEAD_DIM, ATTN_HEAD_DIMS, ATTN_ONEPASS_MIN_CAPACITY, AttentionDecode, AttnKernel, AttnOut,
     KvCache, QkvRope, attn_partials_len,
 };
-pub use attn_prefill::{PrefillOps, PrefillShape, QkNorm};
+pub use attn_prefill::{AttnPrecision, PrefillOps, PrefillShape, QkNorm};
 pub use blas::{BlasLt, BlasOut};
 pub use compile::{
     CompiledKernel, Module, WarmReport, cache_dir, compile_cubin, nvrtc_version, warm_cache,

@@ -8,17 +8,9 @@
 
 use cudarc::driver::PushKernelArg;
 
-use super::attn_prefill::PrefillOps;
+use super::attn_prefill::{PrefillOps, int, shape};
 use super::context::DeviceBuffer;
 use super::{CudaError, driver_err};
-
-fn shape(op: &'static str, detail: String) -> CudaError {
-    CudaError::Shape { op, detail }
-}
-
-fn int(n: usize, op: &'static str) -> Result<i32, CudaError> {
-    i32::try_from(n).map_err(|_| shape(op, format!("{n} exceeds i32")))
-}
 
 /// `t` rows reading `read` values at stride `ldx` from `x_len`, writing `cols` values
 /// at stride `ldy` into `y_len`.

@@ -70,7 +70,7 @@ impl KernelSet {
     /// sm_90a, as `GemmMx::load` requires; every other module builds for sm_89 and up.
     pub fn modules_for(self, arch: &str) -> Vec<Module> {
         let mut v = self.modules();
-        if arch != "sm_90a" {
+        if !super::GemmMx::supports(arch) {
             v.retain(|m| *m != gemm::MODULE);
         }
         v

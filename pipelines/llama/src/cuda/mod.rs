@@ -34,11 +34,12 @@ use std::sync::Arc;
 use favlo_runtime::cpu::RopeLayout;
 use favlo_runtime::cuda::{
     AttentionDecode, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps, DeviceBuffer,
-    DeviceSampler, Epilogue, GemvMma, KernelSet, MxTiled, NormIn, PrefillOps, RopeStore,
+    DeviceSampler, Epilogue, GemmMx, GemvMma, KernelSet, MxTiled, NormIn, PrefillOps, RopeStore,
     SAMPLE_OUT_LEN, SampleParams, XPrep, attn_partials_len, warm_kernels,
 };
 use favlo_runtime::ledger::{self, Owner, SpanKind};
 
+use crate::PrefillMode;
 use crate::config::LlamaConfig;
 use crate::error::LlamaError;
 use crate::rotary::Rotary;
@@ -68,8 +69,8 @@ pub(crate) struct CudaOptions {
     pub kv_f16: bool,
     /// Most prompt tokens per batched prefill chunk (≥ 1).
     pub prefill_chunk: usize,
-    /// The batched prefill's projections as FP8 GEMMs (`crate::PrefillMode::Fp8`).
-    pub prefill_fp8: bool,
+    /// The batched prefill's projections: exact, or FP8 GEMMs.
+    pub prefill: PrefillMode,
 }
 
 /// Prompt tokens per batched prefill chunk unless [`crate::OpenOptions`] says otherwise.
@@ -222,8 +223,8 @@ impl CudaLlama {
             3 * padded(d.max(qd).max(ff)) * 3 + d + 2 * (qd + 2 * kvd) + 2 * ff + d / 32 + ff / 32;
         // Batched prefill unless `FAVLO_CUDA_PREFILL=loop` turns it off.
         let batched = std::env::var("FAVLO_CUDA_PREFILL").map_or(true, |v| v != "loop");
-        let fp8 = batched && opts.prefill_fp8;
-        if fp8 && ctx.arch() != "sm_90a" {
+        let fp8 = batched && opts.prefill == PrefillMode::Fp8;
+        if fp8 && !GemmMx::supports(&ctx.arch()) {
             return Err(LlamaError::Request {
                 message: format!(
                     "{name}: the FP8 prefill needs a Hopper GPU (sm_90a tensor cores); cuda:{} is {}: use the exact prefill",
@@ -268,7 +269,6 @@ impl CudaLlama {
                     l,
                     li,
                     (opts.kv_f16, capacity, cfg.n_kv_heads, hd),
-                    fp8,
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -316,18 +316,24 @@ impl CudaLlama {
             ctx.alloc::<u32>(owner, SpanKind::Scratch, SAMPLE_OUT_LEN)
                 .map_err(e)?,
         );
+        // The FP8 prefill's weight tiles (counted in the fit above).
+        let fp8_layers = if fp8 {
+            let tiles = w.layers.iter().enumerate();
+            Some(
+                tiles
+                    .map(|(li, l)| upload::fp8_layer(&ctx, owner, l, li))
+                    .collect::<Result<Vec<_>, _>>()?,
+            )
+        } else {
+            None
+        };
         let chunk = if batched {
             Some(prefill::ChunkBufs::new(
                 &ctx,
                 owner,
                 opts.prefill_chunk,
                 (d, qd, kvd, ff),
-                (
-                    fp8,
-                    layers.iter().filter_map(|l| l.fp8.as_ref()).any(|f| {
-                        f.qkv.grouped || f.o.grouped || f.gate_up.grouped || f.down.grouped
-                    }),
-                ),
+                fp8_layers,
             )?)
         } else {
             None

@@ -17,7 +17,7 @@
 //!   open (MXFP4 folded exactly). Twice the work per weight byte of a bf16 GEMM is
 //!   gone, and so is the exactness: the option trades logit errors of a few percent of
 //!   the largest logit (docs/CUDA.md) for about twice the prompt rate. The attention
-//!   then takes q and p as single f16 halves too (`PrefillOps::attention_half`).
+//!   then takes q and p as single f16 halves too (`AttnPrecision::Half`).
 //! - The chunk writes the same KV cache and uses the same RoPE tables as the decode
 //!   graph, and leaves the last token's hidden state in the decode buffers with
 //!   `*pos = n_past + n`, so decoding continues from it unchanged; only the last
@@ -28,11 +28,12 @@
 use std::sync::Arc;
 
 use favlo_runtime::cuda::{
-    CudaContext, CudaError, DeviceBuffer, GemmActs, GemmMx, GemmWeights, GemmWeightsHost, GemvMma,
-    MxGemm, MxTiled, PrefillShape, QkNorm, XPrep,
+    AttnPrecision, CudaContext, CudaError, DeviceBuffer, GemmActs, GemmMx, GemmWeights,
+    GemmWeightsHost, GemvMma, MxGemm, MxTiled, PrefillShape, QkNorm, XPrep,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 
+use super::upload::Fp8Layer;
 use super::{CudaLlama, dev_err, padded};
 use crate::error::LlamaError;
 use crate::weights::Matrix;
@@ -77,9 +78,12 @@ struct Exact {
     gemm: Option<MxGemm>,
 }
 
-/// The FP8 projections: f32 rows, their E4M3 quantization, [`GemmMx`].
+/// The FP8 projections: f32 rows, their E4M3 quantization, [`GemmMx`] against each
+/// block's E4M3 weight tiles.
 struct Fp8 {
     mx: GemmMx,
+    /// Per block, in layer order.
+    weights: Vec<Fp8Layer>,
     /// Quantized activations for K = hidden (q|k|v, gate|up), q_dim (o), ff (down).
     acts_d: GemmActs,
     acts_a: GemmActs,
@@ -167,18 +171,21 @@ fn exact_run(
 }
 
 impl Fp8 {
-    /// `grouped`: one activation scale per 128 k instead of per 32 (with weights folded
-    /// to one scale per 128 k, as MXFP4 weights mostly are, the GEMM then promotes once
-    /// per stage; other weights read the same scale four times).
     fn new(
         ctx: &Arc<CudaContext>,
         owner: &Owner,
         chunk: usize,
         (d, qd, _, ff): Widths,
-        grouped: bool,
+        weights: Vec<Fp8Layer>,
     ) -> Result<Fp8, LlamaError> {
         let e = dev_err;
         let mx = GemmMx::load(ctx).map_err(e)?;
+        // One activation scale per 128 k instead of per 32 when some weight is folded to
+        // one scale per 128 k (as MXFP4 weights mostly are): the GEMM then promotes once
+        // per stage there; other weights read the same scale four times.
+        let grouped = weights
+            .iter()
+            .any(|f| f.qkv.grouped || f.o.grouped || f.gate_up.grouped || f.down.grouped);
         let acts = |k: usize| {
             GemmActs::new(ctx, owner, chunk, k)
                 .map(|a| a.grouped(grouped))
@@ -186,6 +193,7 @@ impl Fp8 {
         };
         Ok(Fp8 {
             mx,
+            weights,
             acts_d: acts(d)?,
             acts_a: acts(qd)?,
             acts_f: acts(ff)?,
@@ -221,21 +229,20 @@ fn fp8_run(
 }
 
 impl ChunkBufs {
-    /// Scratch for chunks of a model of these widths; `fp8`: the FP8 projections, with
-    /// activation scales per 128 k when `grouped` (see [`Fp8::new`]).
+    /// Scratch for chunks of a model of these widths; with `fp8` (every block's E4M3
+    /// weight tiles), the FP8 projections.
     pub(super) fn new(
         ctx: &Arc<CudaContext>,
         owner: &Owner,
         chunk: usize,
         widths: Widths,
-        (fp8, grouped): (bool, bool),
+        fp8: Option<Vec<Fp8Layer>>,
     ) -> Result<ChunkBufs, LlamaError> {
         let e = dev_err;
         let (d, qd, kvd, ff) = widths;
-        let proj = if fp8 {
-            Proj::Fp8(Box::new(Fp8::new(ctx, owner, chunk, widths, grouped)?))
-        } else {
-            Proj::Exact(Box::new(Exact::new(ctx, owner, chunk, widths)?))
+        let proj = match fp8 {
+            Some(weights) => Proj::Fp8(Box::new(Fp8::new(ctx, owner, chunk, widths, weights)?)),
+            None => Proj::Exact(Box::new(Exact::new(ctx, owner, chunk, widths)?)),
         };
         let scratch = |n: usize| ctx.alloc::<f32>(owner, SpanKind::Scratch, n).map_err(e);
         Ok(ChunkBufs {
@@ -270,9 +277,9 @@ pub(super) fn fp8_layer_bytes((d, qd, kvd, ff): Widths) -> u64 {
         + GemmWeightsHost::bytes_for(d, ff)
 }
 
-fn missing_fp8() -> LlamaError {
+fn missing_fp8(layer: usize) -> LlamaError {
     LlamaError::Device {
-        message: "the FP8 prefill's weight tiles are missing".into(),
+        message: format!("the FP8 prefill has no weight tiles for block {layer}"),
     }
 }
 
@@ -316,7 +323,7 @@ impl CudaLlama {
                 n_kv_heads: dm.n_kv_heads,
                 head_dim: dm.head_dim,
             };
-            for l in self.layers.iter_mut() {
+            for (li, l) in self.layers.iter_mut().enumerate() {
                 let p = &k.prefill;
                 let ChunkBufs {
                     h,
@@ -327,11 +334,10 @@ impl CudaLlama {
                     proj,
                     ..
                 } = &mut *cb;
-                let w8 = || l.fp8.as_ref().ok_or_else(missing_fp8);
                 // q|k|v = RMSNorm(h) · Wᵀ
                 match &mut *proj {
                     Proj::Fp8(f) => {
-                        let w = w8()?;
+                        let w = f.weights.get(li).ok_or_else(|| missing_fp8(li))?;
                         p.rms_norm_rows(h, d, t, &l.attn_norm, dm.eps, &mut f.rows, d)
                             .map_err(e)?;
                         fp8_run(&f.mx, &mut f.acts_d, &f.rows, t, d, &w.qkv, qkv, false)
@@ -372,15 +378,16 @@ impl CudaLlama {
                 )
                 .map_err(e)?;
                 // The FP8 path's activations are E4M3: q and p need not keep 22 bits.
-                match proj {
-                    Proj::Fp8(_) => p.attention_half(q, qd, &l.cache, s, dm.scale, o, qd),
-                    Proj::Exact(_) => p.attention(q, qd, &l.cache, s, dm.scale, o, qd),
-                }
-                .map_err(e)?;
+                let precision = match proj {
+                    Proj::Fp8(_) => AttnPrecision::Half,
+                    Proj::Exact(_) => AttnPrecision::Split,
+                };
+                p.attention(q, qd, &l.cache, s, dm.scale, o, qd, precision)
+                    .map_err(e)?;
                 // h += attention · Woᵀ
                 match &mut *proj {
                     Proj::Fp8(f) => {
-                        let w = w8()?;
+                        let w = f.weights.get(li).ok_or_else(|| missing_fp8(li))?;
                         fp8_run(&f.mx, &mut f.acts_a, o, t, qd, &w.o, h, true)
                     }
                     Proj::Exact(x) => {
@@ -392,7 +399,7 @@ impl CudaLlama {
                 // gate|up = RMSNorm(h) · Wᵀ
                 match &mut *proj {
                     Proj::Fp8(f) => {
-                        let w = w8()?;
+                        let w = f.weights.get(li).ok_or_else(|| missing_fp8(li))?;
                         p.rms_norm_rows(h, d, t, &l.ffn_norm, dm.eps, &mut f.rows, d)
                             .map_err(e)?;
                         fp8_run(&f.mx, &mut f.acts_d, &f.rows, t, d, &w.gate_up, gu, false)
@@ -417,7 +424,7 @@ impl CudaLlama {
                 // h += SwiGLU(gate|up) · Wdownᵀ
                 match &mut *proj {
                     Proj::Fp8(f) => {
-                        let w = w8()?;
+                        let w = f.weights.get(li).ok_or_else(|| missing_fp8(li))?;
                         p.swiglu_rows(gu, 2 * ff, t, ff, &mut f.rows, ff)
                             .map_err(e)?;
                         fp8_run(&f.mx, &mut f.acts_f, &f.rows, t, ff, &w.down, h, true)

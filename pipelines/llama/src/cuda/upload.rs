@@ -32,8 +32,6 @@ pub(super) struct DevLayer {
     pub gate_up: MxTiled,
     pub down: MxTiled,
     pub cache: KvCache,
-    /// The same matrices as E4M3 tiles for the FP8 prefill GEMMs (with that option).
-    pub fp8: Option<Fp8Layer>,
 }
 
 /// A block's projections tiled for `GemmMx` (FP8 prefill).
@@ -78,7 +76,7 @@ fn gemm_matrix(
 }
 
 /// The FP8 prefill's copies of block `li`'s four projections.
-fn fp8_layer(
+pub(super) fn fp8_layer(
     ctx: &CudaContext,
     owner: &Owner,
     l: &Layer,
@@ -101,15 +99,13 @@ pub(super) fn vector(
     ctx.upload(owner, SpanKind::Resident, v).map_err(dev_err)
 }
 
-/// One block: its matrices (and, with `fp8`, their FP8 GEMM tiles), norms, bias, and a
-/// zeroed KV cache of `capacity` tokens.
+/// One block: its matrices, norms, bias, and a zeroed KV cache of `capacity` tokens.
 pub(super) fn layer(
     ctx: &CudaContext,
     owner: &Owner,
     l: &Layer,
     li: usize,
     kv: (bool, usize, usize, usize),
-    fp8: bool,
 ) -> Result<DevLayer, LlamaError> {
     let (f16, capacity, n_kv_heads, head_dim) = kv;
     let opt = |b: &Option<Buffer<f32>>| b.as_ref().map(|b| vector(ctx, owner, b)).transpose();
@@ -125,10 +121,5 @@ pub(super) fn layer(
         down: matrix(ctx, owner, &l.down, &format!("blk.{li}.ffn_down"))?,
         cache: KvCache::with_head_dim(ctx, owner, f16, capacity, n_kv_heads, head_dim)
             .map_err(dev_err)?,
-        fp8: if fp8 {
-            Some(fp8_layer(ctx, owner, l, li)?)
-        } else {
-            None
-        },
     })
 }
