@@ -6,10 +6,14 @@
 // f32); q f32 rows (token stride ldq) of [n_heads][HD], out f32 rows (stride ldo).
 // Block (row tile, kv head g) takes 64 query rows r of the t·G rows of kv head g's G
 // query heads (r = token·G + head-in-group, so GQA shares each K/V tile among the
-// group), 16 rows per warp. Key tiles of 32 are staged in shared memory as f16 (rows
+// group), 16 rows per warp. (Blocks of 8 warps, sharing each tile among twice the rows,
+// measured 3–11% slower on a Qwen3-8B layer: docs/CUDA.md.) Key tiles of 32 are staged in shared memory as f16 (rows
 // padded by 16 bytes: conflict-free fragment loads); S = Q·Kᵀ and O += P·V run on
-// `mma.sync.m16n8k16` f16 × f16 → f32, with an online softmax in f32 (precise expf)
-// between them; an f16 cache's next tile is copied (`cp.async`) during this one's math. Precision: q·scale and p are split into f16 hi + lo (~22 bits, two mma
+// `mma.sync.m16n8k16` f16 × f16 → f32 (K fragments by `ldmatrix`), with an online
+// softmax in f32 between them, in base 2: q is scaled by scale·log2(e) before the split,
+// so the exponentials are one `ex2.approx` each (relative error ~2^-22, below the ~22
+// bits the split keeps); O is rescaled only when a row's running max moved. An f16
+// cache's next tile is copied (`cp.async`) during this one's math. Precision: q·scale and p are split into f16 hi + lo (~22 bits, two mma
 // each); an f32 cache is split the same way (a third mma, hi·lo), so the f32 path keeps
 // ~f32 accuracy and the f16 path is exact in k and v. Query rows past t·G compute a
 // clamped row and are not stored; every row sees key 0, so its max is finite after the
@@ -33,6 +37,20 @@ __device__ __forceinline__ void ap_mma(float* c, const unsigned* a, unsigned b0,
         "{%8,%9}, {%0,%1,%2,%3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 2^x (approximate: relative error ~2^-22; 2^-inf = 0).
+__device__ __forceinline__ float ap_ex2(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void ap_ldsm4(const unsigned short* p, unsigned& r0, unsigned& r1,
+                                         unsigned& r2, unsigned& r3) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
 }
 
 __device__ __forceinline__ void ap_ldsm_t4(const unsigned short* p, unsigned& r0, unsigned& r1,
@@ -136,6 +154,7 @@ __device__ __forceinline__ void attn_prefill(const float* __restrict__ q, int ld
 
     unsigned qh[KS][4], ql[KS][4];
     {
+        const float qs = scale * 1.4426950408889634f;  // scores in base 2
         const float* qa = q + (long long)toka * ldq + heada * HD + 2 * tq;
         const float* qb = q + (long long)tokb * ldq + headb * HD + 2 * tq;
 #pragma unroll
@@ -144,10 +163,10 @@ __device__ __forceinline__ void attn_prefill(const float* __restrict__ q, int ld
             const float2 a1 = *reinterpret_cast<const float2*>(qb + s * 16);
             const float2 a2 = *reinterpret_cast<const float2*>(qa + s * 16 + 8);
             const float2 a3 = *reinterpret_cast<const float2*>(qb + s * 16 + 8);
-            ap_split(a0.x * scale, a0.y * scale, qh[s][0], ql[s][0]);
-            ap_split(a1.x * scale, a1.y * scale, qh[s][1], ql[s][1]);
-            ap_split(a2.x * scale, a2.y * scale, qh[s][2], ql[s][2]);
-            ap_split(a3.x * scale, a3.y * scale, qh[s][3], ql[s][3]);
+            ap_split(a0.x * qs, a0.y * qs, qh[s][0], ql[s][0]);
+            ap_split(a1.x * qs, a1.y * qs, qh[s][1], ql[s][1]);
+            ap_split(a2.x * qs, a2.y * qs, qh[s][2], ql[s][2]);
+            ap_split(a3.x * qs, a3.y * qs, qh[s][3], ql[s][3]);
         }
     }
     float o[NB][4];
@@ -156,6 +175,7 @@ __device__ __forceinline__ void attn_prefill(const float* __restrict__ q, int ld
     float ma = AP_NEG_INF, mb = AP_NEG_INF, la = 0.f, lb = 0.f;
     // The warp's own last key: tiles past it are skipped (block-uniform barriers stay).
     const int wlast = n_past + min(min(r0 + warp * 16 + 15, nrows - 1) / G, t - 1);
+    const int wfirst = n_past + min((r0 + warp * 16) / G, t - 1);  // its first row's last key
     const int ntiles = (kend + AP_BK - 1) / AP_BK;
     if constexpr (!SPLIT) ap_load_tile_async<HD>(kc, vc, ks_all[0][0], vs_all[0][0], 0, kend, nkv, kvh);
     for (int kt = 0; kt < ntiles; ++kt) {
@@ -176,31 +196,40 @@ __device__ __forceinline__ void attn_prefill(const float* __restrict__ q, int ld
         }
         if (kb0 > wlast) continue;  // warp-uniform
         float s[AP_BK / 8][4];
+        // K fragments of two k steps per ldmatrix: lane l addresses key row l % 8 of the
+        // n block and head columns 8 (l / 8) of the step pair.
+        const int krow = lane & 7, kcol = (lane >> 3) * 8;
 #pragma unroll
         for (int nb = 0; nb < AP_BK / 8; ++nb) {
             s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
 #pragma unroll
-            for (int st = 0; st < KS; ++st) {
-                const int off = (nb * 8 + g) * LD + st * 16 + 2 * tq;
-                const unsigned b0 = *reinterpret_cast<const unsigned*>(&ks[0][off]);
-                const unsigned b1 = *reinterpret_cast<const unsigned*>(&ks[0][off + 8]);
+            for (int st = 0; st < KS; st += 2) {
+                const int off = (nb * 8 + krow) * LD + st * 16 + kcol;
+                unsigned b0, b1, b2, b3;
+                ap_ldsm4(&ks[0][off], b0, b1, b2, b3);
                 ap_mma(s[nb], qh[st], b0, b1);
                 if (LO) ap_mma(s[nb], ql[st], b0, b1);
+                ap_mma(s[nb], qh[st + 1], b2, b3);
+                if (LO) ap_mma(s[nb], ql[st + 1], b2, b3);
                 if (SPLIT) {
-                    const unsigned c0 = *reinterpret_cast<const unsigned*>(&ks[NP - 1][off]);
-                    const unsigned c1 = *reinterpret_cast<const unsigned*>(&ks[NP - 1][off + 8]);
-                    ap_mma(s[nb], qh[st], c0, c1);
+                    ap_ldsm4(&ks[NP - 1][off], b0, b1, b2, b3);
+                    ap_mma(s[nb], qh[st], b0, b1);
+                    ap_mma(s[nb], qh[st + 1], b2, b3);
                 }
             }
         }
+        // Tiles wholly below the diagonal for every row of the warp need no mask.
+        const bool below = kb0 + AP_BK - 1 <= wfirst;
         float mxa = AP_NEG_INF, mxb = AP_NEG_INF;
 #pragma unroll
         for (int nb = 0; nb < AP_BK / 8; ++nb) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int key = kb0 + nb * 8 + 2 * tq + e;
-                if (key > lima) s[nb][e] = AP_NEG_INF;
-                if (key > limb) s[nb][2 + e] = AP_NEG_INF;
+                if (!below) {
+                    if (key > lima) s[nb][e] = AP_NEG_INF;
+                    if (key > limb) s[nb][2 + e] = AP_NEG_INF;
+                }
                 mxa = fmaxf(mxa, s[nb][e]);
                 mxb = fmaxf(mxb, s[nb][2 + e]);
             }
@@ -211,24 +240,27 @@ __device__ __forceinline__ void attn_prefill(const float* __restrict__ q, int ld
             mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, x));
         }
         const float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
-        const float aa = expf(ma - mna), ab = expf(mb - mnb);
+        // A max that did not move rescales by exactly 1: skip it unless some row's moved.
+        if (__any_sync(0xffffffffu, mna != ma || mnb != mb)) {
+            const float aa = ap_ex2(ma - mna), ab = ap_ex2(mb - mnb);
+            la *= aa;
+            lb *= ab;
+#pragma unroll
+            for (int n = 0; n < NB; ++n) {
+                o[n][0] *= aa;
+                o[n][1] *= aa;
+                o[n][2] *= ab;
+                o[n][3] *= ab;
+            }
+        }
         ma = mna;
         mb = mnb;
-        la *= aa;
-        lb *= ab;
-#pragma unroll
-        for (int n = 0; n < NB; ++n) {
-            o[n][0] *= aa;
-            o[n][1] *= aa;
-            o[n][2] *= ab;
-            o[n][3] *= ab;
-        }
         // P as the A operand of P·V: the C layout of two key blocks is one k step's A.
         unsigned ph[AP_BK / 16][4], pl[AP_BK / 16][4];
 #pragma unroll
         for (int nb = 0; nb < AP_BK / 8; ++nb) {
-            const float pa0 = expf(s[nb][0] - ma), pa1 = expf(s[nb][1] - ma);
-            const float pb0 = expf(s[nb][2] - mb), pb1 = expf(s[nb][3] - mb);
+            const float pa0 = ap_ex2(s[nb][0] - ma), pa1 = ap_ex2(s[nb][1] - ma);
+            const float pb0 = ap_ex2(s[nb][2] - mb), pb1 = ap_ex2(s[nb][3] - mb);
             la += pa0 + pa1;
             lb += pb0 + pb1;
             const int kk = nb >> 1, hi = (nb & 1) * 2;
