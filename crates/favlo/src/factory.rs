@@ -20,6 +20,9 @@ pub struct Factory {
     pub llama_format: favlo_llama::WeightFormat,
     /// How a CUDA chat prefill computes its projections (`--prefill`).
     pub llama_prefill: favlo_llama::PrefillMode,
+    /// Prompt tokens per CUDA chat prefill chunk (`--prefill-chunk`; `None`: the pipeline's
+    /// default for the prefill mode).
+    pub llama_prefill_chunk: Option<usize>,
     /// Where language, embeddings, DCGAN image/video models and the voice decoder run (`--device`).
     pub device: favlo_runtime::device::Device,
 }
@@ -39,6 +42,7 @@ impl PipelineFactory for Factory {
                     name: Some(spec.id.clone()),
                     device: self.device,
                     prefill: self.llama_prefill,
+                    prefill_chunk: self.llama_prefill_chunk,
                     ..Default::default()
                 };
                 let rt = favlo_llama::open(&spec.dir, ledger, owner, &opts)

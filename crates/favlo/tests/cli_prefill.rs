@@ -1,6 +1,7 @@
-//! `--prefill` as a user meets it on `serve`, `complete` and `bench chat`: an unknown
-//! value, or `fp8` without a CUDA device, is a usage error (exit status 2) that names
-//! the fix, before any model loads or any port is bound.
+//! `--prefill` and `--prefill-chunk` as a user meets them on `serve`, `complete` and
+//! `bench chat`: an unknown value, `fp8` without a CUDA device, or a chunk outside
+//! 16..=65536 tokens is a usage error (exit status 2) that names the fix, before any
+//! model loads or any port is bound.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -13,6 +14,7 @@ fn favlo(args: &[&str]) -> (Option<i32>, String) {
         .env("FAVLO_HOME", home.path())
         .env_remove("FAVLO_DEVICE")
         .env_remove("FAVLO_PREFILL")
+        .env_remove("FAVLO_PREFILL_CHUNK")
         .output()
         .unwrap();
     (
@@ -47,4 +49,13 @@ fn unknown_prefill_is_named() {
         &["complete", "hi", "--prefill", "int8"],
         "unknown --prefill",
     );
+}
+
+#[test]
+fn prefill_chunk_out_of_range_is_named() {
+    let range = "16..=65536";
+    usage_error(&["serve", "--prefill-chunk", "0"], range);
+    usage_error(&["complete", "hi", "--prefill-chunk", "8"], range);
+    usage_error(&["bench", "chat", "--prefill-chunk", "100000"], range);
+    usage_error(&["serve", "--prefill-chunk", "lots"], "--prefill-chunk");
 }

@@ -39,9 +39,10 @@ pub struct OpenOptions {
     pub device: Device,
     /// CUDA only: the device KV cache in f16 (default) rather than f32.
     pub kv_f16: bool,
-    /// CUDA only: most prompt tokens per batched prefill chunk (`None`: 1024). Each
-    /// chunk expands every projection's MX weights to bf16 once, so larger chunks
-    /// amortize that and run larger GEMMs, for device scratch linear in the size.
+    /// CUDA only: most prompt tokens per batched prefill chunk (`None`: 2048 for the exact
+    /// prefill, 1024 for FP8; no more than the longest context asked for). Each exact chunk expands every projection's
+    /// MX weights to bf16 once, so larger chunks amortize that and run larger GEMMs, for
+    /// device scratch linear in the size.
     pub prefill_chunk: Option<usize>,
     /// CUDA only: the arithmetic of the batched prefill's projections.
     pub prefill: PrefillMode,
@@ -235,7 +236,7 @@ pub fn open(
                 kv_f16: options.kv_f16,
                 prefill_chunk: options
                     .prefill_chunk
-                    .unwrap_or(crate::cuda::DEFAULT_PREFILL_CHUNK)
+                    .unwrap_or_else(|| crate::cuda::default_prefill_chunk(options.prefill))
                     .max(1),
                 prefill: options.prefill,
             };

@@ -57,6 +57,9 @@ pub struct ChatBench {
     /// rounded to E4M3), as `favlo serve --prefill`.
     #[arg(long, env = "FAVLO_PREFILL", default_value = "exact")]
     pub prefill: String,
+    /// Prompt tokens per CUDA chat prefill chunk, as `favlo serve --prefill-chunk`.
+    #[arg(long, env = "FAVLO_PREFILL_CHUNK", value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(16..=65536))]
+    pub prefill_chunk: Option<u32>,
     /// Decode by sampling at this temperature (top-p 1, no top-k, a fixed seed), as a
     /// chat request with OpenAI's defaults does, instead of greedily (0). The anchors
     /// decode greedily, so the two do not go together.
@@ -168,6 +171,7 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
         max_context: Some(context),
         device,
         prefill,
+        prefill_chunk: b.prefill_chunk.map(|n| n as usize),
         ..Default::default()
     };
     let mut rt = favlo_llama::open(&dir, &ledger, &owner, &opts)?;

@@ -94,6 +94,7 @@ pub fn run(args: CompleteArgs) -> anyhow::Result<ExitCode> {
         name: Some(row.id.clone()),
         device,
         prefill,
+        prefill_chunk: args.runtime.prefill_chunk.map(|n| n as usize),
         ..Default::default()
     };
     let mut runtime = favlo_llama::open(&dir, &ledger, &owner, &opts)?;

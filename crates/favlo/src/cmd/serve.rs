@@ -97,6 +97,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         factory: Arc::new(Factory {
             llama_format: args.runtime.weights()?,
             llama_prefill: prefill,
+            llama_prefill_chunk: args.runtime.prefill_chunk.map(|n| n as usize),
             device,
         }),
         ledger,

@@ -73,8 +73,11 @@ pub(crate) struct CudaOptions {
     pub prefill: PrefillMode,
 }
 
-/// Prompt tokens per batched prefill chunk unless [`crate::OpenOptions`] says otherwise.
-pub const DEFAULT_PREFILL_CHUNK: usize = prefill::DEFAULT_CHUNK;
+/// Prompt tokens per batched prefill chunk for `mode` unless [`crate::OpenOptions`] says
+/// otherwise.
+pub fn default_prefill_chunk(mode: PrefillMode) -> usize {
+    prefill::default_chunk(mode)
+}
 
 struct Kernels {
     gemv: GemvMma,
@@ -233,8 +236,10 @@ impl CudaLlama {
                 ),
             });
         }
+        // No chunk longer than the longest context asked for (its scratch would idle).
+        let chunk_len = opts.prefill_chunk.min(max_ctx.min(MAX_CONTEXT)).max(1);
         let chunk_bytes = if batched {
-            prefill::chunk_bytes(opts.prefill_chunk, (d, qd, kvd, ff), fp8)
+            prefill::chunk_bytes(chunk_len, (d, qd, kvd, ff), fp8)
         } else {
             0
         };
@@ -331,7 +336,7 @@ impl CudaLlama {
             Some(prefill::ChunkBufs::new(
                 &ctx,
                 owner,
-                opts.prefill_chunk,
+                chunk_len,
                 (d, qd, kvd, ff),
                 fp8_layers,
             )?)
