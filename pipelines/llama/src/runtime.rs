@@ -40,7 +40,8 @@ pub struct OpenOptions {
     /// CUDA only: the device KV cache in f16 (default) rather than f32.
     pub kv_f16: bool,
     /// CUDA only: most prompt tokens per batched prefill chunk (`None`: 2048 for the exact
-    /// prefill, 1024 for FP8; no more than the longest context asked for). Each exact chunk expands every projection's
+    /// prefill, 1024 for FP8, or 1024 where the default would shorten the context; never
+    /// more than the longest context asked for; see `prefill_chunk`). Each exact chunk expands every projection's
     /// MX weights to bf16 once, so larger chunks amortize that and run larger GEMMs, for
     /// device scratch linear in the size.
     pub prefill_chunk: Option<usize>,
@@ -234,10 +235,7 @@ pub fn open(
             let opts = crate::cuda::CudaOptions {
                 ordinal: n as usize,
                 kv_f16: options.kv_f16,
-                prefill_chunk: options
-                    .prefill_chunk
-                    .unwrap_or_else(|| crate::cuda::default_prefill_chunk(options.prefill))
-                    .max(1),
+                prefill_chunk: options.prefill_chunk,
                 prefill: options.prefill,
             };
             let dev = crate::cuda::CudaLlama::open(&cfg, &w, owner, opts, min_ctx, max_ctx, &name)?;

@@ -29,9 +29,10 @@ pub struct RuntimeArgs {
     /// prompts; the weights take one more byte each on the GPU).
     #[arg(long, env = "FAVLO_PREFILL", default_value = "exact")]
     pub prefill: String,
-    /// Prompt tokens per CUDA chat prefill chunk (default: 2048 exact, 1024 fp8; at most
-    /// the model's context). GPU scratch grows linearly with it: an 8B model's exact
-    /// prefill takes 0.86 GB at 2048 and 0.55 GB at 1024, which it runs 7% slower.
+    /// Prompt tokens per CUDA chat prefill chunk (default: 2048 exact, 1024 fp8, or 1024
+    /// where the larger default would shorten the context; at most the model's context).
+    /// GPU scratch grows linearly with it: an 8B model's exact prefill takes 0.86 GB at
+    /// 2048 and 0.55 GB at 1024, which it runs 7% slower.
     #[arg(long, env = "FAVLO_PREFILL_CHUNK", value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(16..=65536))]
     pub prefill_chunk: Option<u32>,
 }

@@ -67,16 +67,11 @@ pub(crate) struct CudaOptions {
     pub ordinal: usize,
     /// KV cache in f16 (else f32).
     pub kv_f16: bool,
-    /// Most prompt tokens per batched prefill chunk (≥ 1).
-    pub prefill_chunk: usize,
+    /// Most prompt tokens per batched prefill chunk (`None`: the mode's default, which
+    /// gives way to a smaller one rather than shorten the context).
+    pub prefill_chunk: Option<usize>,
     /// The batched prefill's projections: exact, or FP8 GEMMs.
     pub prefill: PrefillMode,
-}
-
-/// Prompt tokens per batched prefill chunk for `mode` unless [`crate::OpenOptions`] says
-/// otherwise.
-pub fn default_prefill_chunk(mode: PrefillMode) -> usize {
-    prefill::default_chunk(mode)
 }
 
 struct Kernels {
@@ -236,14 +231,14 @@ impl CudaLlama {
                 ),
             });
         }
-        // No chunk longer than the longest context asked for (its scratch would idle).
-        let chunk_len = opts.prefill_chunk.min(max_ctx.min(MAX_CONTEXT)).max(1);
-        let chunk_bytes = if batched {
-            prefill::chunk_bytes(chunk_len, (d, qd, kvd, ff), fp8)
-        } else {
-            0
+        let chunk_bytes = |chunk: usize| {
+            if batched {
+                prefill::chunk_bytes(chunk, (d, qd, kvd, ff), fp8)
+            } else {
+                0
+            }
         };
-        let fixed = ((values + cfg.vocab_size) * 4 + (16 << 20)) as u64 + chunk_bytes;
+        let fixed = ((values + cfg.vocab_size) * 4 + (16 << 20)) as u64;
         let layer_bytes: u64 = w
             .layers
             .iter()
@@ -260,9 +255,15 @@ impl CudaLlama {
             "{name} on cuda:{} with a {min_ctx}-token context",
             opts.ordinal
         );
-        let capacity = ledger::fit(ctx.ledger(), &request, min_ctx, max_ctx, |c| {
-            layer_bytes + fixed + per_tok * c as u64
-        })?;
+        // The chunk and the context together: a default chunk gives way to a smaller one
+        // rather than shorten the context (`prefill_chunk::choose`).
+        let (chunk_len, capacity) =
+            crate::prefill_chunk::choose(opts.prefill_chunk, opts.prefill, max_ctx, |chunk| {
+                ledger::fit(ctx.ledger(), &request, min_ctx, max_ctx, |c| {
+                    layer_bytes + fixed + chunk_bytes(chunk) + per_tok * c as u64
+                })
+            })?;
+        tracing::debug!("{name}: prefill chunks of {chunk_len} tokens, context {capacity}");
         let layers = w
             .layers
             .iter()

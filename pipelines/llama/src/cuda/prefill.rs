@@ -1,5 +1,5 @@
 //! Batched prefill on the GPU: the prompt runs in chunks of up to `chunk` tokens
-//! ([`default_chunk`] unless the open options say otherwise), each
+//! (`crate::prefill_chunk::choose` picks it at open), each
 //! chunk through every layer with one launch per step for the whole chunk (RMSNorm into
 //! the x preparation, bias + RoPE + KV store, causal flash attention over the cache,
 //! SwiGLU), and the projections as GEMMs over the chunk's rows.
@@ -35,22 +35,9 @@ use favlo_runtime::ledger::{Owner, SpanKind};
 
 use super::upload::Fp8Layer;
 use super::{CudaLlama, dev_err, padded};
-use crate::PrefillMode;
 use crate::error::LlamaError;
 use crate::weights::Matrix;
 
-/// Prompt tokens per chunk by default. The exact path expands each projection's weights
-/// to bf16 once per chunk, so on an 8B model 256-token chunks spent more on expansion and
-/// small GEMMs than 1024-token ones, and 2048-token ones prefill 7% faster again (16.2k
-/// against 15.1–15.4k tok/s, two H200 calls; 0.86 GB of scratch against 0.55). The FP8
-/// path expands nothing and measured 7–10% slower with 2048-token chunks than with 1024
-/// (docs/CUDA.md), so it keeps 1024 (0.25 GB).
-pub(crate) fn default_chunk(mode: PrefillMode) -> usize {
-    match mode {
-        PrefillMode::Exact => 2048,
-        PrefillMode::Fp8 => 1024,
-    }
-}
 /// bf16 planes per x row in the projection GEMMs (16 significant bits).
 const TERMS: usize = 2;
 
