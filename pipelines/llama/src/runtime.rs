@@ -41,9 +41,9 @@ pub struct OpenOptions {
     pub kv_f16: bool,
     /// CUDA only: most prompt tokens per batched prefill chunk (`None`: 2048 for the exact
     /// prefill, 1024 for FP8, or 1024 where the default would shorten the context; never
-    /// more than the longest context asked for; see `prefill_chunk`). Each exact chunk expands every projection's
-    /// MX weights to bf16 once, so larger chunks amortize that and run larger GEMMs, for
-    /// device scratch linear in the size.
+    /// more than the longest context asked for; see `prefill_chunk`). Each exact chunk
+    /// expands every projection's MX weights to bf16 once, so larger chunks amortize that
+    /// and run larger GEMMs, for device scratch linear in the size.
     pub prefill_chunk: Option<usize>,
     /// CUDA only: the arithmetic of the batched prefill's projections.
     pub prefill: PrefillMode,
