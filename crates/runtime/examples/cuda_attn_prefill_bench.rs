@@ -88,43 +88,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let mut reference: Option<Vec<f32>> = None;
         for precision in [AttnPrecision::Split, AttnPrecision::Half] {
-            {
-                let run = |bufs: &mut [Chunk]| {
-                    for (s, q, out) in bufs.iter_mut() {
-                        ops.attention(q, row, &cache, *s, scale, out, row, precision)?;
-                    }
-                    Ok::<(), CudaError>(())
-                };
-                run(&mut bufs)?;
-                let mut got = Vec::with_capacity(TOKENS * row);
-                for (_, _, out) in &bufs {
-                    got.extend(ctx.download(out)?);
+            let run = |bufs: &mut [Chunk]| {
+                for (s, q, out) in bufs.iter_mut() {
+                    ops.attention(q, row, &cache, *s, scale, out, row, precision)?;
                 }
-                let delta = match &reference {
-                    None => {
-                        reference = Some(got);
-                        0.0
-                    }
-                    Some(r) => {
-                        let max = r.iter().fold(0f32, |m, x| m.max(x.abs()));
-                        let d = r
-                            .iter()
-                            .zip(&got)
-                            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-                        f64::from(d / max)
-                    }
-                };
-                let ms = time_ms(&ctx, 2, 9, || run(&mut bufs))?;
-                let tf = flops / (ms * 1e-3) / 1e12;
-                println!(
-                    "{label:<20} {:<6} {:>10.1} {:>9.1} {:>6.1}% {:>12.2e}",
-                    format!("{precision:?}"),
-                    ms * 1e3,
-                    tf,
-                    100.0 * tf / F16_PEAK_TFLOPS,
-                    delta
-                );
+                Ok::<(), CudaError>(())
+            };
+            run(&mut bufs)?;
+            let mut got = Vec::with_capacity(TOKENS * row);
+            for (_, _, out) in &bufs {
+                got.extend(ctx.download(out)?);
             }
+            let delta = match &reference {
+                None => {
+                    reference = Some(got);
+                    0.0
+                }
+                Some(r) => {
+                    let max = r.iter().fold(0f32, |m, x| m.max(x.abs()));
+                    let d = r
+                        .iter()
+                        .zip(&got)
+                        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+                    f64::from(d / max)
+                }
+            };
+            let ms = time_ms(&ctx, 2, 9, || run(&mut bufs))?;
+            let tf = flops / (ms * 1e-3) / 1e12;
+            println!(
+                "{label:<20} {:<6} {:>10.1} {:>9.1} {:>6.1}% {:>12.2e}",
+                format!("{precision:?}"),
+                ms * 1e3,
+                tf,
+                100.0 * tf / F16_PEAK_TFLOPS,
+                delta
+            );
         }
     }
     Ok(())

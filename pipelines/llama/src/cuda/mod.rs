@@ -259,8 +259,9 @@ impl CudaLlama {
         // rather than shorten the context (`prefill_chunk::choose`).
         let (chunk_len, capacity) =
             crate::prefill_chunk::choose(opts.prefill_chunk, opts.prefill, max_ctx, |chunk| {
+                let base = layer_bytes + fixed + chunk_bytes(chunk);
                 ledger::fit(ctx.ledger(), &request, min_ctx, max_ctx, |c| {
-                    layer_bytes + fixed + chunk_bytes(chunk) + per_tok * c as u64
+                    base + per_tok * c as u64
                 })
             })?;
         tracing::debug!("{name}: prefill chunks of {chunk_len} tokens, context {capacity}");
