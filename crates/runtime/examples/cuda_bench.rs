@@ -4,7 +4,9 @@
 //! against the device-to-device copy bandwidth measured in the same run.
 //!
 //! Run: `cargo run --release -p favlo-runtime --features cuda --example cuda_bench`
-//! (`FAVLO_BENCH_FIRST=1`: the first shape only).
+//! (`FAVLO_BENCH_FIRST=1`: the first shape only; `FAVLO_BENCH_ONLY=Auto,Halves`: the
+//! variants whose names start with one of these; `FAVLO_BENCH_PDL=1`: also each
+//! kernel chained under programmatic dependent launch, as in decode).
 
 use favlo_mx::ElementFormat;
 use favlo_runtime::cuda::bench::{
@@ -77,7 +79,7 @@ fn cases() -> Vec<GemvCase> {
 
 fn line(r: &GemvRow) -> String {
     format!(
-        "| {} {} | {}×{} | {:.1} MB | {:.1} µs | {:.0} | {:.0}% | {:.1e} / {:.1e} | {:.1} µs |",
+        "| {} {} | {}×{} | {:.1} MB | {:.1} µs | {:.0} | {:.0}% | {:.1e} / {:.1e} | {:.1} µs | {} |",
         format_name(r.format),
         r.name,
         r.rows,
@@ -88,7 +90,12 @@ fn line(r: &GemvRow) -> String {
         r.of_copy,
         r.rel_err,
         r.rel_err_all,
-        r.us_one_copy.unwrap_or(f64::NAN)
+        r.us_one_copy.unwrap_or(f64::NAN),
+        r.us_pdl.map_or_else(String::new, |us| format!(
+            "{us:.1} µs = {:.0}% ({:?})",
+            r.of_copy * r.us / us,
+            r.kernel_pdl
+        ))
     )
 }
 
@@ -112,12 +119,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::var_os("FAVLO_BENCH_FIRST").is_some() {
         shapes.truncate(1);
     }
+    let mut cases = cases();
+    if let Ok(only) = std::env::var("FAVLO_BENCH_ONLY") {
+        let keep: Vec<&str> = only.split(',').map(str::trim).collect();
+        cases.retain(|c| keep.iter().any(|k| c.name.starts_with(k)));
+    }
     let opts = GemvBenchOptions {
         shapes,
-        cases: cases(),
+        cases,
         one_copy: true,
         prep_x: true,
-        pdl_chain: false,
+        pdl_chain: std::env::var_os("FAVLO_BENCH_PDL").is_some(),
     };
     let r = gemv_bench(&ctx, &opts, |row| println!("{}", line(row)))?;
     println!(
@@ -125,9 +137,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         r.device, r.copy_gbps
     );
     println!(
-        "| format, kernel | N×K | bytes/GEMV | time | GB/s | % of copy | max rel err: 64 rows vs CPU f64 ref / all rows vs Regs | one copy, back to back (L2) |"
+        "| format, kernel | N×K | bytes/GEMV | time | GB/s | % of copy | max rel err: 64 rows vs CPU f64 ref / all rows vs Regs | one copy, back to back (L2) | chained under PDL |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for row in &r.rows {
         println!("{}", line(row));
     }
