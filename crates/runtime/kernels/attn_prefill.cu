@@ -516,30 +516,62 @@ extern "C" __global__ void __launch_bounds__(256) rows_prep(const float* __restr
     }
 }
 
+// The FP8 GEMM's row scale of this block's row (`gemm_row_scale`'s rule: R = 2^floor(
+// log2(max |v|)), 1 for a zero or non-finite max) from each thread's max of the |v| bits,
+// so the GEMM's quantization can skip its own pass over the row. 256 threads; `redm` 8
+// words of shared memory; thread 0 writes *r.
+__device__ __forceinline__ void ap_row_scale_store(unsigned amax, unsigned* redm, float* r) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if ((threadIdx.x & 31) == 0) redm[threadIdx.x >> 5] = amax;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int w = 1; w < 8; ++w) amax = max(amax, redm[w]);
+        const unsigned e = amax & 0x7f800000u;
+        *r = (e == 0u || e == 0x7f800000u) ? 1.0f : __uint_as_float(e);
+    }
+}
+
 // RMSNorm of t rows (row stride ldx, dim values) as f32 rows (stride ldy): the input of
-// the FP8 GEMM's activation quantization. Grid t, 256 threads.
+// the FP8 GEMM's activation quantization, and with rs its row scales (rs[row]). Grid t,
+// 256 threads.
 extern "C" __global__ void __launch_bounds__(256) rows_rms_norm_f32(
     const float* __restrict__ x, int ldx, const float* __restrict__ w, float eps, int dim,
-    float* __restrict__ y, int ldy) {
+    float* __restrict__ y, int ldy, float* __restrict__ rs) {
     __shared__ float red[8];
+    __shared__ unsigned redm[8];
     pdl_trigger();
     pdl_wait();
     const float* xr = x + (long long)blockIdx.x * ldx;
     const float inv = ap_row_inv_rms(xr, dim, eps, red);
     float* yr = y + (long long)blockIdx.x * ldy;
-    for (int i = threadIdx.x; i < dim; i += 256) yr[i] = xr[i] * inv * w[i];
+    unsigned amax = 0u;
+    for (int i = threadIdx.x; i < dim; i += 256) {
+        const float v = xr[i] * inv * w[i];
+        yr[i] = v;
+        amax = max(amax, __float_as_uint(v) & 0x7fffffffu);
+    }
+    if (rs) ap_row_scale_store(amax, redm, rs + blockIdx.x);  // block-uniform
 }
 
 // silu(gate)·up over t rows of fused gate|up (row stride ldgu; gate n values then up n
-// values) as f32 rows of n values (stride ldy). Grid t, 256 threads.
+// values) as f32 rows of n values (stride ldy), and with rs their row scales. Grid t,
+// 256 threads.
 extern "C" __global__ void __launch_bounds__(256) rows_swiglu_f32(
-    const float* __restrict__ gu, int ldgu, int n, float* __restrict__ y, int ldy) {
+    const float* __restrict__ gu, int ldgu, int n, float* __restrict__ y, int ldy,
+    float* __restrict__ rs) {
+    __shared__ unsigned redm[8];
     pdl_trigger();
     pdl_wait();
     const float* r = gu + (long long)blockIdx.x * ldgu;
     float* yr = y + (long long)blockIdx.x * ldy;
+    unsigned amax = 0u;
     for (int i = threadIdx.x; i < n; i += 256) {
         const float g = r[i];
-        yr[i] = g / (1.0f + expf(-g)) * r[n + i];
+        const float v = g / (1.0f + expf(-g)) * r[n + i];
+        yr[i] = v;
+        amax = max(amax, __float_as_uint(v) & 0x7fffffffu);
     }
+    if (rs) ap_row_scale_store(amax, redm, rs + blockIdx.x);  // block-uniform
 }

@@ -15,6 +15,10 @@
 //!   grouped activations (one C per (tile, 128 k)): the grouped persistent kernel (2 and
 //!   4 stages per call), the grouped `Wide3` loop and the per-step loops, against the
 //!   same f64 product, ≤ 1e-3.
+//! * Row scales written by the f32-row producers (`PrefillOps::rms_norm_quantize` /
+//!   `swiglu_quantize`, the FP8 prefill's path): the same row scales, block scales and
+//!   codes, bit for bit, as the producer's rows quantized with the GEMM's own pass, on
+//!   ragged row counts, a zero row, grouped and per-32 scales.
 //! * Every `TileStore` (per-thread stores; through shared memory and the copy engine,
 //!   `y +=` as its reduce-add; 16-byte row stores) on every shape above, and the
 //!   staged kinds' fallback to per-thread stores when n is not a multiple of 4
@@ -28,7 +32,8 @@ use std::sync::Arc;
 
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cuda::{
-    CudaContext, CudaError, GemmActs, GemmKernel, GemmMx, GemmWeights, TileStore, tile_gemm,
+    CudaContext, CudaError, GemmActs, GemmKernel, GemmMx, GemmWeights, PrefillOps, TileStore,
+    tile_gemm,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
@@ -202,6 +207,80 @@ fn quantize_matches_the_cpu_rule() {
         );
         assert!(worst <= 1.0 / 16.0, "{m}x{k}: {worst:.3e}");
         drop((xd, acts));
+    }
+    ctx.sweep(&owner).unwrap();
+}
+
+#[test]
+fn producer_row_scales_equal_the_quantization_pass() {
+    let Some((ctx, g)) = setup() else { return };
+    let ops = PrefillOps::load(&ctx).unwrap();
+    let owner = Owner::mint("cuda-test-gemm-fused-scales");
+    let mut rng = StdRng::seed_from_u64(8);
+    for (t, dim, grouped) in [
+        (1, 128, false),
+        (37, 1000, false),
+        (130, 576, true),
+        (300, 4096, true),
+    ] {
+        // RMSNorm of h (a zero row among them) with a weight; SwiGLU of gate|up.
+        let mut h = rand_matrix(&mut rng, t, dim);
+        if t > 2 {
+            h[dim..2 * dim].iter_mut().for_each(|v| *v = 0.0);
+        }
+        let w: Vec<f32> = (0..dim).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
+        let gu = rand_matrix(&mut rng, t, 2 * dim);
+        let hd = ctx.upload(&owner, SpanKind::Scratch, &h).unwrap();
+        let wd = ctx.upload(&owner, SpanKind::Scratch, &w).unwrap();
+        let gud = ctx.upload(&owner, SpanKind::Scratch, &gu).unwrap();
+        let mut rows = ctx
+            .alloc::<f32>(&owner, SpanKind::Scratch, t * dim)
+            .unwrap();
+        for swiglu in [false, true] {
+            let what = format!(
+                "{} {t}x{dim} grouped {grouped}",
+                if swiglu { "swiglu" } else { "rms" }
+            );
+            let mut fused = GemmActs::new(&ctx, &owner, t, dim)
+                .unwrap()
+                .grouped(grouped);
+            let mut plain = GemmActs::new(&ctx, &owner, t, dim)
+                .unwrap()
+                .grouped(grouped);
+            if swiglu {
+                ops.swiglu_quantize(&gud, 2 * dim, t, dim, &mut rows, dim, &g, &mut fused)
+                    .unwrap();
+                ops.swiglu_rows(&gud, 2 * dim, t, dim, &mut rows, dim)
+                    .unwrap();
+            } else {
+                ops.rms_norm_quantize(&hd, dim, t, &wd, 1e-6, &mut rows, dim, &g, &mut fused)
+                    .unwrap();
+                ops.rms_norm_rows(&hd, dim, t, &wd, 1e-6, &mut rows, dim)
+                    .unwrap();
+            }
+            g.quantize(&rows, t, dim, dim, &mut plain).unwrap();
+            let (fr, fc) = fused.scales(&ctx).unwrap();
+            let (pr, pc) = plain.scales(&ctx).unwrap();
+            assert!(
+                fr.iter().zip(&pr).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{what}: row scales"
+            );
+            assert!(
+                fc.iter().zip(&pc).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{what}: block scales"
+            );
+            let (a, b) = (fused.values(&ctx).unwrap(), plain.values(&ctx).unwrap());
+            assert_eq!(a.len(), t * dim, "{what}");
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{what}: codes"
+            );
+            // And both follow the CPU rule on the rows the producer wrote.
+            let x = ctx.download(&rows).unwrap();
+            let (wr, _, _) = cpu_quantize(&x, t, dim, grouped);
+            assert_eq!(fr, wr, "{what}: row scales vs the CPU rule");
+            eprintln!("{what}: producer row scales = the quantization's pass, bit for bit");
+        }
     }
     ctx.sweep(&owner).unwrap();
 }

@@ -285,6 +285,11 @@ impl GemmActs {
         self
     }
 
+    /// The row-scale buffer a producer writes for [`GemmMx::quantize_codes`].
+    pub(crate) fn row_scales_mut(&mut self) -> &mut DeviceBuffer<f32> {
+        &mut self.row_scales
+    }
+
     /// Tokens of the last quantization.
     pub fn rows(&self) -> usize {
         self.m
@@ -476,37 +481,15 @@ impl GemmMx {
         out: &mut GemmActs,
     ) -> Result<(), CudaError> {
         let op = "gemm_quantize";
-        if m == 0 || k == 0 {
-            return Err(shape(op, format!("empty input {m}x{k}")));
-        }
-        if m > out.m_cap || k.div_ceil(GEMM_KB) > out.kblocks || ldx < k {
-            return Err(shape(
-                op,
-                format!(
-                    "{m}x{k} (ldx {ldx}) into scratch of {} tokens x {} k blocks",
-                    out.m_cap, out.kblocks
-                ),
-            ));
-        }
-        if x.len() < (m - 1) * ldx + k {
-            return Err(shape(op, format!("x holds {} values", x.len())));
-        }
-        let tiles = m.div_ceil(GEMM_TILE);
-        let m_pad = tiles * GEMM_TILE;
-        let (mi, ki, ldxi, m_padi, kbi) = (
-            int(m, op)?,
-            int(k, op)?,
-            int(ldx, op)?,
-            int(m_pad, op)?,
-            int(out.kblocks, op)?,
-        );
-        let group = i32::from(out.grouped);
-        let s = self.ctx.stream();
+        check_quantize(op, x, m, k, ldx, out)?;
+        let m_pad = m.div_ceil(GEMM_TILE) * GEMM_TILE;
+        let (mi, ki, ldxi, m_padi) = (int(m, op)?, int(k, op)?, int(ldx, op)?, int(m_pad, op)?);
         let cfg = LaunchConfig {
             grid_dim: (m_pad.div_ceil(8) as u32, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
+        let s = self.ctx.stream();
         let mut b = s.launch_builder(&self.row_scale);
         b.arg(&x.slice)
             .arg(&mi)
@@ -517,11 +500,36 @@ impl GemmMx {
         // SAFETY: types match; rows < m read k values at stride ldx (checked above),
         // m_pad ≤ row_scales.len() written.
         unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(gemm_row_scale)"))?;
+        self.quantize_codes(x, m, k, ldx, out)
+    }
+
+    /// The codes and block scales of [`Self::quantize`] for rows whose row scales (rows
+    /// < `m`) are already in `out`: written by the producer that made the rows, in the
+    /// same call ([`super::PrefillOps::rms_norm_quantize`], `swiglu_quantize`).
+    pub(crate) fn quantize_codes(
+        &self,
+        x: &DeviceBuffer<f32>,
+        m: usize,
+        k: usize,
+        ldx: usize,
+        out: &mut GemmActs,
+    ) -> Result<(), CudaError> {
+        let op = "gemm_quantize";
+        check_quantize(op, x, m, k, ldx, out)?;
+        let tiles = m.div_ceil(GEMM_TILE);
+        let (mi, ki, ldxi, kbi) = (
+            int(m, op)?,
+            int(k, op)?,
+            int(ldx, op)?,
+            int(out.kblocks, op)?,
+        );
+        let group = i32::from(out.grouped);
         let cfg = LaunchConfig {
             grid_dim: (out.kblocks as u32, tiles as u32, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
+        let s = self.ctx.stream();
         let mut b = s.launch_builder(&self.quant);
         b.arg(&x.slice)
             .arg(&mi)
@@ -532,8 +540,9 @@ impl GemmMx {
             .arg(&mut out.block_scales.slice)
             .arg(&kbi)
             .arg(&group);
-        // SAFETY: types match; reads as above; writes tiles·kblocks code tiles and
-        // block scales, within the buffers sized by `GemmActs::new` for m_cap ≥ m.
+        // SAFETY: types match; reads rows < m of k values at stride ldx (checked) and
+        // their row scales; writes tiles·kblocks code tiles and block scales, within the
+        // buffers sized by `GemmActs::new` for m_cap ≥ m.
         unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(gemm_quant_x)"))?;
         out.m = m;
         out.k = k;
@@ -675,6 +684,33 @@ impl GemmMx {
         unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(gemm_mx)"))?;
         Ok(())
     }
+}
+
+/// `x` holds `m` rows of `k` values at stride `ldx`, and `out` room for them.
+fn check_quantize(
+    op: &'static str,
+    x: &DeviceBuffer<f32>,
+    m: usize,
+    k: usize,
+    ldx: usize,
+    out: &GemmActs,
+) -> Result<(), CudaError> {
+    if m == 0 || k == 0 {
+        return Err(shape(op, format!("empty input {m}x{k}")));
+    }
+    if m > out.m_cap || k.div_ceil(GEMM_KB) > out.kblocks || ldx < k {
+        return Err(shape(
+            op,
+            format!(
+                "{m}x{k} (ldx {ldx}) into scratch of {} tokens x {} k blocks",
+                out.m_cap, out.kblocks
+            ),
+        ));
+    }
+    if x.len() < (m - 1) * ldx + k {
+        return Err(shape(op, format!("x holds {} values", x.len())));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

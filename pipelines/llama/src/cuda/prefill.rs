@@ -334,9 +334,20 @@ impl CudaLlama {
                 match &mut *proj {
                     Proj::Fp8(f) => {
                         let w = f.weights.get(li).ok_or_else(|| missing_fp8(li))?;
-                        p.rms_norm_rows(h, d, t, &l.attn_norm, dm.eps, &mut f.rows, d)
-                            .map_err(e)?;
-                        fp8_run(&f.mx, &mut f.acts_d, &f.rows, t, d, &w.qkv, qkv, false)
+                        let (mx, acts) = (&f.mx, &mut f.acts_d);
+                        p.rms_norm_quantize(
+                            h,
+                            d,
+                            t,
+                            &l.attn_norm,
+                            dm.eps,
+                            &mut f.rows,
+                            d,
+                            mx,
+                            acts,
+                        )
+                        .map_err(e)?;
+                        mx.gemm(acts, &w.qkv, qkv, false)
                     }
                     Proj::Exact(x) => {
                         p.rms_norm_prep(h, d, t, &l.attn_norm, dm.eps, pd, &mut x.prep_d)
@@ -396,9 +407,10 @@ impl CudaLlama {
                 match &mut *proj {
                     Proj::Fp8(f) => {
                         let w = f.weights.get(li).ok_or_else(|| missing_fp8(li))?;
-                        p.rms_norm_rows(h, d, t, &l.ffn_norm, dm.eps, &mut f.rows, d)
+                        let (mx, acts) = (&f.mx, &mut f.acts_d);
+                        p.rms_norm_quantize(h, d, t, &l.ffn_norm, dm.eps, &mut f.rows, d, mx, acts)
                             .map_err(e)?;
-                        fp8_run(&f.mx, &mut f.acts_d, &f.rows, t, d, &w.gate_up, gu, false)
+                        mx.gemm(acts, &w.gate_up, gu, false)
                     }
                     Proj::Exact(x) => {
                         p.rms_norm_prep(h, d, t, &l.ffn_norm, dm.eps, pd, &mut x.prep_d)
@@ -421,9 +433,10 @@ impl CudaLlama {
                 match &mut *proj {
                     Proj::Fp8(f) => {
                         let w = f.weights.get(li).ok_or_else(|| missing_fp8(li))?;
-                        p.swiglu_rows(gu, 2 * ff, t, ff, &mut f.rows, ff)
+                        let (mx, acts) = (&f.mx, &mut f.acts_f);
+                        p.swiglu_quantize(gu, 2 * ff, t, ff, &mut f.rows, ff, mx, acts)
                             .map_err(e)?;
-                        fp8_run(&f.mx, &mut f.acts_f, &f.rows, t, ff, &w.down, h, true)
+                        mx.gemm(acts, &w.down, h, true)
                     }
                     Proj::Exact(x) => {
                         p.swiglu_prep(gu, 2 * ff, t, ff, pf, &mut x.prep_f)
