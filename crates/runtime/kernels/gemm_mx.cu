@@ -227,9 +227,15 @@ __device__ __forceinline__ void gm_named_sync(int id) {
     asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
+// Both consumer warpgroups (256 threads; the SwiGLU epilogue).
+__device__ __forceinline__ void gm_pair_sync() { asm volatile("bar.sync 3, 256;" ::: "memory"); }
+
 // EPI (as in gemm_persist_body): 1 = the copy engine for everything; 2 = plain results
 // by thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=`: a round's
-// residual pieces loaded first, then added and stored).
+// residual pieces loaded first, then added and stored); 4 = SwiGLU: the weight rows
+// are gate | up pairs per tile (rows 64 nt .. 64 nt + 63 of gate for warpgroup 0, of
+// up for warpgroup 1), and both warpgroups' 256 threads write silu(gate) * up to
+// y[token, 64 nt + col] (ldy = n / 2; plain results only).
 template <int EPI>
 __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
                                                    const float* __restrict__ xr, int m, int n,
@@ -242,7 +248,7 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
     const int lr = 16 * wq + g;              // the thread's first row in the warpgroup's 64
     const int row0 = nt * GM_TILE + 64 * c;  // the warpgroup's first row in y
     const int rows = min(64, n - row0);      // <= 0: a warpgroup past the last row
-    const bool threads = EPI == 3 || (EPI == 2 && !accumulate);
+    const bool threads = EPI >= 3 || (EPI == 2 && !accumulate);
     const u32 bytes = rows > 0 ? (u32)rows * 4u : 0u;
     const u32 sbase = gm_smem(stg);
 #pragma unroll
@@ -251,7 +257,10 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
         // or by the copy engine (lanes of warp 0 issued it; each waits for its own bulk
         // groups first).
         if (!threads && wq == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-        gm_named_sync(1 + c);
+        if (EPI == 4)
+            gm_pair_sync();  // both warpgroups read both stagings last round
+        else
+            gm_named_sync(1 + c);
 #pragma unroll
         for (int jj = 0; jj < J; ++jj) {
             const int j = J * hf + jj;
@@ -263,6 +272,27 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
                 stg[tl * GM_STG_LD + lr] = acc[4 * j + e] * r;
                 stg[tl * GM_STG_LD + lr + 8] = acc[4 * j + 2 + e] * r;
             }
+        }
+        if (EPI == 4) {
+            gm_pair_sync();
+            const float* sg = stg - c * (GM_STG_BYTES / 4);  // warpgroup 0: gate
+            const float* su = sg + GM_STG_BYTES / 4;         // warpgroup 1: up
+            const int tid = 128 * c + 32 * wq + lane;
+#pragma unroll
+            for (int u = 0; u < HT * 64 / 4 / 256; ++u) {
+                const int q = tid + 256 * u;
+                const int tl = q >> 4, col = 4 * (q & 15);
+                const int tok = mt * GM_TILE + HT * hf + tl;
+                const int oc = nt * 64 + col;
+                if (tok < m && oc < n / 2) {
+                    const float4 gv = *reinterpret_cast<const float4*>(sg + tl * GM_STG_LD + col);
+                    const float4 uv = *reinterpret_cast<const float4*>(su + tl * GM_STG_LD + col);
+                    *reinterpret_cast<float4*>(y + (size_t)tok * ldy + oc) = make_float4(
+                        gv.x / (1.0f + expf(-gv.x)) * uv.x, gv.y / (1.0f + expf(-gv.y)) * uv.y,
+                        gv.z / (1.0f + expf(-gv.z)) * uv.z, gv.w / (1.0f + expf(-gv.w)) * uv.w);
+                }
+            }
+            continue;  // the next round's first barrier orders these reads before its writes
         }
         if (threads) {
             gm_named_sync(1 + c);
@@ -581,7 +611,7 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
 // shared memory (`gm_epilogue_staged`, 64 tokens per round; the ring has fewer stages so
 // the staging fits): 1 = the copy engine for everything; 2 = plain results by 16-byte
 // thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=` as 16-byte
-// loads, adds and stores).
+// loads, adds and stores); 4 = SwiGLU of gate | up row pairs (n a multiple of 128).
 template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
@@ -646,7 +676,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                 gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
                                               lane);
             it += kblocks;
-            if (EPI && (n & 3) == 0 && (ldy & 3) == 0)
+            if (EPI == 4 || (EPI && (n & 3) == 0 && (ldy & 3) == 0))
                 gm_epilogue_staged<EPI>(
                     acc, y, xr, m, n, ldy, accumulate, mt, nt, c, wq, g, t, lane,
                     stg0 + c * (GM_STG_BYTES / 4));
@@ -838,6 +868,8 @@ GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_s, 2, 4, 1)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_v, 2, 4, 2)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_a, 2, 0, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_a, 2, 4, 3)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_swiglu, 2, 0, 4)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_swiglu, 2, 4, 4)
 
 #define GEMM_W3_KERNEL(name, WFMT)                                                          \
     extern "C" __global__ void __launch_bounds__(512, 1)                                    \

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cuda::{
     CudaContext, CudaError, GemmActs, GemmKernel, GemmMx, GemmWeights, PrefillOps, TileStore,
-    tile_gemm,
+    tile_gemm, tile_gemm_swiglu,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
@@ -532,4 +532,96 @@ fn gemm_mxfp4_grouped_matches_f64_reference() {
         );
         assert!(e <= 1e-3, "MXFP4 {m}x{n}x{k}: {e:.3e}");
     }
+}
+
+/// The SwiGLU GEMM (`gemm_swiglu` over `tile_gemm_swiglu` weights) against the plain
+/// GEMM followed by the SwiGLU rows kernel (max difference / max |value| ≤ 1e-6; the
+/// same f32 products in the same formula, so equal but for the compiler's choices),
+/// and against f64 silu(x·gateᵀ)·(x·upᵀ) from the quantized x and the weights
+/// (≤ 1e-3, as the GEMM's own bound), MXFP8 and grouped MXFP4, ragged tokens and k.
+#[test]
+fn gemm_swiglu_matches_gemm_then_swiglu() {
+    let Some((ctx, mut g)) = setup() else { return };
+    let ops = PrefillOps::load(&ctx).unwrap();
+    let mut rng = StdRng::seed_from_u64(21);
+    for format in [ElementFormat::Fp8E4M3, ElementFormat::Fp4E2M1] {
+        for (m, ff, k) in [
+            (1, 64, 256),
+            (37, 192, 1000),
+            (130, 320, 576),
+            (300, 1536, 4096),
+        ] {
+            let grouped = format == ElementFormat::Fp4E2M1;
+            let owner = Owner::mint("cuda-test-gemm-swiglu");
+            let layout = MxLayout::new(format, 2 * ff, k);
+            let packed = random_packed(layout, &mut rng);
+            let view = MxView::new(layout, &packed).unwrap();
+            let wf = view.dequantize();
+            let plain = GemmWeights::upload(&ctx, &owner, &tile_gemm(view).unwrap()).unwrap();
+            let paired =
+                GemmWeights::upload(&ctx, &owner, &tile_gemm_swiglu(view).unwrap()).unwrap();
+            let x = rand_matrix(&mut rng, m, k);
+            let xd = ctx.upload(&owner, SpanKind::Scratch, &x).unwrap();
+            let mut acts = GemmActs::new(&ctx, &owner, m, k).unwrap().grouped(grouped);
+            g.quantize(&xd, m, k, k, &mut acts).unwrap();
+            let mut gu = ctx
+                .alloc::<f32>(&owner, SpanKind::Scratch, m * 2 * ff)
+                .unwrap();
+            g.gemm(&acts, &plain, &mut gu, false).unwrap();
+            let mut want_d = ctx.alloc::<f32>(&owner, SpanKind::Scratch, m * ff).unwrap();
+            ops.swiglu_rows(&gu, 2 * ff, m, ff, &mut want_d, ff)
+                .unwrap();
+            let nan = vec![f32::NAN; m * ff];
+            let mut got_d = ctx.upload(&owner, SpanKind::Scratch, &nan).unwrap();
+            g.gemm_swiglu(&acts, &paired, &mut got_d).unwrap();
+            let (got, want) = (
+                ctx.download(&got_d).unwrap(),
+                ctx.download(&want_d).unwrap(),
+            );
+            let what = format!("{format:?} m {m} ff {ff} k {k}");
+            assert!(
+                got.iter().all(|v| v.is_finite()),
+                "{what}: unwritten output"
+            );
+            let max = want.iter().fold(0f32, |a, b| a.max(b.abs()));
+            let diff = got
+                .iter()
+                .zip(&want)
+                .fold(0f32, |a, (p, q)| a.max((p - q).abs()));
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(p, q)| p.to_bits() == q.to_bits());
+            eprintln!(
+                "gemm_swiglu {what}: vs gemm + SwiGLU rows {:.3e} (bit-identical {same})",
+                diff / max
+            );
+            assert!(diff <= 1e-6 * max, "{what}: {:.3e}", diff / max);
+            // f64 on a spread of tokens.
+            let xq = acts.values(&ctx).unwrap();
+            let (mut err, mut big) = (0f64, 0f64);
+            for tok in (0..m).step_by(29).chain([m - 1]) {
+                let xr = &xq[tok * k..(tok + 1) * k];
+                let dot = |r: usize| -> f64 {
+                    xr.iter()
+                        .zip(&wf[r * k..(r + 1) * k])
+                        .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                        .sum()
+                };
+                for j in 0..ff {
+                    let (gv, uv) = (dot(j), dot(ff + j));
+                    let v = gv / (1.0 + (-gv).exp()) * uv;
+                    big = big.max(v.abs());
+                    err = err.max((f64::from(got[tok * ff + j]) - v).abs());
+                }
+            }
+            eprintln!("gemm_swiglu {what}: vs f64 {:.3e}", err / big);
+            assert!(err <= 1e-3 * big, "{what}: vs f64 {:.3e}", err / big);
+            // The paired tiling is refused by the plain GEMM.
+            assert!(g.gemm(&acts, &paired, &mut gu, false).is_err(), "{what}");
+            drop((plain, paired, xd, acts, gu, want_d, got_d));
+            ctx.sweep(&owner).unwrap();
+        }
+    }
+    g.kernel = GemmKernel::Persistent;
 }

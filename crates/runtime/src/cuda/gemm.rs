@@ -87,6 +87,8 @@ pub struct GemmWeightsHost {
     pub data: Vec<u8>,
     /// `[row tile][k block][row 128][block 4]` E8M0 bytes.
     pub scales: Vec<u8>,
+    /// Gate | up rows re-paired for [`GemmMx::gemm_swiglu`] ([`tile_gemm_swiglu`]).
+    pub swiglu: bool,
 }
 
 impl GemmWeightsHost {
@@ -102,6 +104,40 @@ impl GemmWeightsHost {
 /// as E4M3 codes with no rounding ([`super::gemm_fold`]; grouped scales where the
 /// matrix allows).
 pub fn tile_gemm(view: MxView<'_>) -> Result<GemmWeightsHost, CudaError> {
+    tile_gemm_rows(view, |r| r, false)
+}
+
+/// [`tile_gemm`] of a gate | up matrix (`2·ff` rows: gate then up, `ff` a multiple of
+/// 64) for [`GemmMx::gemm_swiglu`]: row tile j holds gate rows 64j .. 64j + 63, then up
+/// rows 64j .. 64j + 63, so the two consumer warpgroups of one block finish the gate
+/// and up halves of the same 64 outputs.
+pub fn tile_gemm_swiglu(view: MxView<'_>) -> Result<GemmWeightsHost, CudaError> {
+    let rows = view.layout.rows;
+    let ff = rows / 2;
+    if rows == 0 || !rows.is_multiple_of(128) {
+        return Err(shape(
+            "tile_gemm_swiglu",
+            format!("{rows} rows: gate | up halves must be multiples of 64"),
+        ));
+    }
+    let half = GEMM_TILE / 2;
+    let source = move |r: usize| {
+        let (tile, i) = (r / GEMM_TILE, r % GEMM_TILE);
+        if i < half {
+            tile * half + i
+        } else {
+            ff + tile * half + i - half
+        }
+    };
+    tile_gemm_rows(view, source, true)
+}
+
+/// [`tile_gemm`] with tiled row r taken from row `source(r)` of the matrix.
+fn tile_gemm_rows(
+    view: MxView<'_>,
+    source: impl Fn(usize) -> usize + Sync,
+    swiglu: bool,
+) -> Result<GemmWeightsHost, CudaError> {
     let l = view.layout;
     // 128-value k blocks over the real columns (FP4 rows are padded further, to 256).
     let kblocks = l.cols.div_ceil(GEMM_KB).max(1);
@@ -111,8 +147,14 @@ pub fn tile_gemm(view: MxView<'_>) -> Result<GemmWeightsHost, CudaError> {
         let (data, scales) = tile_rows(
             l.rows,
             kblocks,
-            |r| &f.codes[r * width..(r + 1) * width],
-            |r| &f.scales[r * kblocks * 4..(r + 1) * kblocks * 4],
+            |r| {
+                let r = source(r);
+                &f.codes[r * width..(r + 1) * width]
+            },
+            |r| {
+                let r = source(r);
+                &f.scales[r * kblocks * 4..(r + 1) * kblocks * 4]
+            },
         );
         return Ok(GemmWeightsHost {
             format: ElementFormat::Fp8E4M3,
@@ -122,6 +164,7 @@ pub fn tile_gemm(view: MxView<'_>) -> Result<GemmWeightsHost, CudaError> {
             kblocks,
             data,
             scales,
+            swiglu,
         });
     }
     let (drb, srb) = (l.data_row_bytes(), l.scale_row_bytes());
@@ -129,8 +172,14 @@ pub fn tile_gemm(view: MxView<'_>) -> Result<GemmWeightsHost, CudaError> {
     let (data, scales) = tile_rows(
         l.rows,
         kblocks,
-        |r| &src[r * drb..(r + 1) * drb],
-        |r| &src[l.scale_offset() + r * srb..][..srb],
+        |r| {
+            let r = source(r);
+            &src[r * drb..(r + 1) * drb]
+        },
+        |r| {
+            let r = source(r);
+            &src[l.scale_offset() + r * srb..][..srb]
+        },
     );
     Ok(GemmWeightsHost {
         format: l.format,
@@ -140,6 +189,7 @@ pub fn tile_gemm(view: MxView<'_>) -> Result<GemmWeightsHost, CudaError> {
         kblocks,
         data,
         scales,
+        swiglu,
     })
 }
 
@@ -184,6 +234,8 @@ pub struct GemmWeights {
     pub rows: usize,
     pub cols: usize,
     pub kblocks: usize,
+    /// See [`GemmWeightsHost::swiglu`].
+    pub swiglu: bool,
     data: DeviceBuffer<u8>,
     scales: DeviceBuffer<u8>,
 }
@@ -201,6 +253,7 @@ impl GemmWeights {
             rows: host.rows,
             cols: host.cols,
             kblocks: host.kblocks,
+            swiglu: host.swiglu,
             data: ctx.upload(owner, SpanKind::Resident, &host.data)?,
             scales: ctx.upload(owner, SpanKind::Resident, &host.scales)?,
         })
@@ -221,6 +274,7 @@ impl GemmWeights {
             rows: self.rows,
             cols: self.cols,
             kblocks: self.kblocks,
+            swiglu: self.swiglu,
             data,
             scales,
         })
@@ -361,6 +415,9 @@ pub struct GemmMx {
     /// [`TileStore::Vector`], [`TileStore::VectorAdd`]): per-step promotion, then grouped.
     e4m3_persist_s: [CudaFunction; 3],
     e4m3_group_s: [CudaFunction; 3],
+    /// The staged kernels with the SwiGLU epilogue ([`Self::gemm_swiglu`]): per-step
+    /// promotion, grouped.
+    e4m3_swiglu: [CudaFunction; 2],
     sms: usize,
     e4m3_swap: CudaFunction,
     probe: CudaFunction,
@@ -451,6 +508,10 @@ impl GemmMx {
                 big_with("gemm_mxfp8_e4m3_group4_s", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_v", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_a", GEMM_STAGED_SMEM)?,
+            ],
+            e4m3_swiglu: [
+                big_with("gemm_mxfp8_e4m3_persist_swiglu", GEMM_STAGED_SMEM)?,
+                big_with("gemm_mxfp8_e4m3_group4_swiglu", GEMM_STAGED_SMEM)?,
             ],
             group_stages: 4,
             store: TileStore::VectorAdd,
@@ -558,7 +619,78 @@ impl GemmMx {
         y: &mut DeviceBuffer<f32>,
         accumulate: bool,
     ) -> Result<(), CudaError> {
+        if w.swiglu {
+            return Err(shape(
+                "gemm_mx",
+                "gate | up weights tiled for SwiGLU go through gemm_swiglu".into(),
+            ));
+        }
         self.launch(x, w, y, accumulate, false)
+    }
+
+    /// `y[m, ff] = silu(x · gateᵀ) ∘ (x · upᵀ)` for gate | up weights tiled by
+    /// [`tile_gemm_swiglu`] (`ff = w.rows / 2`): the GEMM's tiles are finished in
+    /// shared memory and only the SwiGLU product is stored, so the `[m, 2·ff]` gate |
+    /// up rows and the pass over them are never made. The values equal those of
+    /// [`Self::gemm`] over the plain tiling followed by the SwiGLU rows kernel.
+    pub fn gemm_swiglu(
+        &self,
+        x: &GemmActs,
+        w: &GemmWeights,
+        y: &mut DeviceBuffer<f32>,
+    ) -> Result<(), CudaError> {
+        let op = "gemm_mx_swiglu";
+        let grouped = w.grouped && x.grouped;
+        if !w.swiglu || self.kernel != GemmKernel::Persistent || (grouped && self.group_stages < 4)
+        {
+            return Err(shape(
+                op,
+                format!(
+                    "needs weights from tile_gemm_swiglu (swiglu {}) and the persistent kernel \
+                     with 4 grouped stages ({:?}, {})",
+                    w.swiglu, self.kernel, self.group_stages
+                ),
+            ));
+        }
+        let m = x.m;
+        let ff = w.rows / 2;
+        if m == 0 || x.k != w.cols || x.kblocks != w.kblocks || y.len() < m * ff {
+            return Err(shape(
+                op,
+                format!("x {m}x{}, w {}x{}, y {}", x.k, w.rows, w.cols, y.len()),
+            ));
+        }
+        let f = &self.e4m3_swiglu[usize::from(grouped)];
+        let (mi, ni, kbi, ldy) = (
+            int(m, op)?,
+            int(w.rows, op)?,
+            int(w.kblocks, op)?,
+            int(ff, op)?,
+        );
+        let tiles = m.div_ceil(GEMM_TILE) * w.rows.div_ceil(GEMM_TILE);
+        let cfg = LaunchConfig {
+            grid_dim: (tiles.min(self.sms) as u32, 1, 1),
+            block_dim: (384, 1, 1),
+            shared_mem_bytes: GEMM_STAGED_SMEM as u32,
+        };
+        let s = self.ctx.stream();
+        let mut b = s.launch_builder(f);
+        b.arg(&w.data.slice)
+            .arg(&w.scales.slice)
+            .arg(&x.codes.slice)
+            .arg(&x.block_scales.slice)
+            .arg(&x.row_scales.slice)
+            .arg(&mut y.slice)
+            .arg(&mi)
+            .arg(&ni)
+            .arg(&kbi)
+            .arg(&ldy)
+            .arg(&0i32);
+        // SAFETY: types match the kernel; the tiles read exist for m_tiles × kblocks
+        // (x) and n_tiles × kblocks (w); y writes rows < m, columns < ff (checked; rows
+        // a multiple of 128 by tile_gemm_swiglu).
+        unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(gemm_mx_swiglu)"))?;
+        Ok(())
     }
 
     /// A timing probe with the same loads and tensor-core steps as [`Self::gemm`] but no
@@ -718,6 +850,59 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use favlo_mx::MxLayout;
+
+    /// The SwiGLU tiling is the plain tiling with row tile j = gate rows 64j.. then up
+    /// rows 64j.., codes and scales alike (MXFP8 as is, MXFP4 folded); a gate|up
+    /// matrix whose halves are not multiples of 64 is refused.
+    #[test]
+    fn swiglu_tiling_pairs_gate_and_up_rows() {
+        for format in [ElementFormat::Fp8E4M3, ElementFormat::Fp4E2M1] {
+            let (ff, cols) = (192, 300);
+            let l = MxLayout::new(format, 2 * ff, cols);
+            let mut bytes = vec![0u8; l.total_bytes()];
+            for (i, b) in bytes[..l.scale_offset()].iter_mut().enumerate() {
+                *b = ((i * 37) % 251) as u8 & 0x77; // no E4M3 NaN codes
+            }
+            for (i, b) in bytes[l.scale_offset()..].iter_mut().enumerate() {
+                *b = 118 + (i % 7) as u8;
+            }
+            let view = MxView::new(l, &bytes).unwrap();
+            let (plain, paired) = (tile_gemm(view).unwrap(), tile_gemm_swiglu(view).unwrap());
+            assert!(paired.swiglu && !plain.swiglu);
+            let kb = plain.kblocks;
+            let row_of = |h: &GemmWeightsHost, r: usize| -> (Vec<u8>, Vec<u8>) {
+                let (t, rr) = (r / GEMM_TILE, r % GEMM_TILE);
+                let codes = (0..kb * GEMM_KB)
+                    .map(|k| {
+                        h.data[(t * kb + k / GEMM_KB) * TILE_BYTES + tile_offset(rr, k % GEMM_KB)]
+                    })
+                    .collect();
+                let scales = (0..kb)
+                    .flat_map(|b| {
+                        let o = (t * kb + b) * SCALE_TILE_BYTES + rr * 4;
+                        h.scales[o..o + 4].to_vec()
+                    })
+                    .collect();
+                (codes, scales)
+            };
+            for r in 0..2 * ff {
+                let (t, i) = (r / GEMM_TILE, r % GEMM_TILE);
+                let src = if i < 64 {
+                    64 * t + i
+                } else {
+                    ff + 64 * t + i - 64
+                };
+                assert_eq!(
+                    row_of(&paired, r),
+                    row_of(&plain, src),
+                    "{format:?} row {r}"
+                );
+            }
+            let odd = MxLayout::new(format, 2 * 96, cols);
+            let b = vec![0u8; odd.total_bytes()];
+            assert!(tile_gemm_swiglu(MxView::new(odd, &b).unwrap()).is_err());
+        }
+    }
 
     #[test]
     fn tiling_places_every_code_and_scale() {

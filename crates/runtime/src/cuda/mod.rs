@@ -49,7 +49,7 @@ pub use decode::DecodeOps;
 pub use encoder::{ENC_MAX_HEAD_DIM, ENC_QUERY_TILE, EncAct, EncPool, EncoderOps, attention_tiles};
 pub use gemm::{
     GEMM_KB, GEMM_TILE, GemmActs, GemmKernel, GemmMx, GemmWeights, GemmWeightsHost, TileStore,
-    tile_gemm, tile_offset,
+    tile_gemm, tile_gemm_swiglu, tile_offset,
 };
 pub use gemv::{
     GemvKernel, GemvMma, MxTiled, MxTiledHost, SmemLimits, XPrep, ring_config, ring_stage_bytes,

@@ -17,7 +17,10 @@
 //!   open (MXFP4 folded exactly). Twice the work per weight byte of a bf16 GEMM is
 //!   gone, and so is the exactness: the option trades logit errors of a few percent of
 //!   the largest logit (docs/CUDA.md) for about twice the prompt rate. The attention
-//!   then takes q and p as single f16 halves too (`AttnPrecision::Half`).
+//!   then takes q and p as single f16 halves too (`AttnPrecision::Half`). The RMSNorm
+//!   and SwiGLU producers write the rows' E4M3 row scales as they go, and the gate|up
+//!   GEMM (weights paired at open, `tile_gemm_swiglu`) stores silu(gate)·up itself
+//!   (`GemmMx::gemm_swiglu`), so the [chunk, 2·ff] gate|up rows are never written.
 //! - The chunk writes the same KV cache and uses the same RoPE tables as the decode
 //!   graph, and leaves the last token's hidden state in the decode buffers with
 //!   `*pos = n_past + n`, so decoding continues from it unchanged; only the last
@@ -410,7 +413,12 @@ impl CudaLlama {
                         let (mx, acts) = (&f.mx, &mut f.acts_d);
                         p.rms_norm_quantize(h, d, t, &l.ffn_norm, dm.eps, &mut f.rows, d, mx, acts)
                             .map_err(e)?;
-                        mx.gemm(acts, &w.gate_up, gu, false)
+                        if w.gate_up.swiglu {
+                            // SwiGLU(gate|up) straight into the rows the down GEMM reads.
+                            mx.gemm_swiglu(acts, &w.gate_up, &mut f.rows)
+                        } else {
+                            mx.gemm(acts, &w.gate_up, gu, false)
+                        }
                     }
                     Proj::Exact(x) => {
                         p.rms_norm_prep(h, d, t, &l.ffn_norm, dm.eps, pd, &mut x.prep_d)
@@ -434,8 +442,12 @@ impl CudaLlama {
                     Proj::Fp8(f) => {
                         let w = f.weights.get(li).ok_or_else(|| missing_fp8(li))?;
                         let (mx, acts) = (&f.mx, &mut f.acts_f);
-                        p.swiglu_quantize(gu, 2 * ff, t, ff, &mut f.rows, ff, mx, acts)
-                            .map_err(e)?;
+                        if w.gate_up.swiglu {
+                            mx.quantize(&f.rows, t, ff, ff, acts).map_err(e)?;
+                        } else {
+                            p.swiglu_quantize(gu, 2 * ff, t, ff, &mut f.rows, ff, mx, acts)
+                                .map_err(e)?;
+                        }
                         mx.gemm(acts, &w.down, h, true)
                     }
                     Proj::Exact(x) => {

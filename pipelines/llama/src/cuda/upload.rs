@@ -11,7 +11,7 @@
 use favlo_mx::MxView;
 use favlo_runtime::buffer::Buffer;
 use favlo_runtime::cuda::{
-    CudaContext, DeviceBuffer, GemmWeights, KvCache, MxTiled, tile_gemm, tile_mx,
+    CudaContext, DeviceBuffer, GemmWeights, KvCache, MxTiled, tile_gemm, tile_gemm_swiglu, tile_mx,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 
@@ -75,6 +75,26 @@ fn gemm_matrix(
     GemmWeights::upload(ctx, owner, &host).map_err(dev_err)
 }
 
+/// The gate | up matrix for the FP8 GEMM: paired for the SwiGLU GEMM
+/// (`GemmMx::gemm_swiglu`) when the intermediate size is a multiple of 64, else (or
+/// with `FAVLO_CUDA_SWIGLU_GEMM=0`, for comparisons) as [`gemm_matrix`].
+fn gate_up_matrix(
+    ctx: &CudaContext,
+    owner: &Owner,
+    m: &Matrix,
+    name: &str,
+) -> Result<GemmWeights, LlamaError> {
+    let view = mx_view(m, name)?;
+    let fused = std::env::var("FAVLO_CUDA_SWIGLU_GEMM").map_or(true, |v| v != "0");
+    let host = if fused && view.layout.rows.is_multiple_of(128) {
+        tile_gemm_swiglu(view)
+    } else {
+        tile_gemm(view)
+    }
+    .map_err(dev_err)?;
+    GemmWeights::upload(ctx, owner, &host).map_err(dev_err)
+}
+
 /// The FP8 prefill's copies of block `li`'s four projections.
 pub(super) fn fp8_layer(
     ctx: &CudaContext,
@@ -85,7 +105,7 @@ pub(super) fn fp8_layer(
     Ok(Fp8Layer {
         qkv: gemm_matrix(ctx, owner, &l.qkv, &format!("blk.{li}.qkv"))?,
         o: gemm_matrix(ctx, owner, &l.wo, &format!("blk.{li}.attn_output"))?,
-        gate_up: gemm_matrix(ctx, owner, &l.gate_up, &format!("blk.{li}.ffn_gate_up"))?,
+        gate_up: gate_up_matrix(ctx, owner, &l.gate_up, &format!("blk.{li}.ffn_gate_up"))?,
         down: gemm_matrix(ctx, owner, &l.down, &format!("blk.{li}.ffn_down"))?,
     })
 }
