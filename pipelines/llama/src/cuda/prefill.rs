@@ -36,7 +36,7 @@ use favlo_runtime::cuda::{
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 
-use super::upload::Fp8Layer;
+use super::upload::{Fp8Layer, paired_gate_up};
 use super::{CudaLlama, dev_err, padded};
 use crate::error::LlamaError;
 use crate::weights::Matrix;
@@ -56,6 +56,7 @@ pub(super) struct ChunkBufs {
     qkv: DeviceBuffer<f32>,
     q: DeviceBuffer<f32>,
     o: DeviceBuffer<f32>,
+    /// gate|up rows [chunk, 2·ff]; one value when the FP8 GEMM writes SwiGLU itself.
     gu: DeviceBuffer<f32>,
     proj: Proj,
 }
@@ -239,6 +240,7 @@ impl ChunkBufs {
     ) -> Result<ChunkBufs, LlamaError> {
         let e = dev_err;
         let (d, qd, kvd, ff) = widths;
+        let gu_len = gate_up_len(chunk, ff, fp8.is_some());
         let proj = match fp8 {
             Some(weights) => Proj::Fp8(Box::new(Fp8::new(ctx, owner, chunk, widths, weights)?)),
             None => Proj::Exact(Box::new(Exact::new(ctx, owner, chunk, widths)?)),
@@ -250,7 +252,7 @@ impl ChunkBufs {
             qkv: scratch(chunk * (qd + 2 * kvd))?,
             q: scratch(chunk * qd)?,
             o: scratch(chunk * qd)?,
-            gu: scratch(chunk * 2 * ff)?,
+            gu: scratch(gu_len)?,
             proj,
         })
     }
@@ -259,13 +261,23 @@ impl ChunkBufs {
 /// Bytes [`ChunkBufs`] takes for these widths (for the context's memory fit).
 pub(super) fn chunk_bytes(chunk: usize, widths: Widths, fp8: bool) -> u64 {
     let (d, qd, kvd, ff) = widths;
-    let f32s = chunk * (d + (qd + 2 * kvd) + 2 * qd + 2 * ff);
+    let f32s = chunk * (d + (qd + 2 * kvd) + 2 * qd) + gate_up_len(chunk, ff, fp8);
     let proj = if fp8 {
         Fp8::bytes(chunk, widths)
     } else {
         Exact::bytes(chunk, widths)
     };
     (f32s * 4) as u64 + proj
+}
+
+/// Values of the chunk's gate|up rows: none to speak of when the FP8 gate|up GEMM
+/// writes SwiGLU itself (one value, so the buffer exists).
+fn gate_up_len(chunk: usize, ff: usize, fp8: bool) -> usize {
+    if fp8 && paired_gate_up(ff) {
+        1
+    } else {
+        chunk * 2 * ff
+    }
 }
 
 /// Device bytes of one block's FP8 GEMM tiles (`upload::Fp8Layer`).

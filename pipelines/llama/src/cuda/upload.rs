@@ -85,14 +85,21 @@ fn gate_up_matrix(
     name: &str,
 ) -> Result<GemmWeights, LlamaError> {
     let view = mx_view(m, name)?;
-    let fused = std::env::var("FAVLO_CUDA_SWIGLU_GEMM").map_or(true, |v| v != "0");
-    let host = if fused && view.layout.rows.is_multiple_of(128) {
+    let host = if paired_gate_up(view.layout.rows / 2) {
         tile_gemm_swiglu(view)
     } else {
         tile_gemm(view)
     }
     .map_err(dev_err)?;
     GemmWeights::upload(ctx, owner, &host).map_err(dev_err)
+}
+
+/// Whether the FP8 prefill's gate|up weights of intermediate size `ff` are paired for
+/// the SwiGLU GEMM (then the chunk holds no [chunk, 2·ff] gate|up rows).
+pub(super) fn paired_gate_up(ff: usize) -> bool {
+    ff > 0
+        && ff.is_multiple_of(64)
+        && std::env::var("FAVLO_CUDA_SWIGLU_GEMM").map_or(true, |v| v != "0")
 }
 
 /// The FP8 prefill's copies of block `li`'s four projections.
