@@ -652,45 +652,24 @@ impl GemmMx {
                 ),
             ));
         }
-        let m = x.m;
         let ff = w.rows / 2;
-        if m == 0 || x.k != w.cols || x.kblocks != w.kblocks || y.len() < m * ff {
-            return Err(shape(
-                op,
-                format!("x {m}x{}, w {}x{}, y {}", x.k, w.rows, w.cols, y.len()),
-            ));
-        }
-        let f = &self.e4m3_swiglu[usize::from(grouped)];
-        let (mi, ni, kbi, ldy) = (
-            int(m, op)?,
-            int(w.rows, op)?,
-            int(w.kblocks, op)?,
-            int(ff, op)?,
-        );
-        let tiles = m.div_ceil(GEMM_TILE) * w.rows.div_ceil(GEMM_TILE);
+        check_gemm(op, x, w, y, ff)?;
+        let tiles = x.m.div_ceil(GEMM_TILE) * w.rows.div_ceil(GEMM_TILE);
         let cfg = LaunchConfig {
             grid_dim: (tiles.min(self.sms) as u32, 1, 1),
             block_dim: (384, 1, 1),
             shared_mem_bytes: GEMM_STAGED_SMEM as u32,
         };
-        let s = self.ctx.stream();
-        let mut b = s.launch_builder(f);
-        b.arg(&w.data.slice)
-            .arg(&w.scales.slice)
-            .arg(&x.codes.slice)
-            .arg(&x.block_scales.slice)
-            .arg(&x.row_scales.slice)
-            .arg(&mut y.slice)
-            .arg(&mi)
-            .arg(&ni)
-            .arg(&kbi)
-            .arg(&ldy)
-            .arg(&0i32);
-        // SAFETY: types match the kernel; the tiles read exist for m_tiles × kblocks
-        // (x) and n_tiles × kblocks (w); y writes rows < m, columns < ff (checked; rows
-        // a multiple of 128 by tile_gemm_swiglu).
-        unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(gemm_mx_swiglu)"))?;
-        Ok(())
+        // Rows a multiple of 128 (tile_gemm_swiglu): every tile holds 64 outputs.
+        self.run(
+            &self.e4m3_swiglu[usize::from(grouped)],
+            cfg,
+            x,
+            w,
+            y,
+            (ff, false),
+            op,
+        )
     }
 
     /// A timing probe with the same loads and tensor-core steps as [`Self::gemm`] but no
@@ -715,20 +694,7 @@ impl GemmMx {
     ) -> Result<(), CudaError> {
         let op = "gemm_mx";
         let m = x.m;
-        if m == 0 || x.k != w.cols || x.kblocks != w.kblocks || y.len() < m * w.rows {
-            return Err(shape(
-                op,
-                format!(
-                    "x {m}x{} ({} k blocks), w {}x{} ({} k blocks), y {}",
-                    x.k,
-                    x.kblocks,
-                    w.rows,
-                    w.cols,
-                    w.kblocks,
-                    y.len()
-                ),
-            ));
-        }
+        check_gemm(op, x, w, y, w.rows)?;
         let kernel = if probe || self.desc_swap {
             GemmKernel::Serial
         } else {
@@ -770,12 +736,6 @@ impl GemmMx {
                 return Err(shape(op, "MXFP4 codes must be folded by tile_gemm".into()));
             }
         };
-        let (mi, ni, kbi, acc) = (
-            int(m, op)?,
-            int(w.rows, op)?,
-            int(w.kblocks, op)?,
-            i32::from(accumulate),
-        );
         let (mt, nt) = (m.div_ceil(GEMM_TILE), w.rows.div_ceil(GEMM_TILE));
         let cfg = match kernel {
             GemmKernel::Persistent => LaunchConfig {
@@ -798,6 +758,30 @@ impl GemmMx {
                 shared_mem_bytes: GEMM_SMEM as u32,
             },
         };
+        self.run(f, cfg, x, w, y, (w.rows, accumulate), op)
+    }
+
+    /// Launches GEMM kernel `f` (every variant takes the same arguments) on shapes
+    /// `check_gemm` accepted: `y` rows of `ldy` columns (`w.rows`, or `w.rows / 2` for
+    /// SwiGLU), `y +=` when `accumulate`.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        f: &CudaFunction,
+        cfg: LaunchConfig,
+        x: &GemmActs,
+        w: &GemmWeights,
+        y: &mut DeviceBuffer<f32>,
+        (ldy, accumulate): (usize, bool),
+        op: &'static str,
+    ) -> Result<(), CudaError> {
+        let (mi, ni, kbi, ldyi, acc) = (
+            int(x.m, op)?,
+            int(w.rows, op)?,
+            int(w.kblocks, op)?,
+            int(ldy, op)?,
+            i32::from(accumulate),
+        );
         let s = self.ctx.stream();
         let mut b = s.launch_builder(f);
         b.arg(&w.data.slice)
@@ -809,13 +793,41 @@ impl GemmMx {
             .arg(&mi)
             .arg(&ni)
             .arg(&kbi)
-            .arg(&ni)
+            .arg(&ldyi)
             .arg(&acc);
         // SAFETY: types match the kernel; the tiles read exist for m_tiles × kblocks
-        // (x) and n_tiles × kblocks (w); y writes rows < m, columns < n (checked).
+        // (x) and n_tiles × kblocks (w); y writes rows < m, columns < ldy (checked by
+        // `check_gemm` against the same ldy).
         unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(gemm_mx)"))?;
         Ok(())
     }
+}
+
+/// `x` quantized for `w` (same k) and `y` room for `x.m` rows of `cols` outputs.
+fn check_gemm(
+    op: &'static str,
+    x: &GemmActs,
+    w: &GemmWeights,
+    y: &DeviceBuffer<f32>,
+    cols: usize,
+) -> Result<(), CudaError> {
+    let m = x.m;
+    if m == 0 || x.k != w.cols || x.kblocks != w.kblocks || y.len() < m * cols {
+        return Err(shape(
+            op,
+            format!(
+                "x {m}x{} ({} k blocks), w {}x{} ({} k blocks), y {} (need {})",
+                x.k,
+                x.kblocks,
+                w.rows,
+                w.cols,
+                w.kblocks,
+                y.len(),
+                m * cols
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `x` holds `m` rows of `k` values at stride `ldx`, and `out` room for them.

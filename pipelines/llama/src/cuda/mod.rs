@@ -231,9 +231,11 @@ impl CudaLlama {
                 ),
             });
         }
+        // The FP8 gate|up GEMM writes SwiGLU itself where the weights can be paired.
+        let paired = fp8 && upload::paired_gate_up(ff);
         let chunk_bytes = |chunk: usize| {
             if batched {
-                prefill::chunk_bytes(chunk, (d, qd, kvd, ff), fp8)
+                prefill::chunk_bytes(chunk, (d, qd, kvd, ff), fp8, paired)
             } else {
                 0
             }
@@ -328,7 +330,7 @@ impl CudaLlama {
             let tiles = w.layers.iter().enumerate();
             Some(
                 tiles
-                    .map(|(li, l)| upload::fp8_layer(&ctx, owner, l, li))
+                    .map(|(li, l)| upload::fp8_layer(&ctx, owner, l, li, paired))
                     .collect::<Result<Vec<_>, _>>()?,
             )
         } else {

@@ -36,7 +36,7 @@ use favlo_runtime::cuda::{
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 
-use super::upload::{Fp8Layer, paired_gate_up};
+use super::upload::Fp8Layer;
 use super::{CudaLlama, dev_err, padded};
 use crate::error::LlamaError;
 use crate::weights::Matrix;
@@ -240,7 +240,11 @@ impl ChunkBufs {
     ) -> Result<ChunkBufs, LlamaError> {
         let e = dev_err;
         let (d, qd, kvd, ff) = widths;
-        let gu_len = gate_up_len(chunk, ff, fp8.is_some());
+        // The weights say whether the gate|up GEMM writes SwiGLU itself.
+        let paired = fp8
+            .as_ref()
+            .is_some_and(|w| !w.is_empty() && w.iter().all(|l| l.gate_up.swiglu));
+        let gu_len = gate_up_len(chunk, ff, paired);
         let proj = match fp8 {
             Some(weights) => Proj::Fp8(Box::new(Fp8::new(ctx, owner, chunk, widths, weights)?)),
             None => Proj::Exact(Box::new(Exact::new(ctx, owner, chunk, widths)?)),
@@ -258,10 +262,11 @@ impl ChunkBufs {
     }
 }
 
-/// Bytes [`ChunkBufs`] takes for these widths (for the context's memory fit).
-pub(super) fn chunk_bytes(chunk: usize, widths: Widths, fp8: bool) -> u64 {
+/// Bytes [`ChunkBufs`] takes for these widths (for the context's memory fit), the FP8
+/// gate|up weights `paired` for the SwiGLU GEMM or not.
+pub(super) fn chunk_bytes(chunk: usize, widths: Widths, fp8: bool, paired: bool) -> u64 {
     let (d, qd, kvd, ff) = widths;
-    let f32s = chunk * (d + (qd + 2 * kvd) + 2 * qd) + gate_up_len(chunk, ff, fp8);
+    let f32s = chunk * (d + (qd + 2 * kvd) + 2 * qd) + gate_up_len(chunk, ff, paired);
     let proj = if fp8 {
         Fp8::bytes(chunk, widths)
     } else {
@@ -271,13 +276,9 @@ pub(super) fn chunk_bytes(chunk: usize, widths: Widths, fp8: bool) -> u64 {
 }
 
 /// Values of the chunk's gate|up rows: none to speak of when the FP8 gate|up GEMM
-/// writes SwiGLU itself (one value, so the buffer exists).
-fn gate_up_len(chunk: usize, ff: usize, fp8: bool) -> usize {
-    if fp8 && paired_gate_up(ff) {
-        1
-    } else {
-        chunk * 2 * ff
-    }
+/// writes SwiGLU itself (`paired`; one value, so the buffer exists).
+fn gate_up_len(chunk: usize, ff: usize, paired: bool) -> usize {
+    if paired { 1 } else { chunk * 2 * ff }
 }
 
 /// Device bytes of one block's FP8 GEMM tiles (`upload::Fp8Layer`).

@@ -76,16 +76,16 @@ fn gemm_matrix(
 }
 
 /// The gate | up matrix for the FP8 GEMM: paired for the SwiGLU GEMM
-/// (`GemmMx::gemm_swiglu`) when the intermediate size is a multiple of 64, else (or
-/// with `FAVLO_CUDA_SWIGLU_GEMM=0`, for comparisons) as [`gemm_matrix`].
+/// (`GemmMx::gemm_swiglu`) when `paired` ([`paired_gate_up`]), else as [`gemm_matrix`].
 fn gate_up_matrix(
     ctx: &CudaContext,
     owner: &Owner,
     m: &Matrix,
     name: &str,
+    paired: bool,
 ) -> Result<GemmWeights, LlamaError> {
     let view = mx_view(m, name)?;
-    let host = if paired_gate_up(view.layout.rows / 2) {
+    let host = if paired {
         tile_gemm_swiglu(view)
     } else {
         tile_gemm(view)
@@ -95,24 +95,34 @@ fn gate_up_matrix(
 }
 
 /// Whether the FP8 prefill's gate|up weights of intermediate size `ff` are paired for
-/// the SwiGLU GEMM (then the chunk holds no [chunk, 2·ff] gate|up rows).
+/// the SwiGLU GEMM (then the chunk holds no [chunk, 2·ff] gate|up rows): when `ff` is a
+/// multiple of 64, unless `FAVLO_CUDA_SWIGLU_GEMM=0` (for comparisons). Decided once
+/// per open.
 pub(super) fn paired_gate_up(ff: usize) -> bool {
     ff > 0
         && ff.is_multiple_of(64)
         && std::env::var("FAVLO_CUDA_SWIGLU_GEMM").map_or(true, |v| v != "0")
 }
 
-/// The FP8 prefill's copies of block `li`'s four projections.
+/// The FP8 prefill's copies of block `li`'s four projections (gate | up `paired` for
+/// the SwiGLU GEMM).
 pub(super) fn fp8_layer(
     ctx: &CudaContext,
     owner: &Owner,
     l: &Layer,
     li: usize,
+    paired: bool,
 ) -> Result<Fp8Layer, LlamaError> {
     Ok(Fp8Layer {
         qkv: gemm_matrix(ctx, owner, &l.qkv, &format!("blk.{li}.qkv"))?,
         o: gemm_matrix(ctx, owner, &l.wo, &format!("blk.{li}.attn_output"))?,
-        gate_up: gate_up_matrix(ctx, owner, &l.gate_up, &format!("blk.{li}.ffn_gate_up"))?,
+        gate_up: gate_up_matrix(
+            ctx,
+            owner,
+            &l.gate_up,
+            &format!("blk.{li}.ffn_gate_up"),
+            paired,
+        )?,
         down: gemm_matrix(ctx, owner, &l.down, &format!("blk.{li}.ffn_down"))?,
     })
 }
