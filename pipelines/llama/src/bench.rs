@@ -26,6 +26,10 @@ pub struct BenchOptions {
     /// Decode by sampling at this temperature (OpenAI's other defaults: top-p 1, no
     /// top-k, min-p or penalties; a fixed seed) instead of greedily; 0 = greedy.
     pub temperature: f32,
+    /// Also decode this many sequences together (`LlamaModel::decode_batch`; the model
+    /// must be opened with at least as many), each after the same prompt, greedily:
+    /// [`BenchReport::batch_decode_tok_s`]. 1 = off.
+    pub sequences: usize,
 }
 
 impl Default for BenchOptions {
@@ -35,6 +39,7 @@ impl Default for BenchOptions {
             decode_tokens: 64,
             threads: 1,
             temperature: 0.0,
+            sequences: 1,
         }
     }
 }
@@ -53,6 +58,9 @@ pub struct BenchReport {
     pub weight_bytes: u64,
     /// `weight_bytes * decode_tok_s` in GB/s: the memory traffic decode sustains.
     pub decode_gb_s: f64,
+    /// With [`BenchOptions::sequences`] > 1: (sequences, tokens per sequence, tokens/s
+    /// over all of them) of the batched decode.
+    pub batch_decode: Option<(usize, usize, f64)>,
 }
 
 impl std::fmt::Display for BenchReport {
@@ -66,7 +74,15 @@ impl std::fmt::Display for BenchReport {
             self.decode_tokens,
             self.decode_tok_s,
             self.decode_gb_s
-        )
+        )?;
+        if let Some((n, steps, rate)) = self.batch_decode {
+            write!(
+                f,
+                "; {n} sequences together: {steps} steps {rate:.1} tok/s in all ({:.1} each)",
+                rate / n as f64
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -124,6 +140,11 @@ pub fn bench(rt: &mut LlamaRuntime, opts: &BenchOptions) -> Result<BenchReport, 
             next = step(&[next], prompt_n + i)?;
         }
         let decode = t1.elapsed().as_secs_f64();
+        let batch_decode = if opts.sequences > 1 {
+            Some(batch_rate(model, &prompt, opts.sequences, decode_n)?)
+        } else {
+            None
+        };
         let weight_bytes = model.weight_bytes();
         let decode_tok_s = decode_n as f64 / decode.max(1e-9);
         Ok(BenchReport {
@@ -136,8 +157,50 @@ pub fn bench(rt: &mut LlamaRuntime, opts: &BenchOptions) -> Result<BenchReport, 
             decode_tok_s,
             weight_bytes,
             decode_gb_s: weight_bytes as f64 * decode_tok_s / 1e9,
+            batch_decode,
         })
     });
     rt.cached.clear();
     result
+}
+
+/// `n` sequences prefilled with `prompt`, then greedy batched decode steps (one to
+/// capture the graph, then `steps - 1` timed): (n, timed steps, tokens/s in all).
+fn batch_rate(
+    model: &mut crate::model::LlamaModel,
+    prompt: &[u32],
+    n: usize,
+    steps: usize,
+) -> Result<(usize, usize, f64), LlamaError> {
+    if model.sequences() < n {
+        return Err(LlamaError::Request {
+            message: format!(
+                "{n} sequences asked for; the model was opened for {}",
+                model.sequences()
+            ),
+        });
+    }
+    let vocab = model.config().vocab_size;
+    let mut logits = vec![0.0; n * vocab];
+    for (s, out) in logits.chunks_mut(vocab).enumerate() {
+        model.forward_seq(s, prompt, 0, out)?;
+    }
+    let mut at = prompt.len();
+    let mut step = |logits: &mut Vec<f32>, at: usize| -> Result<(), LlamaError> {
+        let batch: Vec<(usize, u32, usize)> = logits
+            .chunks(vocab)
+            .enumerate()
+            .map(|(s, l)| (s, crate::sampler::argmax(l) as u32, at))
+            .collect();
+        model.decode_batch(&batch, logits)
+    };
+    step(&mut logits, at)?;
+    at += 1;
+    let timed = steps.saturating_sub(1);
+    let t0 = Instant::now();
+    for i in 0..timed {
+        step(&mut logits, at + i)?;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    Ok((n, timed, (n * timed) as f64 / secs.max(1e-9)))
 }

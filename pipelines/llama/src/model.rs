@@ -249,6 +249,91 @@ impl LlamaModel {
         Ok(None)
     }
 
+    /// Sequences decoded together ([`Self::decode_batch`]): 1 on the CPU; on CUDA as
+    /// opened (`OpenOptions::sequences`).
+    pub fn sequences(&self) -> usize {
+        #[cfg(feature = "cuda")]
+        if let Some(c) = &self.cuda {
+            return c.sequences();
+        }
+        1
+    }
+
+    /// Runs `ids` at positions `n_past..` of sequence `seq` (0..[`Self::sequences`]);
+    /// `logits` gets the last token's. Sequence 0 is [`Self::forward`]'s.
+    pub fn forward_seq(
+        &mut self,
+        seq: usize,
+        ids: &[u32],
+        n_past: usize,
+        logits: &mut [f32],
+    ) -> Result<(), LlamaError> {
+        if seq == 0 {
+            return self.forward(ids, n_past, logits, false);
+        }
+        self.check_ids(ids, n_past)?;
+        self.check_seq(seq)?;
+        let v = self.cfg.vocab_size;
+        if logits.len() != v {
+            return Err(LlamaError::Request {
+                message: format!("logits buffer holds {}, need {v}", logits.len()),
+            });
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(c) = self.cuda.as_mut() {
+            return c.forward_seq(&self.w.embed, seq, ids, n_past, logits);
+        }
+        Err(LlamaError::Request {
+            message: format!("sequence {seq}: this model decodes one sequence"),
+        })
+    }
+
+    /// One decode step of each `(sequence, token id, position)` in `steps` (distinct
+    /// sequences, each cache holding its positions before), the weights read once for
+    /// all of them; `logits` gets each one's, in `steps`' order (`steps.len()` × vocab).
+    /// On the CPU only sequence 0 exists and this is [`Self::forward`].
+    pub fn decode_batch(
+        &mut self,
+        steps: &[(usize, u32, usize)],
+        logits: &mut [f32],
+    ) -> Result<(), LlamaError> {
+        let v = self.cfg.vocab_size;
+        if logits.len() != steps.len() * v {
+            return Err(LlamaError::Request {
+                message: format!(
+                    "logits buffer holds {}, need {}",
+                    logits.len(),
+                    steps.len() * v
+                ),
+            });
+        }
+        for &(seq, id, at) in steps {
+            self.check_ids(&[id], at)?;
+            self.check_seq(seq)?;
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(c) = self.cuda.as_mut() {
+            return c.decode_batch(&self.w.embed, steps, logits);
+        }
+        match steps {
+            [] => Ok(()),
+            [(_, id, at)] => self.forward(&[*id], *at, logits, false),
+            _ => Err(LlamaError::Request {
+                message: format!("{} sequences: this model decodes one", steps.len()),
+            }),
+        }
+    }
+
+    fn check_seq(&self, seq: usize) -> Result<(), LlamaError> {
+        let n = self.sequences();
+        if seq >= n {
+            return Err(LlamaError::Request {
+                message: format!("sequence {seq}: this opening decodes {n}"),
+            });
+        }
+        Ok(())
+    }
+
     /// Refuses an empty run, one past the context, or ids outside the vocabulary.
     fn check_ids(&self, ids: &[u32], n_past: usize) -> Result<(), LlamaError> {
         let v = self.cfg.vocab_size;

@@ -47,6 +47,9 @@ pub struct OpenOptions {
     pub prefill_chunk: Option<usize>,
     /// CUDA only: the arithmetic of the batched prefill's projections.
     pub prefill: PrefillMode,
+    /// CUDA only: sequences decoded together (1..=4; default 1), each holding the whole
+    /// context in its own KV cache (`LlamaModel::decode_batch`).
+    pub sequences: usize,
 }
 
 /// How a CUDA prefill computes its projections.
@@ -86,6 +89,7 @@ impl Default for OpenOptions {
             kv_f16: true,
             prefill_chunk: None,
             prefill: PrefillMode::Exact,
+            sequences: 1,
         }
     }
 }
@@ -237,6 +241,7 @@ pub fn open(
                 kv_f16: options.kv_f16,
                 prefill_chunk: options.prefill_chunk,
                 prefill: options.prefill,
+                sequences: options.sequences,
             };
             let dev = crate::cuda::CudaLlama::open(&cfg, &w, owner, opts, min_ctx, max_ctx, &name)?;
             LlamaModel::with_cuda(cfg, w, ledger, owner, dev)?

@@ -14,7 +14,11 @@
 //!   calls: ≤ 1e-4 / 1e-3, on prompts of 1, 9, 77 and 301 tokens (the test opens with
 //!   128-token chunks: three, the last ragged);
 //! - 24 greedy tokens after each prompt equal the CPU's (all 4 prompts; the random model
-//!   has no near-ties at these margins, see the printed gaps).
+//!   has no near-ties at these margins, see the printed gaps);
+//! - four sequences decoded together (`decode_batch`, MXFP8 and MXFP4 weights): each
+//!   prompt prefilled into its own sequence, then 24 batched steps fed the CPU's greedy
+//!   tokens, sequences leaving the batch after 8 and 16 steps; every step's logits
+//!   against the CPU's: ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV), and the same argmax.
 //!
 //! Skips loudly (and passes) without CUDA; `FAVLO_REQUIRE_CUDA=1` turns that into a
 //! failure.
@@ -275,5 +279,89 @@ fn qwen3_cuda_fp8_prefill_near_cpu() {
             );
             assert!(e <= 0.16, "prompt {i}: FP8 prefill vs CPU {e:.2e}");
         }
+    }
+}
+
+/// The CPU's logits after the prompt and after each of `STEPS` greedy tokens, and the
+/// tokens.
+fn cpu_trace(rt: &mut LlamaRuntime, prompt: &[u32]) -> (Vec<Vec<f32>>, Vec<u32>) {
+    let m = rt.model();
+    let mut logits = vec![0.0; VOCAB];
+    m.forward(prompt, 0, &mut logits, false).unwrap();
+    let mut trace = vec![logits.clone()];
+    let mut toks = Vec::new();
+    for i in 0..STEPS {
+        let t = favlo_llama::sampler::argmax(&logits) as u32;
+        toks.push(t);
+        m.forward(&[t], prompt.len() + i, &mut logits, false)
+            .unwrap();
+        trace.push(logits.clone());
+    }
+    (trace, toks)
+}
+
+#[test]
+fn qwen3_cuda_batched_decode_matches_cpu() {
+    use common::open_seqs;
+    use favlo_llama::WeightFormat;
+    if !cuda_ok("the CUDA batched decode test") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_checkpoint(dir.path());
+    let prompts = prompts();
+    // Steps each sequence takes: 1 leaves after 8, 3 after 16.
+    let last = [STEPS, 8, STEPS, 16];
+    for (format, kv_f16, tol) in [
+        (WeightFormat::Mxfp8, false, 1e-4f32),
+        (WeightFormat::Mxfp8, true, 3e-3),
+        (WeightFormat::Mxfp4, false, 1e-4),
+    ] {
+        let mut cpu = open_seqs(dir.path(), Device::Cpu, format, false, 1);
+        let want: Vec<_> = prompts.iter().map(|p| cpu_trace(&mut cpu, p)).collect();
+        drop(cpu);
+        let mut gpu = open_seqs(dir.path(), Device::Cuda(0), format, kv_f16, 4);
+        let m = gpu.model();
+        assert_eq!(m.sequences(), 4);
+        let mut worst = 0f32;
+        for (s, p) in prompts.iter().enumerate() {
+            let mut got = vec![0.0; VOCAB];
+            m.forward_seq(s, p, 0, &mut got).unwrap();
+            let e = rel(&got, &want[s].0[0]);
+            worst = worst.max(e);
+            assert!(e <= tol, "{format:?} sequence {s} prompt: {e:.2e}");
+        }
+        for j in 0..STEPS {
+            let mut steps: Vec<(usize, u32, usize)> = (0..4)
+                .filter(|&s| j < last[s])
+                .map(|s| (s, want[s].1[j], prompts[s].len() + j))
+                .collect();
+            if j >= 16 {
+                steps.reverse();
+            }
+            let mut logits = vec![0.0; steps.len() * VOCAB];
+            m.decode_batch(&steps, &mut logits).unwrap();
+            for (&(s, _, _), got) in steps.iter().zip(logits.chunks(VOCAB)) {
+                let w = &want[s].0[j + 1];
+                let e = rel(got, w);
+                worst = worst.max(e);
+                assert!(
+                    e <= tol,
+                    "{format:?} KV f16 {kv_f16} sequence {s} step {j}: {e:.2e}"
+                );
+                assert_eq!(
+                    favlo_llama::sampler::argmax(got),
+                    favlo_llama::sampler::argmax(w),
+                    "{format:?} sequence {s} step {j}: argmax"
+                );
+            }
+        }
+        // A sequence outside the opening and a repeated one are refused.
+        let mut two = vec![0.0; 2 * VOCAB];
+        assert!(m.decode_batch(&[(4, 5, 0)], &mut two[..VOCAB]).is_err());
+        assert!(m.decode_batch(&[(0, 5, 40), (0, 6, 40)], &mut two).is_err());
+        eprintln!(
+            "qwen3 {format:?} KV f16 {kv_f16}: 4 sequences decoded together, worst vs CPU {worst:.2e} (bound {tol:.0e})"
+        );
     }
 }

@@ -65,6 +65,10 @@ pub struct ChatBench {
     /// decode greedily, so the two do not go together.
     #[arg(long, default_value_t = 0.0, conflicts_with = "anchor")]
     pub temperature: f32,
+    /// CUDA: also decode this many sequences together (2..=4), each after the same
+    /// prompt, and print the tokens/s over all of them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4))]
+    pub sequences: u32,
 }
 
 /// One measured row: (prefill tok/s, decode tok/s).
@@ -159,6 +163,11 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
         }
         None => (model_dir(&b.model)?, b.model.clone()),
     };
+    anyhow::ensure!(
+        b.sequences == 1 || device != Device::Cpu,
+        "--sequences {} needs --device cuda (the CPU decodes one sequence)",
+        b.sequences
+    );
     let format = favlo_llama::WeightFormat::parse(&b.weights)
         .with_context(|| format!("unknown --weights {:?}", b.weights))?;
     let ledger = Ledger::new(Device::Cpu, None);
@@ -172,6 +181,7 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
         device,
         prefill,
         prefill_chunk: b.prefill_chunk.map(|n| n as usize),
+        sequences: b.sequences as usize,
         ..Default::default()
     };
     let mut rt = favlo_llama::open(&dir, &ledger, &owner, &opts)?;
@@ -226,10 +236,18 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
                     decode_tokens: b.decode,
                     threads: t,
                     temperature: b.temperature,
+                    sequences: b.sequences as usize,
                 },
             )?;
             let rate = (r.prefill_tok_s, r.decode_tok_s);
             row(engine, t, rate, Some(r.decode_gb_s));
+            if let Some((n, steps, all)) = r.batch_decode {
+                println!(
+                    "{engine:<10} {n} sequences decoded together: {all:.1} tok/s in all, {:.1} per sequence ({steps} steps; one sequence: {:.1})",
+                    all / n as f64,
+                    r.decode_tok_s
+                );
+            }
             ours[i].push(rate);
             if let Some(a) = &anchor
                 && let Some(rate) = a.run(t, b.prompt, b.decode)?

@@ -26,7 +26,8 @@ use crate::ledger::{Owner, SpanKind};
 
 const SRC: &str = concat!(
     include_str!("../../kernels/prep32.cuh"),
-    include_str!("../../kernels/gemv_mma.cu")
+    include_str!("../../kernels/gemv_mma.cu"),
+    include_str!("../../kernels/gemv_batch.cu")
 );
 /// This family's kernel module (see [`super::warm`]).
 pub(crate) const MODULE: Module = Module {
@@ -34,7 +35,7 @@ pub(crate) const MODULE: Module = Module {
     src: SRC,
 };
 /// Rows per block (`TILE_ROWS` in gemv_mma.cu).
-const TILE_ROWS: usize = 32;
+pub(super) const TILE_ROWS: usize = 32;
 /// Most warps per block (the kernel's shared partial-sum array holds 16).
 const MAX_WARPS: usize = 16;
 
@@ -90,7 +91,7 @@ pub struct MxTiledHost {
 }
 
 /// Scale bytes per (tile, chunk): 8 per lane (FP4) or per lane pair (FP8).
-fn scale_tile_bytes(format: ElementFormat) -> usize {
+pub(super) fn scale_tile_bytes(format: ElementFormat) -> usize {
     if format == ElementFormat::Fp4E2M1 {
         256
     } else {
@@ -348,7 +349,9 @@ pub struct GemvMma {
     rms_prep: CudaFunction,
     swiglu_prep: CudaFunction,
     norm_parts: CudaFunction,
-    sms: usize,
+    /// Batched GEMVs ([`Self::gemv_batch`]), [FP4, FP8] × 2, 3, 4 vectors.
+    pub(super) batch: [[CudaFunction; 3]; 2],
+    pub(super) sms: usize,
     smem: SmemLimits,
     /// The kernel [`Self::gemv`] launches (default [`GemvKernel::Ring`]).
     pub kernel: GemvKernel,
@@ -380,7 +383,7 @@ pub(super) fn shape(op: &'static str, detail: String) -> CudaError {
     CudaError::Shape { op, detail }
 }
 
-fn int(n: usize, op: &'static str) -> Result<i32, CudaError> {
+pub(super) fn int(n: usize, op: &'static str) -> Result<i32, CudaError> {
     i32::try_from(n).map_err(|_| shape(op, format!("{n} exceeds i32")))
 }
 
@@ -482,6 +485,18 @@ impl GemvMma {
             rms_prep: f("rms_norm_prep")?,
             swiglu_prep: f("swiglu_prep")?,
             norm_parts: f("norm_parts_prep")?,
+            batch: [
+                [
+                    f("gemv_mxfp4_batch2")?,
+                    f("gemv_mxfp4_batch3")?,
+                    f("gemv_mxfp4_batch4")?,
+                ],
+                [
+                    f("gemv_mxfp8_batch2")?,
+                    f("gemv_mxfp8_batch3")?,
+                    f("gemv_mxfp8_batch4")?,
+                ],
+            ],
             sms: sms.max(1) as usize,
             ctx: Arc::clone(ctx),
             from_cache: m.from_cache,

@@ -20,6 +20,7 @@ mod encoder;
 mod gemm;
 mod gemm_fold;
 mod gemv;
+mod gemv_batch;
 mod gemv_epi;
 mod graph;
 mod kernels;
@@ -55,6 +56,7 @@ pub use gemv::{
     GemvKernel, GemvMma, MxTiled, MxTiledHost, SmemLimits, XPrep, ring_config, ring_stage_bytes,
     tile_mx, warps_per_block,
 };
+pub use gemv_batch::GEMV_BATCH_MAX;
 pub use gemv_epi::{EpiOut, Epilogue, NormIn};
 pub use graph::CudaGraph;
 pub use kernels::{CudaKernels, GemvDecode, MxDevice, rope_tables};

@@ -26,6 +26,7 @@
 //!   the last token are copied to the host, where the existing sampler runs, so
 //!   generation, streaming and the `LanguagePipeline` seam are unchanged.
 
+mod batch;
 mod prefill;
 mod upload;
 
@@ -34,8 +35,8 @@ use std::sync::Arc;
 use favlo_runtime::cpu::RopeLayout;
 use favlo_runtime::cuda::{
     AttentionDecode, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps, DeviceBuffer,
-    DeviceSampler, Epilogue, GemmMx, GemvMma, KernelSet, MxTiled, NormIn, PrefillOps, RopeStore,
-    SAMPLE_OUT_LEN, SampleParams, XPrep, attn_partials_len, warm_kernels,
+    DeviceSampler, Epilogue, GEMV_BATCH_MAX, GemmMx, GemvMma, KernelSet, KvCache, MxTiled, NormIn,
+    PrefillOps, RopeStore, SAMPLE_OUT_LEN, SampleParams, XPrep, attn_partials_len, warm_kernels,
 };
 use favlo_runtime::ledger::{self, Owner, SpanKind};
 
@@ -72,6 +73,9 @@ pub(crate) struct CudaOptions {
     pub prefill_chunk: Option<usize>,
     /// The batched prefill's projections: exact, or FP8 GEMMs.
     pub prefill: PrefillMode,
+    /// Sequences decoded together (1..=4), each with its own KV cache of the
+    /// context's length ([`batch`]).
+    pub sequences: usize,
 }
 
 struct Kernels {
@@ -131,6 +135,14 @@ pub(crate) struct CudaLlama {
     b: Bufs,
     dims: Dims,
     capacity: usize,
+    /// Per sequence, its KV cache per layer (sequence 0 is the batch-1 step's).
+    kv: Vec<Vec<KvCache>>,
+    /// The step buffers of sequences 1.. (sequence 0's are `b`).
+    seqs: Vec<batch::SeqBufs>,
+    /// Batched steps: ((sequence mask, attention capacity), graph).
+    batch_body: Vec<((u32, usize), CudaGraph)>,
+    /// Batched final norm + lm_head per sequence mask.
+    batch_head: Vec<(u32, CudaGraph)>,
     /// (attention capacity, graph of one token step over every layer).
     body: Vec<(usize, CudaGraph)>,
     head_graph: Option<CudaGraph>,
@@ -240,7 +252,21 @@ impl CudaLlama {
                 0
             }
         };
-        let fixed = ((values + cfg.vocab_size) * 4 + (16 << 20)) as u64;
+        let seqs = opts.sequences;
+        if !(1..=GEMV_BATCH_MAX).contains(&seqs) {
+            return Err(LlamaError::Request {
+                message: format!("{name}: {seqs} sequences (1..={GEMV_BATCH_MAX} on CUDA)"),
+            });
+        }
+        if seqs > 1 && !batched {
+            return Err(LlamaError::Request {
+                message: format!(
+                    "{name}: {seqs} sequences need the batched prefill (FAVLO_CUDA_PREFILL=loop turns it off)"
+                ),
+            });
+        }
+        // Every sequence holds its own step buffers and logits.
+        let fixed = ((values + cfg.vocab_size) * 4 * seqs + (16 << 20)) as u64;
         let layer_bytes: u64 = w
             .layers
             .iter()
@@ -263,7 +289,7 @@ impl CudaLlama {
             crate::prefill_chunk::choose(opts.prefill_chunk, opts.prefill, max_ctx, |chunk| {
                 let base = layer_bytes + fixed + chunk_bytes(chunk);
                 ledger::fit(ctx.ledger(), &request, min_ctx, max_ctx, |c| {
-                    base + per_tok * c as u64
+                    base + per_tok * (c * seqs) as u64
                 })
             })?;
         tracing::debug!("{name}: prefill chunks of {chunk_len} tokens, context {capacity}");
@@ -271,15 +297,11 @@ impl CudaLlama {
             .layers
             .iter()
             .enumerate()
-            .map(|(li, l)| {
-                upload::layer(
-                    &ctx,
-                    owner,
-                    l,
-                    li,
-                    (opts.kv_f16, capacity, cfg.n_kv_heads, hd),
-                )
-            })
+            .map(|(li, l)| upload::layer(&ctx, owner, l, li))
+            .collect::<Result<Vec<_>, _>>()?;
+        let kv_shape = (opts.kv_f16, capacity, cfg.n_kv_heads, hd);
+        let kv = (0..seqs)
+            .map(|_| upload::kv_caches(&ctx, owner, w.layers.len(), kv_shape))
             .collect::<Result<Vec<_>, _>>()?;
         // RoPE tables [capacity][hd/2] in f64 from the CPU path's inverse frequencies.
         let inv = Rotary::new(cfg).inv_freq_f64();
@@ -294,6 +316,9 @@ impl CudaLlama {
         }
         let e = dev_err;
         let scratch = |n: usize| ctx.alloc::<f32>(owner, SpanKind::Scratch, n).map_err(e);
+        let seq_bufs = (1..seqs)
+            .map(|_| batch::SeqBufs::new(&ctx, owner, cfg, capacity))
+            .collect::<Result<Vec<_>, _>>()?;
         let b = Bufs {
             h: scratch(d)?,
             prep_d: XPrep::new(&ctx, owner, padded(d)).map_err(e)?,
@@ -388,6 +413,10 @@ impl CudaLlama {
             out_norm,
             b,
             capacity,
+            kv,
+            seqs: seq_bufs,
+            batch_body: Vec::new(),
+            batch_head: Vec::new(),
             body: Vec::new(),
             head_graph: None,
             weight_bytes,
@@ -479,7 +508,7 @@ impl CudaLlama {
     /// applies, else the token loop), leaving the last token's hidden state in `h`.
     fn advance(&mut self, embed: &Matrix, ids: &[u32], n_past: usize) -> Result<(), LlamaError> {
         if self.batched_prefill(ids.len()) {
-            return self.prefill(embed, ids, n_past);
+            return self.prefill(embed, ids, n_past, 0);
         }
         self.write_pos(n_past)?;
         for (i, &id) in ids.iter().enumerate() {
@@ -516,8 +545,11 @@ impl CudaLlama {
         let at = match self.body.iter().position(|(b, _)| *b == bucket) {
             Some(at) => at,
             None => {
-                let (k, d, b, layers) = (&self.k, self.dims, &mut self.b, &mut self.layers);
-                let g = CudaGraph::capture(&self.ctx, || step(k, d, layers, b, bucket))
+                let (k, d, b, layers) = (&self.k, self.dims, &mut self.b, &self.layers);
+                let kv = self.kv.first_mut().ok_or_else(|| LlamaError::Device {
+                    message: "no KV cache".into(),
+                })?;
+                let g = CudaGraph::capture(&self.ctx, || step(k, d, layers, kv, b, bucket))
                     .map_err(dev_err)?;
                 self.body.push((bucket, g));
                 self.body.len() - 1
@@ -568,7 +600,8 @@ fn norm_in(parts: &DeviceBuffer<f32>, d: Dims) -> NormIn<'_> {
 fn step(
     k: &Kernels,
     d: Dims,
-    layers: &mut [DevLayer],
+    layers: &[DevLayer],
+    kv: &mut [KvCache],
     b: &mut Bufs,
     attn_capacity: usize,
 ) -> Result<(), CudaError> {
@@ -576,9 +609,9 @@ fn step(
         k.gemv
             .norm_parts_prep(&b.h, &first.attn_norm, &mut b.prep_d, &mut b.ss)?;
     }
-    for i in 0..layers.len() {
-        let (done, rest) = layers.split_at_mut(i + 1);
-        let Some(l) = done.last_mut() else { break };
+    for (i, cache) in kv.iter_mut().enumerate().take(layers.len()) {
+        let (done, rest) = layers.split_at(i + 1);
+        let Some(l) = done.last() else { break };
         let qkv = Epilogue::normed(norm_in(&b.ss, d));
         k.gemv.gemv_fused(&l.qkv, &b.prep_d, &mut b.qkv, qkv)?;
         match (&l.q_norm, &l.k_norm) {
@@ -593,7 +626,7 @@ fn step(
                 d.n_kv_heads,
                 d.eps,
                 &mut b.q,
-                &mut l.cache,
+                cache,
             )?,
             _ => k.rope.bias_rope_store(
                 &b.qkv,
@@ -606,12 +639,12 @@ fn step(
                 d.head_dim,
                 d.interleaved,
                 &mut b.q,
-                &mut l.cache,
+                cache,
             )?,
         }
         k.attn.decode_hd(
             &b.q,
-            &l.cache,
+            cache,
             attn_capacity,
             d.n_heads,
             d.n_kv_heads,

@@ -301,13 +301,15 @@ impl CudaLlama {
         n > 1 && self.chunk.is_some()
     }
 
-    /// Runs `ids` at positions `n_past..` in chunks, leaving the last token's hidden
-    /// state in the decode step's `h` and `*pos = n_past + ids.len()`.
+    /// Runs `ids` at positions `n_past..` of sequence `seq` in chunks, leaving the last
+    /// token's hidden state in that sequence's decode `h` and its `*pos = n_past +
+    /// ids.len()`.
     pub(super) fn prefill(
         &mut self,
         embed: &Matrix,
         ids: &[u32],
         n_past: usize,
+        seq: usize,
     ) -> Result<(), LlamaError> {
         let e = dev_err;
         let dm = self.dims;
@@ -320,6 +322,9 @@ impl CudaLlama {
             });
         };
         let (k, b) = (&self.k, &mut self.b);
+        let kv = self.kv.get_mut(seq).ok_or_else(|| LlamaError::Request {
+            message: format!("sequence {seq} of {}", self.seqs.len() + 1),
+        })?;
         let mut last = 0;
         let size = cb.chunk;
         for (ci, chunk) in ids.chunks(size).enumerate() {
@@ -335,7 +340,7 @@ impl CudaLlama {
                 n_kv_heads: dm.n_kv_heads,
                 head_dim: dm.head_dim,
             };
-            for (li, l) in self.layers.iter_mut().enumerate() {
+            for (li, (l, cache)) in self.layers.iter().zip(kv.iter_mut()).enumerate() {
                 let p = &k.prefill;
                 let ChunkBufs {
                     h,
@@ -397,7 +402,7 @@ impl CudaLlama {
                     dm.interleaved,
                     q,
                     qd,
-                    &mut l.cache,
+                    cache,
                 )
                 .map_err(e)?;
                 // The FP8 path's activations are E4M3: q and p need not keep 22 bits.
@@ -405,7 +410,7 @@ impl CudaLlama {
                     Proj::Fp8(_) => AttnPrecision::Half,
                     Proj::Exact(_) => AttnPrecision::Split,
                 };
-                p.attention(q, qd, &l.cache, s, dm.scale, o, qd, precision)
+                p.attention(q, qd, cache, s, dm.scale, o, qd, precision)
                     .map_err(e)?;
                 // h += attention · Woᵀ
                 match &mut *proj {
@@ -472,11 +477,22 @@ impl CudaLlama {
                 .map_err(e)?;
             }
         }
-        // The last token's residual row becomes the decode step's h.
+        // The last token's residual row becomes the sequence's decode h.
+        let (h_out, pos_out) = match seq.checked_sub(1) {
+            None => (&mut b.h, &mut b.pos),
+            Some(i) => match self.seqs.get_mut(i) {
+                Some(sb) => (&mut sb.h, &mut sb.pos),
+                None => {
+                    return Err(LlamaError::Request {
+                        message: format!("sequence {seq} of {}", self.seqs.len() + 1),
+                    });
+                }
+            },
+        };
         let src = cb.h.slice().slice((last - 1) * d..last * d);
         self.ctx
             .stream()
-            .memcpy_dtod(&src, b.h.slice_mut())
+            .memcpy_dtod(&src, h_out.slice_mut())
             .map_err(|x| {
                 e(CudaError::Driver {
                     op: "cuMemcpyDtoD(h)",
@@ -486,6 +502,6 @@ impl CudaLlama {
         let pos = i32::try_from(n_past + ids.len()).map_err(|_| LlamaError::Request {
             message: format!("position {}", n_past + ids.len()),
         })?;
-        self.ctx.write(&mut b.pos, &[pos]).map_err(e)
+        self.ctx.write(pos_out, &[pos]).map_err(e)
     }
 }

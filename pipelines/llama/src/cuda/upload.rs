@@ -1,6 +1,6 @@
 //! Uploading a loaded model's weights to the GPU: MX matrices re-tiled for the
 //! tensor-core GEMV (and, for the FP8 prefill, a second time as E4M3 GEMM tiles), norms
-//! and biases as f32, and the per-layer KV caches.
+//! and biases as f32, and each sequence's per-layer KV caches.
 //!
 //! Key design choice: the host loader ([`crate::weights::load`] with MXFP8 or MXFP4)
 //! already decoded every GGUF/safetensors tensor to f32 and packed it in the favlo-mx
@@ -31,7 +31,6 @@ pub(super) struct DevLayer {
     pub ffn_norm: DeviceBuffer<f32>,
     pub gate_up: MxTiled,
     pub down: MxTiled,
-    pub cache: KvCache,
 }
 
 /// A block's projections tiled for `GemmMx` (FP8 prefill).
@@ -136,15 +135,27 @@ pub(super) fn vector(
     ctx.upload(owner, SpanKind::Resident, v).map_err(dev_err)
 }
 
-/// One block: its matrices, norms, bias, and a zeroed KV cache of `capacity` tokens.
+/// One sequence's zeroed KV caches, one per layer, of `capacity` tokens each.
+pub(super) fn kv_caches(
+    ctx: &CudaContext,
+    owner: &Owner,
+    layers: usize,
+    (f16, capacity, n_kv_heads, head_dim): (bool, usize, usize, usize),
+) -> Result<Vec<KvCache>, LlamaError> {
+    (0..layers)
+        .map(|_| {
+            KvCache::with_head_dim(ctx, owner, f16, capacity, n_kv_heads, head_dim).map_err(dev_err)
+        })
+        .collect()
+}
+
+/// One block: its matrices, norms and bias.
 pub(super) fn layer(
     ctx: &CudaContext,
     owner: &Owner,
     l: &Layer,
     li: usize,
-    kv: (bool, usize, usize, usize),
 ) -> Result<DevLayer, LlamaError> {
-    let (f16, capacity, n_kv_heads, head_dim) = kv;
     let opt = |b: &Option<Buffer<f32>>| b.as_ref().map(|b| vector(ctx, owner, b)).transpose();
     Ok(DevLayer {
         attn_norm: vector(ctx, owner, &l.attn_norm)?,
@@ -156,7 +167,5 @@ pub(super) fn layer(
         ffn_norm: vector(ctx, owner, &l.ffn_norm)?,
         gate_up: matrix(ctx, owner, &l.gate_up, &format!("blk.{li}.ffn_gate_up"))?,
         down: matrix(ctx, owner, &l.down, &format!("blk.{li}.ffn_down"))?,
-        cache: KvCache::with_head_dim(ctx, owner, f16, capacity, n_kv_heads, head_dim)
-            .map_err(dev_err)?,
     })
 }

@@ -59,6 +59,28 @@ pub fn open_with(
     open(path, &ledger, &owner, &opts).unwrap()
 }
 
+/// As [`open_with`], decoding `sequences` sequences together on the device.
+pub fn open_seqs(
+    path: &Path,
+    device: Device,
+    format: WeightFormat,
+    kv_f16: bool,
+    sequences: usize,
+) -> LlamaRuntime {
+    let ledger = Ledger::new(Device::Cpu, None);
+    let owner = Owner::mint("cuda-llama-test");
+    let opts = OpenOptions {
+        format,
+        max_context: Some(512),
+        device,
+        kv_f16,
+        prefill_chunk: Some(128),
+        sequences,
+        ..OpenOptions::default()
+    };
+    open(path, &ledger, &owner, &opts).unwrap()
+}
+
 /// The first `n` chat prompts' token ids of `tests/fixtures/<refs>`.
 pub fn fixture_prompts(refs: &str, n: usize) -> Vec<Vec<u32>> {
     let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -1,0 +1,145 @@
+//! The batched MX GEMV (`kernels/gemv_batch.cu`): y_b = W·x_b (or y_b += W·x_b) for up
+//! to [`GEMV_BATCH_MAX`] prepared vectors in one launch.
+//!
+//! Key design choice: the weights are streamed and decoded once for the batch; each
+//! decoded fragment feeds one mma pair per vector, with the batch-1 kernel's fragments,
+//! block order and f32 scale-and-add, so vector b's rows are what [`GemvMma::gemv`]
+//! gives for x_b up to the order of the final sum over the block's warps (the batch
+//! kernel runs at most 8 warps per block). Each vector keeps its own buffers (an
+//! [`XPrep`] in, a row vector out), so one sequence's step buffers serve both the
+//! batch-1 step and the batched one.
+
+use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
+use favlo_mx::ElementFormat;
+
+use super::context::DeviceBuffer;
+use super::gemv::{
+    GemvMma, MxTiled, TILE_ROWS, XPrep, int, scale_tile_bytes, shape, warps_per_block,
+};
+use super::launch::{arg_ptr, launch_raw};
+use super::{CudaError, driver_err};
+
+/// Most vectors one batched GEMV launch takes (`GEMV_BATCH_MAX` in gemv_batch.cu).
+pub const GEMV_BATCH_MAX: usize = 4;
+/// Most warps per block of the batch kernels (`__launch_bounds__(256)`).
+const BATCH_WARPS: usize = 8;
+
+/// `GemvBatchIo` as the kernels take it: per vector its x planes and its rows.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct BatchIoRaw {
+    xhl: [u64; GEMV_BATCH_MAX],
+    xs: [u64; GEMV_BATCH_MAX],
+    y: [u64; GEMV_BATCH_MAX],
+    accumulate: i32,
+    pad: i32,
+}
+
+impl GemvMma {
+    /// y_b = W·x_b for every b (`accumulate`: y_b += W·x_b), W an MXFP4 or MXFP8
+    /// matrix, each x_b prepared over the layout's padded columns. One vector runs the
+    /// batch-1 kernel ([`Self::gemv`]); 2..=[`GEMV_BATCH_MAX`] run one batched launch.
+    pub fn gemv_batch(
+        &self,
+        w: &MxTiled,
+        xs: &[&XPrep],
+        ys: &mut [&mut DeviceBuffer<f32>],
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        let op = "gemv_batch";
+        let l = w.layout;
+        let n = xs.len();
+        if n != ys.len() || n == 0 || n > GEMV_BATCH_MAX {
+            return Err(shape(
+                op,
+                format!(
+                    "{n} inputs and {} outputs (1..={GEMV_BATCH_MAX} pairs)",
+                    ys.len()
+                ),
+            ));
+        }
+        if n == 1 {
+            return self.gemv(w, xs[0], &mut *ys[0], accumulate);
+        }
+        let fi = match l.format {
+            ElementFormat::Fp4E2M1 => 0,
+            ElementFormat::Fp8E4M3 => 1,
+            ElementFormat::Fp8E5M2 => {
+                return Err(shape(op, "E5M2 has no tensor-core GEMV yet".into()));
+            }
+        };
+        let tiles = l.rows.div_ceil(TILE_ROWS);
+        let chunks = l.data_row_bytes() / 128;
+        let bad_io =
+            xs.iter().any(|x| x.cols() < l.padded_cols()) || ys.iter().any(|y| y.len() < l.rows);
+        if w.data.len() != tiles * chunks * 4096
+            || w.scales.len() != tiles * chunks * scale_tile_bytes(l.format)
+            || !l.data_row_bytes().is_multiple_of(128)
+            || bad_io
+        {
+            return Err(shape(
+                op,
+                format!(
+                    "W {}+{} bytes for {tiles}x{chunks} tiles; x preps of {:?} values (need {}); y of {:?} (need {})",
+                    w.data.len(),
+                    w.scales.len(),
+                    xs.iter().map(|x| x.cols()).collect::<Vec<_>>(),
+                    l.padded_cols(),
+                    ys.iter().map(|y| y.len()).collect::<Vec<_>>(),
+                    l.rows
+                ),
+            ));
+        }
+        if l.rows == 0 {
+            return Ok(());
+        }
+        let warps = warps_per_block(tiles, chunks, self.sms).min(BATCH_WARPS);
+        let rows = int(l.rows, op)?;
+        let nch = int(chunks, op)?;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                u32::try_from(tiles).map_err(|_| shape(op, format!("{tiles} tiles")))?,
+                1,
+                1,
+            ),
+            block_dim: ((warps * 32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let s = self.ctx().stream();
+        let mut guards = Vec::new();
+        let mut io = BatchIoRaw {
+            accumulate: i32::from(accumulate),
+            ..BatchIoRaw::default()
+        };
+        for (b, x) in xs.iter().enumerate() {
+            let (h, g0) = x.hl.slice.device_ptr(s);
+            let (f, g1) = x.xs.slice.device_ptr(s);
+            io.xhl[b] = h;
+            io.xs[b] = f;
+            guards.push(g0);
+            guards.push(g1);
+        }
+        let mut out_guards = Vec::new();
+        for (b, y) in ys.iter_mut().enumerate() {
+            let (p, g) = y.slice.device_ptr_mut(s);
+            io.y[b] = p;
+            out_guards.push(g);
+        }
+        let (wd, _g0) = w.data.slice.device_ptr(s);
+        let (wsc, _g1) = w.scales.slice.device_ptr(s);
+        let mut args = [
+            arg_ptr(&wd),
+            arg_ptr(&wsc),
+            arg_ptr(&io),
+            arg_ptr(&rows),
+            arg_ptr(&nch),
+        ];
+        let f = &self.batch[fi][n - 2];
+        // SAFETY: the kernel's parameters in order and type; the tile planes hold
+        // tiles·chunks tiles, each x_b covers the padded columns and each y_b the rows
+        // (checked above), the kernel touches only the first `n` entries of each array;
+        // with PDL it waits before it reads x or y.
+        unsafe { launch_raw(s, f, cfg, &mut args, self.pdl) }
+            .map_err(driver_err("cuLaunchKernelEx(gemv_batch)"))
+    }
+}

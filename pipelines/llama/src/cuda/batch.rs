@@ -1,0 +1,438 @@
+//! Several sequences decoded together: one token of each per step, the weights streamed
+//! once for all of them.
+//!
+//! Key design choices:
+//! - Each sequence owns its KV cache (one per layer, the context's length) and its step
+//!   buffers; sequence 0's are the batch-1 step's, so a model opened for one sequence
+//!   is exactly what it was. The open sizes the context so every sequence holds it.
+//! - A batched step runs the four projections (and the lm_head) as batched GEMVs
+//!   (`GemvMma::gemv_batch`: each weight tile is read and decoded once for the batch)
+//!   and the per-token work (RMSNorm, RoPE + KV store, attention, SwiGLU) per
+//!   sequence over its own buffers and position. The fused epilogues of the batch-1
+//!   step are not used here: each RMSNorm and the SwiGLU write their x preparation in
+//!   kernels of their own.
+//! - One CUDA graph per set of sequences stepped together (a bit mask, so a batch that
+//!   loses a finished sequence replays the graph of the remaining set) and attention
+//!   capacity bucket, captured on first use; every kernel reads its sequence's position
+//!   from device memory, so the graph replays at any position.
+
+use favlo_runtime::cuda::{
+    AttnOut, CudaContext, CudaError, CudaGraph, DeviceBuffer, KvCache, XPrep, attn_partials_len,
+};
+use favlo_runtime::ledger::{Owner, SpanKind};
+
+use super::upload::DevLayer;
+use super::{BUCKETS, Bufs, CudaLlama, Dims, Kernels, dev_err, padded};
+use crate::config::LlamaConfig;
+use crate::error::LlamaError;
+use crate::weights::Matrix;
+
+/// The step buffers of one sequence beyond the first.
+pub(super) struct SeqBufs {
+    pub h: DeviceBuffer<f32>,
+    prep_d: XPrep,
+    prep_a: XPrep,
+    prep_f: XPrep,
+    qkv: DeviceBuffer<f32>,
+    q: DeviceBuffer<f32>,
+    gu: DeviceBuffer<f32>,
+    logits: DeviceBuffer<f32>,
+    part: DeviceBuffer<f32>,
+    pub pos: DeviceBuffer<i32>,
+}
+
+impl SeqBufs {
+    pub(super) fn new(
+        ctx: &CudaContext,
+        owner: &Owner,
+        cfg: &LlamaConfig,
+        capacity: usize,
+    ) -> Result<SeqBufs, LlamaError> {
+        let e = dev_err;
+        let (d, qd, kvd, ff) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim(), cfg.intermediate);
+        let scratch = |n: usize| ctx.alloc::<f32>(owner, SpanKind::Scratch, n).map_err(e);
+        Ok(SeqBufs {
+            h: scratch(d)?,
+            prep_d: XPrep::new(ctx, owner, padded(d)).map_err(e)?,
+            prep_a: XPrep::new(ctx, owner, padded(qd)).map_err(e)?,
+            prep_f: XPrep::new(ctx, owner, padded(ff)).map_err(e)?,
+            qkv: scratch(qd + 2 * kvd)?,
+            q: scratch(qd)?,
+            gu: scratch(2 * ff)?,
+            logits: scratch(cfg.vocab_size)?,
+            part: scratch(attn_partials_len(cfg.n_heads, capacity))?,
+            pos: ctx.alloc::<i32>(owner, SpanKind::Scratch, 1).map_err(e)?,
+        })
+    }
+}
+
+/// One sequence's buffers, borrowed for a batched step.
+struct SeqIo<'a> {
+    h: &'a mut DeviceBuffer<f32>,
+    prep_d: &'a mut XPrep,
+    prep_a: &'a mut XPrep,
+    prep_f: &'a mut XPrep,
+    qkv: &'a mut DeviceBuffer<f32>,
+    q: &'a mut DeviceBuffer<f32>,
+    gu: &'a mut DeviceBuffer<f32>,
+    logits: &'a mut DeviceBuffer<f32>,
+    part: &'a mut DeviceBuffer<f32>,
+    pos: &'a mut DeviceBuffer<i32>,
+    kv: &'a mut [KvCache],
+}
+
+/// The shared RoPE tables (cos, sin).
+type Tables<'a> = (&'a DeviceBuffer<f32>, &'a DeviceBuffer<f32>);
+
+/// The buffers of the sequences in `mask` (bit i = sequence i), in sequence order,
+/// and the RoPE tables.
+fn seq_ios<'a>(
+    b: &'a mut Bufs,
+    seqs: &'a mut [SeqBufs],
+    kv: &'a mut [Vec<KvCache>],
+    mask: u32,
+) -> (Vec<SeqIo<'a>>, Tables<'a>) {
+    let Bufs {
+        h,
+        prep_d,
+        prep_a,
+        prep_f,
+        qkv,
+        q,
+        gu,
+        logits,
+        part,
+        pos,
+        cos,
+        sin,
+        ..
+    } = b;
+    let mut out = Vec::new();
+    let mut kv = kv.iter_mut();
+    if let Some(kv0) = kv.next()
+        && mask & 1 != 0
+    {
+        out.push(SeqIo {
+            h,
+            prep_d,
+            prep_a,
+            prep_f,
+            qkv,
+            q,
+            gu,
+            logits,
+            part,
+            pos,
+            kv: kv0,
+        });
+    }
+    for (i, (s, kv)) in seqs.iter_mut().zip(kv).enumerate() {
+        if mask & (1 << (i + 1)) != 0 {
+            out.push(SeqIo {
+                h: &mut s.h,
+                prep_d: &mut s.prep_d,
+                prep_a: &mut s.prep_a,
+                prep_f: &mut s.prep_f,
+                qkv: &mut s.qkv,
+                q: &mut s.q,
+                gu: &mut s.gu,
+                logits: &mut s.logits,
+                part: &mut s.part,
+                pos: &mut s.pos,
+                kv,
+            });
+        }
+    }
+    (out, (cos, sin))
+}
+
+/// One token of every sequence in `s` through every layer at its own `*pos`, then
+/// `*pos += 1` each.
+fn step_batch(
+    k: &Kernels,
+    d: Dims,
+    layers: &[DevLayer],
+    (cos, sin): Tables<'_>,
+    s: &mut [SeqIo<'_>],
+    attn_capacity: usize,
+) -> Result<(), CudaError> {
+    let g = &k.gemv;
+    if let Some(first) = layers.first() {
+        for io in s.iter_mut() {
+            g.rms_norm_prep(io.h, &first.attn_norm, d.eps, io.prep_d)?;
+        }
+    }
+    for (i, l) in layers.iter().enumerate() {
+        let (xs, mut ys): (Vec<&XPrep>, Vec<_>) =
+            s.iter_mut().map(|io| (&*io.prep_d, &mut *io.qkv)).unzip();
+        g.gemv_batch(&l.qkv, &xs, &mut ys, false)?;
+        for io in s.iter_mut() {
+            let cache = io.kv.get_mut(i).ok_or_else(|| CudaError::Shape {
+                op: "batched decode",
+                detail: format!("no KV cache for layer {i}"),
+            })?;
+            match (&l.q_norm, &l.k_norm) {
+                (Some(qn), Some(kn)) => k.ops.qk_norm_rope_store(
+                    io.qkv,
+                    qn,
+                    kn,
+                    cos,
+                    sin,
+                    io.pos,
+                    d.n_heads,
+                    d.n_kv_heads,
+                    d.eps,
+                    io.q,
+                    cache,
+                )?,
+                _ => k.rope.bias_rope_store(
+                    io.qkv,
+                    l.qkv_bias.as_ref(),
+                    cos,
+                    sin,
+                    io.pos,
+                    d.n_heads,
+                    d.n_kv_heads,
+                    d.head_dim,
+                    d.interleaved,
+                    io.q,
+                    cache,
+                )?,
+            }
+            k.attn.decode_hd(
+                io.q,
+                cache,
+                attn_capacity,
+                d.n_heads,
+                d.n_kv_heads,
+                d.head_dim,
+                io.pos,
+                1,
+                d.scale,
+                io.part,
+                AttnOut::Prep(io.prep_a),
+            )?;
+        }
+        let (xs, mut ys): (Vec<&XPrep>, Vec<_>) =
+            s.iter_mut().map(|io| (&*io.prep_a, &mut *io.h)).unzip();
+        g.gemv_batch(&l.o, &xs, &mut ys, true)?;
+        for io in s.iter_mut() {
+            g.rms_norm_prep(io.h, &l.ffn_norm, d.eps, io.prep_d)?;
+        }
+        let (xs, mut ys): (Vec<&XPrep>, Vec<_>) =
+            s.iter_mut().map(|io| (&*io.prep_d, &mut *io.gu)).unzip();
+        g.gemv_batch(&l.gate_up, &xs, &mut ys, false)?;
+        for io in s.iter_mut() {
+            g.swiglu_prep(io.gu, d.ff, io.prep_f)?;
+        }
+        let (xs, mut ys): (Vec<&XPrep>, Vec<_>) =
+            s.iter_mut().map(|io| (&*io.prep_f, &mut *io.h)).unzip();
+        g.gemv_batch(&l.down, &xs, &mut ys, true)?;
+        if let Some(next) = layers.get(i + 1) {
+            for io in s.iter_mut() {
+                g.rms_norm_prep(io.h, &next.attn_norm, d.eps, io.prep_d)?;
+            }
+        }
+    }
+    for io in s.iter_mut() {
+        k.ops.advance_pos(io.pos)?;
+    }
+    Ok(())
+}
+
+impl CudaLlama {
+    /// Sequences this opening decodes together.
+    pub(crate) fn sequences(&self) -> usize {
+        self.kv.len()
+    }
+
+    /// Sequence `seq`'s residual and position buffers.
+    fn seq_state(
+        &mut self,
+        seq: usize,
+    ) -> Result<(&mut DeviceBuffer<f32>, &mut DeviceBuffer<i32>), LlamaError> {
+        let n = self.kv.len();
+        match seq.checked_sub(1) {
+            None => Ok((&mut self.b.h, &mut self.b.pos)),
+            Some(i) => self
+                .seqs
+                .get_mut(i)
+                .map(|s| (&mut s.h, &mut s.pos))
+                .ok_or_else(|| LlamaError::Request {
+                    message: format!("sequence {seq} of {n}"),
+                }),
+        }
+    }
+
+    /// Runs `ids` at positions `n_past..` of sequence `seq` (the prompt, or the rest of
+    /// it) and copies its last token's logits into `logits`.
+    pub(crate) fn forward_seq(
+        &mut self,
+        embed: &Matrix,
+        seq: usize,
+        ids: &[u32],
+        n_past: usize,
+        logits: &mut [f32],
+    ) -> Result<(), LlamaError> {
+        if seq == 0 {
+            return self.forward(embed, ids, n_past, logits, false);
+        }
+        self.seq_state(seq)?;
+        if self.chunk.is_none() {
+            return Err(LlamaError::Device {
+                message: "prefill buffers missing".into(),
+            });
+        }
+        // The chunked prefill serves any length here (sequence 0's step graph
+        // is the only token loop).
+        self.prefill(embed, ids, n_past, seq)?;
+        self.head_batch(1 << seq)?;
+        self.copy_logits(&[seq], logits)?;
+        self.ctx.synchronize().map_err(dev_err)
+    }
+
+    /// One token of each sequence in `steps` (`(sequence, token id, position)`, the
+    /// sequences distinct), every sequence's cache holding its positions before; the
+    /// logits of each, in `steps`' order, go to `logits` (`steps.len()` × vocab).
+    pub(crate) fn decode_batch(
+        &mut self,
+        embed: &Matrix,
+        steps: &[(usize, u32, usize)],
+        logits: &mut [f32],
+    ) -> Result<(), LlamaError> {
+        let n = self.kv.len();
+        let mut mask = 0u32;
+        for &(seq, _, _) in steps {
+            if seq >= n || mask & (1 << seq) != 0 {
+                return Err(LlamaError::Request {
+                    message: format!("sequence {seq} twice or not among the {n} of this opening"),
+                });
+            }
+            mask |= 1 << seq;
+        }
+        if steps.is_empty() {
+            return Ok(());
+        }
+        let mut row = std::mem::take(&mut self.x_host);
+        let mut keys = 0;
+        for &(seq, id, at) in steps {
+            let pos = i32::try_from(at).map_err(|_| LlamaError::Request {
+                message: format!("position {at}"),
+            })?;
+            keys = keys.max(at + 1);
+            embed.embed(&[id], &mut row);
+            let ctx = std::sync::Arc::clone(&self.ctx);
+            let (h, p) = self.seq_state(seq)?;
+            ctx.write(h, &row).map_err(dev_err)?;
+            ctx.write(p, &[pos]).map_err(dev_err)?;
+        }
+        self.x_host = row;
+        let bucket = BUCKETS
+            .iter()
+            .copied()
+            .find(|&b| b >= keys && b < self.capacity)
+            .unwrap_or(self.capacity);
+        self.body_batch(mask, bucket)?;
+        self.head_batch(mask)?;
+        // `steps`' order: copy sequence by sequence.
+        let vocab = self.b.logits.len();
+        if logits.len() < steps.len() * vocab {
+            return Err(LlamaError::Request {
+                message: format!(
+                    "logits buffer holds {}, need {}",
+                    logits.len(),
+                    steps.len() * vocab
+                ),
+            });
+        }
+        for (&(seq, _, _), out) in steps.iter().zip(logits.chunks_mut(vocab)) {
+            self.copy_logits(&[seq], out)?;
+        }
+        self.ctx.synchronize().map_err(dev_err)
+    }
+
+    /// Copies the logits of `seqs` (in that order) into `out`.
+    fn copy_logits(&self, seqs: &[usize], out: &mut [f32]) -> Result<(), LlamaError> {
+        let vocab = self.b.logits.len();
+        if out.len() < seqs.len() * vocab {
+            return Err(LlamaError::Request {
+                message: format!(
+                    "logits buffer holds {}, need {}",
+                    out.len(),
+                    seqs.len() * vocab
+                ),
+            });
+        }
+        for (i, &seq) in seqs.iter().enumerate() {
+            let src = match seq.checked_sub(1) {
+                None => &self.b.logits,
+                Some(j) => match self.seqs.get(j) {
+                    Some(s) => &s.logits,
+                    None => {
+                        return Err(LlamaError::Request {
+                            message: format!("sequence {seq}"),
+                        });
+                    }
+                },
+            };
+            self.ctx
+                .stream()
+                .memcpy_dtoh(src.slice(), &mut out[i * vocab..(i + 1) * vocab])
+                .map_err(|x| {
+                    dev_err(CudaError::Driver {
+                        op: "cuMemcpyDtoH(logits)",
+                        message: format!("{x:?}"),
+                    })
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Launches the batched step graph of `mask` at attention capacity `bucket`,
+    /// capturing it on first use.
+    fn body_batch(&mut self, mask: u32, bucket: usize) -> Result<(), LlamaError> {
+        let key = (mask, bucket);
+        if !self.batch_body.iter().any(|(k, _)| *k == key) {
+            let (k, d, layers) = (&self.k, self.dims, &self.layers);
+            let (mut ios, tables) = seq_ios(&mut self.b, &mut self.seqs, &mut self.kv, mask);
+            let g = CudaGraph::capture(&self.ctx, || {
+                step_batch(k, d, layers, tables, &mut ios, bucket)
+            })
+            .map_err(dev_err)?;
+            self.batch_body.push((key, g));
+        }
+        match self.batch_body.iter().find(|(k, _)| *k == key) {
+            Some((_, g)) => g.launch().map_err(dev_err),
+            None => Err(LlamaError::Device {
+                message: "batched step graph missing".into(),
+            }),
+        }
+    }
+
+    /// Launches the final norm + lm_head graph of `mask`, capturing it on first use.
+    fn head_batch(&mut self, mask: u32) -> Result<(), LlamaError> {
+        if !self.batch_head.iter().any(|(k, _)| *k == mask) {
+            let (g, eps) = (&self.k.gemv, self.dims.eps);
+            let (head, norm) = (&self.head, &self.out_norm);
+            let (mut ios, _) = seq_ios(&mut self.b, &mut self.seqs, &mut self.kv, mask);
+            let graph = CudaGraph::capture(&self.ctx, || {
+                for io in ios.iter_mut() {
+                    g.rms_norm_prep(io.h, norm, eps, io.prep_d)?;
+                }
+                let (xs, mut ys): (Vec<&XPrep>, Vec<_>) = ios
+                    .iter_mut()
+                    .map(|io| (&*io.prep_d, &mut *io.logits))
+                    .unzip();
+                g.gemv_batch(head, &xs, &mut ys, false)
+            })
+            .map_err(dev_err)?;
+            self.batch_head.push((mask, graph));
+        }
+        match self.batch_head.iter().find(|(k, _)| *k == mask) {
+            Some((_, g)) => g.launch().map_err(dev_err),
+            None => Err(LlamaError::Device {
+                message: "batched head graph missing".into(),
+            }),
+        }
+    }
+}
