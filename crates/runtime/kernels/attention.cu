@@ -173,7 +173,8 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
 }
 
 // Kernel names: attn_decode_{f16,f32}_g{G} for HD 128 (the first version's names) and
-// attn_decode_{f16,f32}_g{G}_hd64.
+// attn_decode_{f16,f32}_g{G}_hd64; a `_z` suffix: several sequences, sequence blockIdx.z
+// (SeqArgs: q, k cache, v cache, partials, length).
 #define ATTN_KERNELS(HD, SUF, G)                                                                \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         attn_decode_f16_g##G##SUF(const float* q, const unsigned short* k,                     \
@@ -186,6 +187,21 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
                                   const int* lenp, int len_add, int cap, int n_kv,             \
                                   float scale) {                                                \
         attn_split<HD, G, float>(q, k, v, part, lenp, len_add, cap, n_kv, scale);               \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128) attn_decode_f16_g##G##SUF##_z(             \
+        const SeqArgs a, int len_add, int cap, int n_kv, float scale) {                         \
+        const int z = blockIdx.z;                                                               \
+        attn_split<HD, G, unsigned short>(                                                      \
+            (const float*)a.p[0][z], (const unsigned short*)a.p[1][z],                          \
+            (const unsigned short*)a.p[2][z], (float*)a.p[3][z], (const int*)a.p[4][z],         \
+            len_add, cap, n_kv, scale);                                                         \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128) attn_decode_f32_g##G##SUF##_z(             \
+        const SeqArgs a, int len_add, int cap, int n_kv, float scale) {                         \
+        const int z = blockIdx.z;                                                               \
+        attn_split<HD, G, float>((const float*)a.p[0][z], (const float*)a.p[1][z],              \
+                                 (const float*)a.p[2][z], (float*)a.p[3][z],                    \
+                                 (const int*)a.p[4][z], len_add, cap, n_kv, scale);             \
     }
 
 #define ATTN_GROUPS(HD, SUF) \
@@ -283,4 +299,17 @@ extern "C" __global__ void __launch_bounds__(64)
     attn_decode_combine_prep_hd64(const float* __restrict__ part, int nsplit,
                                   unsigned short* __restrict__ xhl, float* __restrict__ xs) {
     combine_prep<64>(part, nsplit, xhl, xs);
+}
+// combine_prep for several sequences (SeqArgs: partials, xhl, xs), sequence blockIdx.z.
+extern "C" __global__ void __launch_bounds__(128)
+    attn_decode_combine_prep_z(const SeqArgs a, int nsplit) {
+    const int z = blockIdx.z;
+    combine_prep<128>((const float*)a.p[0][z], nsplit, (unsigned short*)a.p[1][z],
+                      (float*)a.p[2][z]);
+}
+extern "C" __global__ void __launch_bounds__(64)
+    attn_decode_combine_prep_hd64_z(const SeqArgs a, int nsplit) {
+    const int z = blockIdx.z;
+    combine_prep<64>((const float*)a.p[0][z], nsplit, (unsigned short*)a.p[1][z],
+                     (float*)a.p[2][z]);
 }

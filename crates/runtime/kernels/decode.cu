@@ -88,3 +88,17 @@ extern "C" __global__ void swiglu_fused(const float* __restrict__ gu, float* __r
 extern "C" __global__ void advance_pos(int* pos) {
     if (threadIdx.x == 0 && blockIdx.x == 0) *pos += 1;
 }
+
+// qk_norm_rope_store for several sequences (batched decode), sequence blockIdx.z;
+// SeqArgs: qkv, pos, q_out, k cache, v cache.
+#define QK_NORM_ROPE_Z(SUF, T)                                                               \
+    extern "C" __global__ void __launch_bounds__(128) qk_norm_rope_store_##SUF##_z(          \
+        const SeqArgs s, const float* qw, const float* kw, const float* cos_t,               \
+        const float* sin_t, int nh, int nkv, float eps) {                                    \
+        const int z = blockIdx.z;                                                             \
+        qk_norm_rope_store<T>((const float*)s.p[0][z], qw, kw, cos_t, sin_t,                 \
+                              (const int*)s.p[1][z], (float*)s.p[2][z], (T*)s.p[3][z],         \
+                              (T*)s.p[4][z], nh, nkv, eps);                                   \
+    }
+QK_NORM_ROPE_Z(f16, unsigned short)
+QK_NORM_ROPE_Z(f32, float)

@@ -837,9 +837,10 @@ extern "C" __global__ void gemv_prep_x(const float* __restrict__ x,
 // of 128 threads; every block computes the (same) sum of squares with all its loads in
 // flight, then its 4 warps prepare blocks 4 b .. 4 b + 3 of 32 values (warps past dim
 // write nothing: a padded K's tail blocks keep what the buffer holds, zeros).
-extern "C" __global__ void __launch_bounds__(128) rms_norm_prep(
-    const float* __restrict__ x, const float* __restrict__ w, float eps, int dim,
-    unsigned short* __restrict__ xhl, float* __restrict__ xs) {
+__device__ __forceinline__ void rms_norm_prep_body(const float* __restrict__ x,
+                                                   const float* __restrict__ w, float eps,
+                                                   int dim, unsigned short* __restrict__ xhl,
+                                                   float* __restrict__ xs) {
     pdl_trigger();  // the GEMV that reads xhl / xs may start streaming its weights
     pdl_wait();     // x was written by the previous kernel
     __shared__ float red[4];
@@ -863,12 +864,25 @@ extern "C" __global__ void __launch_bounds__(128) rms_norm_prep(
     const int i = b * 32 + lane;
     prep32_store(x[i] * inv * w[i], lane, b, xhl, xs);
 }
+extern "C" __global__ void __launch_bounds__(128) rms_norm_prep(
+    const float* __restrict__ x, const float* __restrict__ w, float eps, int dim,
+    unsigned short* __restrict__ xhl, float* __restrict__ xs) {
+    rms_norm_prep_body(x, w, eps, dim, xhl, xs);
+}
+// The same for several sequences' rows (SeqArgs: x, xhl, xs), one per blockIdx.z.
+extern "C" __global__ void __launch_bounds__(128) rms_norm_prep_z(const SeqArgs s,
+                                                                  const float* __restrict__ w,
+                                                                  float eps, int dim) {
+    const int z = blockIdx.z;
+    rms_norm_prep_body((const float*)s.p[0][z], w, eps, dim, (unsigned short*)s.p[1][z],
+                       (float*)s.p[2][z]);
+}
 
 // SwiGLU over a fused gate|up vector (n a multiple of 32) straight into the x
 // preparation: v = silu(gu[i]) * gu[n + i]. One warp per block of 32.
-extern "C" __global__ void swiglu_prep(const float* __restrict__ gu, int n,
-                                       unsigned short* __restrict__ xhl,
-                                       float* __restrict__ xs) {
+__device__ __forceinline__ void swiglu_prep_body(const float* __restrict__ gu, int n,
+                                                 unsigned short* __restrict__ xhl,
+                                                 float* __restrict__ xs) {
     pdl_trigger();  // the GEMV that reads xhl / xs may start streaming its weights
     pdl_wait();     // gate|up was written by the previous kernel
     const int lane = threadIdx.x & 31;
@@ -877,6 +891,16 @@ extern "C" __global__ void swiglu_prep(const float* __restrict__ gu, int n,
     const int i = blk * 32 + lane;
     const float g = gu[i];
     prep32_store(g / (1.0f + expf(-g)) * gu[n + i], lane, blk, xhl, xs);
+}
+extern "C" __global__ void swiglu_prep(const float* __restrict__ gu, int n,
+                                       unsigned short* __restrict__ xhl,
+                                       float* __restrict__ xs) {
+    swiglu_prep_body(gu, n, xhl, xs);
+}
+// The same for several sequences (SeqArgs: gu, xhl, xs), one per blockIdx.z.
+extern "C" __global__ void swiglu_prep_z(const SeqArgs s, int n) {
+    const int z = blockIdx.z;
+    swiglu_prep_body((const float*)s.p[0][z], n, (unsigned short*)s.p[1][z], (float*)s.p[2][z]);
 }
 
 // The norm producer's epilogue as a kernel of its own, for an RMSNorm whose input no

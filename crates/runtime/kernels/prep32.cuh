@@ -20,6 +20,13 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// Per-sequence buffers of a batched decode launch (`_z` kernels): blockIdx.z is the
+// sequence (at most SEQ_MAX), p[i][z] its i-th buffer, as the kernel lists them.
+#define SEQ_MAX 4
+struct SeqArgs {
+    const void* p[5][SEQ_MAX];
+};
+
 __device__ __forceinline__ void prep32_store(float v, int lane, long long blk,
                                              unsigned short* __restrict__ xhl,
                                              float* __restrict__ xs) {

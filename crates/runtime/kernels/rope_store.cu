@@ -76,3 +76,19 @@ __device__ __forceinline__ void bias_rope_store(
 
 ROPE_STORE(64)
 ROPE_STORE(128)
+
+// bias_rope_store for several sequences (batched decode), sequence blockIdx.z;
+// SeqArgs: qkv, pos, q_out, k cache, v cache.
+#define ROPE_STORE_Z(HD, SUF, T)                                                             \
+    extern "C" __global__ void __launch_bounds__(HD) bias_rope_store_##SUF##_hd##HD##_z(      \
+        const SeqArgs s, const float* bias, const float* cos_t, const float* sin_t, int nh,  \
+        int nkv, int interleaved) {                                                           \
+        const int z = blockIdx.z;                                                             \
+        bias_rope_store<HD, T>((const float*)s.p[0][z], bias, cos_t, sin_t,                  \
+                               (const int*)s.p[1][z], (float*)s.p[2][z], (T*)s.p[3][z],        \
+                               (T*)s.p[4][z], nh, nkv, interleaved);                          \
+    }
+ROPE_STORE_Z(64, f16, unsigned short)
+ROPE_STORE_Z(64, f32, float)
+ROPE_STORE_Z(128, f16, unsigned short)
+ROPE_STORE_Z(128, f32, float)

@@ -21,7 +21,11 @@
 //!   last logits, the logits of one decode step after it, and a prompt prefilled in two
 //!   calls (n_past > 0), on the 5 prompts and one 301-token prompt (the tests open with
 //!   128-token chunks: three, the last ragged): max |Δ| / max |logit| ≤ 1e-4 (f32 KV) / 1e-3 (f16 KV); measured on
-//!   an H200 (2026-11-30, SmolLM2): ≤ 1.2e-6 / ≤ 3.1e-4.
+//!   an H200 (2026-11-30, SmolLM2): ≤ 1.2e-6 / ≤ 3.1e-4;
+//! - four sequences decoded together (`decode_batch`: the bias + RoPE store over heads
+//!   of 64, the GQA groups of 3 and 7): the first 4 prompts, one per sequence, then 16
+//!   batched steps fed the CPU's greedy tokens, one sequence leaving after 8; every
+//!   step's logits against the CPU's ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV), the same argmax.
 //!
 //! Skips loudly (and passes) without the GGUF variables or without CUDA;
 //! `FAVLO_REQUIRE_CUDA=1` turns a missing GPU into a failure.
@@ -271,4 +275,84 @@ fn smollm2_cuda_sampled_chat_matches_the_host_sampler() {
     }
     eprintln!("sampled chat: device sampler = host sampler on {same}/{runs}");
     assert_eq!(same, runs);
+}
+
+/// Four sequences decoded together against the CPU's logits, step by step.
+fn batched_decode_matches_cpu(env: &str, refs: &str) {
+    use common::open_seqs;
+    use favlo_llama::WeightFormat;
+    let Some(path) = model_path(env) else { return };
+    if !cuda_ok("the CUDA batched decode test") {
+        return;
+    }
+    const N: usize = 4;
+    const BATCH_STEPS: usize = 16;
+    let prompts = prompts(refs);
+    let mut cpu = open_on(&path, Device::Cpu, false);
+    let v = cpu.config().vocab_size;
+    // Per prompt: logits after it and after each greedy token, and the tokens.
+    let want: Vec<(Vec<Vec<f32>>, Vec<u32>)> = prompts[..N]
+        .iter()
+        .map(|p| {
+            let m = cpu.model();
+            let mut l = vec![0.0; v];
+            m.forward(p, 0, &mut l, false).unwrap();
+            let (mut trace, mut toks) = (vec![l.clone()], Vec::new());
+            for i in 0..BATCH_STEPS {
+                let t = favlo_llama::sampler::argmax(&l) as u32;
+                toks.push(t);
+                m.forward(&[t], p.len() + i, &mut l, false).unwrap();
+                trace.push(l.clone());
+            }
+            (trace, toks)
+        })
+        .collect();
+    drop(cpu);
+    for (kv_f16, tol) in [(false, 1e-4f32), (true, 3e-3)] {
+        let mut gpu = open_seqs(&path, Device::Cuda(0), WeightFormat::Mxfp8, kv_f16, N);
+        let m = gpu.model();
+        let mut worst = 0f32;
+        for (s, p) in prompts[..N].iter().enumerate() {
+            let mut got = vec![0.0; v];
+            m.forward_seq(s, p, 0, &mut got).unwrap();
+            let e = rel(&got, &want[s].0[0]);
+            worst = worst.max(e);
+            assert!(e <= tol, "{env} sequence {s} prompt: {e:.2e}");
+        }
+        for j in 0..BATCH_STEPS {
+            let steps: Vec<(usize, u32, usize)> = (0..N)
+                .filter(|&s| s != 2 || j < 8)
+                .map(|s| (s, want[s].1[j], prompts[s].len() + j))
+                .collect();
+            let mut logits = vec![0.0; steps.len() * v];
+            m.decode_batch(&steps, &mut logits).unwrap();
+            for (&(s, _, _), got) in steps.iter().zip(logits.chunks(v)) {
+                let w = &want[s].0[j + 1];
+                let e = rel(got, w);
+                worst = worst.max(e);
+                assert!(
+                    e <= tol,
+                    "{env} KV f16 {kv_f16} sequence {s} step {j}: {e:.2e}"
+                );
+                assert_eq!(
+                    favlo_llama::sampler::argmax(got),
+                    favlo_llama::sampler::argmax(w),
+                    "{env} sequence {s} step {j}: argmax"
+                );
+            }
+        }
+        eprintln!(
+            "{env} KV f16 {kv_f16}: {N} sequences decoded together, worst vs CPU {worst:.2e} (bound {tol:.0e})"
+        );
+    }
+}
+
+#[test]
+fn smollm2_cuda_batched_decode_matches_cpu() {
+    batched_decode_matches_cpu("FAVLO_TEST_SMOLLM2_GGUF", "smollm2_refs.json");
+}
+
+#[test]
+fn qwen25_cuda_batched_decode_matches_cpu() {
+    batched_decode_matches_cpu("FAVLO_TEST_QWEN25_GGUF", "qwen25_refs.json");
 }

@@ -52,9 +52,9 @@ pub(crate) const MODULE: Module = Module {
 pub const ATTN_HEAD_DIM: usize = 128;
 /// Head sizes the kernels are built for.
 pub const ATTN_HEAD_DIMS: [usize; 2] = [128, 64];
-const KEYS_PER_BLOCK: usize = 32;
+pub(super) const KEYS_PER_BLOCK: usize = 32;
 /// Most splits the combine kernel's shared weights hold (`cw[1024]`): 32768 keys.
-const MAX_SPLITS: usize = 1024;
+pub(super) const MAX_SPLITS: usize = 1024;
 /// u32 counters (one per kv head) at the end of the partials buffer, for `OnePass`.
 const COUNTERS: usize = 256;
 
@@ -158,7 +158,7 @@ impl AttnKernel {
 
 /// The attention decode kernels of one context.
 pub struct AttentionDecode {
-    ctx: Arc<CudaContext>,
+    pub(super) ctx: Arc<CudaContext>,
     /// Launch the kernels with programmatic dependent launch (default off).
     pub pdl: bool,
     /// The kernel [`Self::decode`] uses (default `Auto`; [`Self::decode_qkv`] is always
@@ -179,6 +179,10 @@ pub struct AttentionDecode {
     /// [head dim 64?] combine kernels (f32 out, x-prep out).
     combine: [CudaFunction; 2],
     combine_prep: [CudaFunction; 2],
+    /// The same split and x-prep combine kernels over several sequences
+    /// (`decode_batch.rs`).
+    pub(super) split_z: [[[CudaFunction; 8]; 2]; 2],
+    pub(super) combine_prep_z: [CudaFunction; 2],
 }
 
 /// Where the combined attention output goes.
@@ -228,6 +232,14 @@ impl AttentionDecode {
             combine_prep: [
                 f("attn_decode_combine_prep".into())?,
                 f("attn_decode_combine_prep_hd64".into())?,
+            ],
+            split_z: [
+                [set("f32", "_z")?, set("f16", "_z")?],
+                [set("f32", "_hd64_z")?, set("f16", "_hd64_z")?],
+            ],
+            combine_prep_z: [
+                f("attn_decode_combine_prep_z".into())?,
+                f("attn_decode_combine_prep_hd64_z".into())?,
             ],
             one: onepass::OnePass::load(ctx, &m1.module)?,
             pdl: false,

@@ -27,13 +27,15 @@ pub(crate) const MODULE: Module = Module {
 
 /// The decode-step kernels of one context.
 pub struct DecodeOps {
-    ctx: Arc<CudaContext>,
+    pub(super) ctx: Arc<CudaContext>,
     /// Launch `qk_norm_rope_store` with programmatic dependent launch (default off).
     pub pdl: bool,
     qk_f16: CudaFunction,
     qk_f32: CudaFunction,
     swiglu: CudaFunction,
     advance: CudaFunction,
+    /// `qk_norm_rope_store` over several sequences, [f32 cache, f16 cache].
+    pub(super) qk_z: [CudaFunction; 2],
 }
 
 fn shape(op: &'static str, detail: String) -> CudaError {
@@ -50,6 +52,10 @@ impl DecodeOps {
             qk_f32: f("qk_norm_rope_store_f32")?,
             swiglu: f("swiglu_fused")?,
             advance: f("advance_pos")?,
+            qk_z: [
+                f("qk_norm_rope_store_f32_z")?,
+                f("qk_norm_rope_store_f16_z")?,
+            ],
             pdl: false,
             ctx: Arc::clone(ctx),
         })

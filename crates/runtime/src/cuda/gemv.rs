@@ -351,6 +351,9 @@ pub struct GemvMma {
     norm_parts: CudaFunction,
     /// Batched GEMVs ([`Self::gemv_batch`]), [FP4, FP8] × 2, 3, 4 vectors.
     pub(super) batch: [[CudaFunction; 3]; 2],
+    /// RMSNorm and SwiGLU preparations over several sequences (`decode_batch.rs`).
+    pub(super) rms_prep_z: CudaFunction,
+    pub(super) swiglu_prep_z: CudaFunction,
     pub(super) sms: usize,
     smem: SmemLimits,
     /// The kernel [`Self::gemv`] launches (default [`GemvKernel::Ring`]).
@@ -485,6 +488,8 @@ impl GemvMma {
             rms_prep: f("rms_norm_prep")?,
             swiglu_prep: f("swiglu_prep")?,
             norm_parts: f("norm_parts_prep")?,
+            rms_prep_z: f("rms_norm_prep_z")?,
+            swiglu_prep_z: f("swiglu_prep_z")?,
             batch: [
                 [
                     f("gemv_mxfp4_batch2")?,

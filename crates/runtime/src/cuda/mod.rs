@@ -16,6 +16,7 @@ mod context;
 mod conv1d;
 mod conv2d;
 mod decode;
+mod decode_batch;
 mod encoder;
 mod gemm;
 mod gemm_fold;
@@ -47,6 +48,7 @@ pub use context::{CudaContext, DeviceBuffer, MIN_COMPUTE_CAPABILITY};
 pub use conv1d::{Conv1dEpilogue, Conv1dOps};
 pub use conv2d::{CONV_SPLIT_MAX, ChannelAffine, Conv2dOps, ConvAct};
 pub use decode::DecodeOps;
+pub use decode_batch::{AttnSeq, RopeSeq, SEQ_MAX};
 pub use encoder::{ENC_MAX_HEAD_DIM, ENC_QUERY_TILE, EncAct, EncPool, EncoderOps, attention_tiles};
 pub use gemm::{
     GEMM_KB, GEMM_TILE, GemmActs, GemmKernel, GemmMx, GemmWeights, GemmWeightsHost, TileStore,

@@ -28,12 +28,14 @@ pub(crate) const MODULE: Module = Module {
 
 /// The bias + RoPE + store kernels of one context.
 pub struct RopeStore {
-    ctx: Arc<CudaContext>,
+    pub(super) ctx: Arc<CudaContext>,
     /// Launch with programmatic dependent launch (default off; the kernel waits for
     /// the previous kernel before reading).
     pub pdl: bool,
     /// [head dim 64?][f16 cache?].
     f: [[CudaFunction; 2]; 2],
+    /// The same over several sequences.
+    pub(super) f_z: [[CudaFunction; 2]; 2],
 }
 
 fn shape(detail: String) -> CudaError {
@@ -57,6 +59,16 @@ impl RopeStore {
                 [
                     f("bias_rope_store_f32_hd64")?,
                     f("bias_rope_store_f16_hd64")?,
+                ],
+            ],
+            f_z: [
+                [
+                    f("bias_rope_store_f32_hd128_z")?,
+                    f("bias_rope_store_f16_hd128_z")?,
+                ],
+                [
+                    f("bias_rope_store_f32_hd64_z")?,
+                    f("bias_rope_store_f16_hd64_z")?,
                 ],
             ],
             pdl: false,

@@ -7,17 +7,20 @@
 //!   is exactly what it was. The open sizes the context so every sequence holds it.
 //! - A batched step runs the four projections (and the lm_head) as batched GEMVs
 //!   (`GemvMma::gemv_batch`: each weight tile is read and decoded once for the batch)
-//!   and the per-token work (RMSNorm, RoPE + KV store, attention, SwiGLU) per
-//!   sequence over its own buffers and position. The fused epilogues of the batch-1
-//!   step are not used here: each RMSNorm and the SwiGLU write their x preparation in
-//!   kernels of their own.
+//!   and the per-token work (RMSNorm, RoPE + KV store, two-pass attention, SwiGLU) as
+//!   one launch for all sequences, each over its own buffers, cache and position (the
+//!   runtime's `_batch` launchers): ten launches per layer whatever the batch. The
+//!   fused epilogues of the batch-1 step are not used here: each RMSNorm and the SwiGLU
+//!   write their x preparation in kernels of their own.
 //! - One CUDA graph per set of sequences stepped together (a bit mask, so a batch that
 //!   loses a finished sequence replays the graph of the remaining set) and attention
 //!   capacity bucket, captured on first use; every kernel reads its sequence's position
-//!   from device memory, so the graph replays at any position.
+//!   from device memory, written by the host before each step, so the graph replays at
+//!   any position.
 
 use favlo_runtime::cuda::{
-    AttnOut, CudaContext, CudaError, CudaGraph, DeviceBuffer, KvCache, XPrep, attn_partials_len,
+    AttnSeq, CudaContext, CudaError, CudaGraph, DeviceBuffer, KvCache, RopeSeq, XPrep,
+    attn_partials_len,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 
@@ -146,8 +149,9 @@ fn seq_ios<'a>(
     (out, (cos, sin))
 }
 
-/// One token of every sequence in `s` through every layer at its own `*pos`, then
-/// `*pos += 1` each.
+/// One token of every sequence in `s` through every layer at its own `*pos` (written
+/// by the host before each step): ten launches per layer whatever the batch (each
+/// per-sequence step runs all sequences in one launch, `blockIdx.z` the sequence).
 fn step_batch(
     k: &Kernels,
     d: Dims,
@@ -157,85 +161,94 @@ fn step_batch(
     attn_capacity: usize,
 ) -> Result<(), CudaError> {
     let g = &k.gemv;
+    let norm = |s: &mut [SeqIo<'_>], w: &DeviceBuffer<f32>| -> Result<(), CudaError> {
+        let (xs, mut outs): (Vec<&DeviceBuffer<f32>>, Vec<&mut XPrep>) =
+            s.iter_mut().map(|io| (&*io.h, &mut *io.prep_d)).unzip();
+        g.rms_norm_prep_batch(&xs, w, d.eps, &mut outs)
+    };
     if let Some(first) = layers.first() {
-        for io in s.iter_mut() {
-            g.rms_norm_prep(io.h, &first.attn_norm, d.eps, io.prep_d)?;
-        }
+        norm(s, &first.attn_norm)?;
     }
     for (i, l) in layers.iter().enumerate() {
         let (xs, mut ys): (Vec<&XPrep>, Vec<_>) =
             s.iter_mut().map(|io| (&*io.prep_d, &mut *io.qkv)).unzip();
         g.gemv_batch(&l.qkv, &xs, &mut ys, false)?;
+        let mut rope = Vec::with_capacity(s.len());
         for io in s.iter_mut() {
             let cache = io.kv.get_mut(i).ok_or_else(|| CudaError::Shape {
                 op: "batched decode",
                 detail: format!("no KV cache for layer {i}"),
             })?;
-            match (&l.q_norm, &l.k_norm) {
-                (Some(qn), Some(kn)) => k.ops.qk_norm_rope_store(
-                    io.qkv,
-                    qn,
-                    kn,
-                    cos,
-                    sin,
-                    io.pos,
-                    d.n_heads,
-                    d.n_kv_heads,
-                    d.eps,
-                    io.q,
-                    cache,
-                )?,
-                _ => k.rope.bias_rope_store(
-                    io.qkv,
-                    l.qkv_bias.as_ref(),
-                    cos,
-                    sin,
-                    io.pos,
-                    d.n_heads,
-                    d.n_kv_heads,
-                    d.head_dim,
-                    d.interleaved,
-                    io.q,
-                    cache,
-                )?,
-            }
-            k.attn.decode_hd(
-                io.q,
+            rope.push(RopeSeq {
+                qkv: &*io.qkv,
+                pos: &*io.pos,
+                q_out: &mut *io.q,
                 cache,
-                attn_capacity,
+            });
+        }
+        match (&l.q_norm, &l.k_norm) {
+            (Some(qn), Some(kn)) => k.ops.qk_norm_rope_store_batch(
+                &mut rope,
+                qn,
+                kn,
+                cos,
+                sin,
+                d.n_heads,
+                d.n_kv_heads,
+                d.eps,
+            )?,
+            _ => k.rope.bias_rope_store_batch(
+                &mut rope,
+                l.qkv_bias.as_ref(),
+                cos,
+                sin,
                 d.n_heads,
                 d.n_kv_heads,
                 d.head_dim,
-                io.pos,
-                1,
-                d.scale,
-                io.part,
-                AttnOut::Prep(io.prep_a),
-            )?;
+                d.interleaved,
+            )?,
         }
+        drop(rope);
+        let mut attn = Vec::with_capacity(s.len());
+        for io in s.iter_mut() {
+            let cache = io.kv.get(i).ok_or_else(|| CudaError::Shape {
+                op: "batched decode",
+                detail: format!("no KV cache for layer {i}"),
+            })?;
+            attn.push(AttnSeq {
+                q: &*io.q,
+                cache,
+                len: &*io.pos,
+                partials: &mut *io.part,
+                out: &mut *io.prep_a,
+            });
+        }
+        k.attn.decode_batch(
+            &mut attn,
+            attn_capacity,
+            d.n_heads,
+            d.n_kv_heads,
+            d.head_dim,
+            1,
+            d.scale,
+        )?;
+        drop(attn);
         let (xs, mut ys): (Vec<&XPrep>, Vec<_>) =
             s.iter_mut().map(|io| (&*io.prep_a, &mut *io.h)).unzip();
         g.gemv_batch(&l.o, &xs, &mut ys, true)?;
-        for io in s.iter_mut() {
-            g.rms_norm_prep(io.h, &l.ffn_norm, d.eps, io.prep_d)?;
-        }
+        norm(s, &l.ffn_norm)?;
         let (xs, mut ys): (Vec<&XPrep>, Vec<_>) =
             s.iter_mut().map(|io| (&*io.prep_d, &mut *io.gu)).unzip();
         g.gemv_batch(&l.gate_up, &xs, &mut ys, false)?;
-        for io in s.iter_mut() {
-            g.swiglu_prep(io.gu, d.ff, io.prep_f)?;
-        }
+        let (gus, mut outs): (Vec<&DeviceBuffer<f32>>, Vec<&mut XPrep>) =
+            s.iter_mut().map(|io| (&*io.gu, &mut *io.prep_f)).unzip();
+        g.swiglu_prep_batch(&gus, d.ff, &mut outs)?;
         let (xs, mut ys): (Vec<&XPrep>, Vec<_>) =
             s.iter_mut().map(|io| (&*io.prep_f, &mut *io.h)).unzip();
         g.gemv_batch(&l.down, &xs, &mut ys, true)?;
         if let Some(next) = layers.get(i + 1) {
-            for io in s.iter_mut() {
-                g.rms_norm_prep(io.h, &next.attn_norm, d.eps, io.prep_d)?;
-            }
+            norm(s, &next.attn_norm)?;
         }
-    }
-    for io in s.iter_mut() {
-        k.ops.advance_pos(io.pos)?;
     }
     Ok(())
 }
@@ -416,9 +429,9 @@ impl CudaLlama {
             let (head, norm) = (&self.head, &self.out_norm);
             let (mut ios, _) = seq_ios(&mut self.b, &mut self.seqs, &mut self.kv, mask);
             let graph = CudaGraph::capture(&self.ctx, || {
-                for io in ios.iter_mut() {
-                    g.rms_norm_prep(io.h, norm, eps, io.prep_d)?;
-                }
+                let (hs, mut outs): (Vec<&DeviceBuffer<f32>>, Vec<&mut XPrep>) =
+                    ios.iter_mut().map(|io| (&*io.h, &mut *io.prep_d)).unzip();
+                g.rms_norm_prep_batch(&hs, norm, eps, &mut outs)?;
                 let (xs, mut ys): (Vec<&XPrep>, Vec<_>) = ios
                     .iter_mut()
                     .map(|io| (&*io.prep_d, &mut *io.logits))
