@@ -23,6 +23,8 @@ pub struct Factory {
     /// Prompt tokens per CUDA chat prefill chunk (`--prefill-chunk`; `None`: the pipeline's
     /// default for the prefill mode).
     pub llama_prefill_chunk: Option<usize>,
+    /// Chats of the resident model decoded together on CUDA (`--parallel`).
+    pub llama_sequences: usize,
     /// Where language, embeddings, DCGAN image/video models and the voice decoder run (`--device`).
     pub device: favlo_runtime::device::Device,
 }
@@ -43,6 +45,7 @@ impl PipelineFactory for Factory {
                     device: self.device,
                     prefill: self.llama_prefill,
                     prefill_chunk: self.llama_prefill_chunk,
+                    sequences: self.llama_sequences,
                     ..Default::default()
                 };
                 let rt = favlo_llama::open(&spec.dir, ledger, owner, &opts)

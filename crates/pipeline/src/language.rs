@@ -160,10 +160,22 @@ pub struct Completion {
     pub decode_ms: f64,
 }
 
+/// One request of a batch ([`LanguagePipeline::complete_batch`]): what `complete`
+/// takes, per request.
+pub struct BatchItem<'a> {
+    /// The resolved request.
+    pub request: &'a CompletionRequest,
+    /// Where its pieces go.
+    pub sink: &'a mut dyn TokenSink,
+    /// Its stop flag.
+    pub stop: &'a StopFlag,
+}
+
 /// A resident chat model.
 ///
-/// The server calls `complete` from one blocking worker thread, one request at
-/// a time; the runtime must stay usable after any error, including `Closed`.
+/// The server calls `complete` (or `complete_batch`) from one blocking worker
+/// thread, one call at a time; the runtime must stay usable after any error,
+/// including `Closed`.
 pub trait LanguagePipeline: Send {
     /// Run one completion. Send every piece to `sink` as it is decoded; return
     /// `Err(PipelineError::Closed)` as soon as the sink fails (`?` does it);
@@ -180,6 +192,25 @@ pub trait LanguagePipeline: Send {
 
     /// Context length this opening serves (after any shrink to fit).
     fn context_length(&self) -> usize;
+
+    /// Most requests [`Self::complete_batch`] decodes together (default 1: one at a
+    /// time).
+    fn max_batch(&self) -> usize {
+        1
+    }
+
+    /// Run several completions, decoding them together where the pipeline can. Each
+    /// result is what `complete` gives for that item, in `items`' order; a failed or
+    /// closed sink ends only its own item. The default runs them one after another.
+    fn complete_batch(
+        &mut self,
+        items: &mut [BatchItem<'_>],
+    ) -> Vec<Result<Completion, PipelineError>> {
+        items
+            .iter_mut()
+            .map(|it| self.complete(it.request, &mut *it.sink, it.stop))
+            .collect()
+    }
 
     /// The vocabulary as bytes, so the server can build a [`Grammar`]. `None`
     /// (the default) means this pipeline cannot do constrained decoding and

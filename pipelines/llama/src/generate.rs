@@ -198,6 +198,23 @@ impl LanguagePipeline for LlamaRuntime {
         self.model.capacity()
     }
 
+    fn max_batch(&self) -> usize {
+        self.model.sequences()
+    }
+
+    fn complete_batch(
+        &mut self,
+        items: &mut [favlo_pipeline::BatchItem<'_>],
+    ) -> Vec<Result<Completion, PipelineError>> {
+        if self.batchable(items) {
+            return self.generate_batch(items);
+        }
+        items
+            .iter_mut()
+            .map(|it| self.complete(it.request, &mut *it.sink, it.stop))
+            .collect()
+    }
+
     fn vocab(&self) -> Option<std::sync::Arc<TokenVocab>> {
         self.vocab.clone()
     }
@@ -260,7 +277,7 @@ impl LlamaRuntime {
 
 /// Byte offset where the first stop string starts, searching only where a
 /// match could involve the newest `new_len` bytes.
-fn find_stop(text: &str, stops: &[String], new_len: usize) -> Option<usize> {
+pub(crate) fn find_stop(text: &str, stops: &[String], new_len: usize) -> Option<usize> {
     stops
         .iter()
         .filter(|s| !s.is_empty())

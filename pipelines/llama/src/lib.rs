@@ -22,6 +22,7 @@ mod cuda;
 mod dump;
 mod error;
 mod generate;
+mod generate_batch;
 mod model;
 // Used by the CUDA open only; its tests run on every build.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]

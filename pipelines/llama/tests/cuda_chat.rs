@@ -25,7 +25,11 @@
 //! - four sequences decoded together (`decode_batch`: the bias + RoPE store over heads
 //!   of 64, the GQA groups of 3 and 7): the first 4 prompts, one per sequence, then 16
 //!   batched steps fed the CPU's greedy tokens, one sequence leaving after 8; every
-//!   step's logits against the CPU's ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV), the same argmax.
+//!   step's logits against the CPU's ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV), the same argmax;
+//! - three chats through `LanguagePipeline::complete_batch` on a 3-sequence opening
+//!   (greedy, different prompts and `max_tokens`, one with a stop string): each text,
+//!   finish reason and token count equal the same request's `complete` alone on a
+//!   1-sequence opening, and each sink received exactly its own text.
 //!
 //! Skips loudly (and passes) without the GGUF variables or without CUDA;
 //! `FAVLO_REQUIRE_CUDA=1` turns a missing GPU into a failure.
@@ -355,4 +359,75 @@ fn smollm2_cuda_batched_decode_matches_cpu() {
 #[test]
 fn qwen25_cuda_batched_decode_matches_cpu() {
     batched_decode_matches_cpu("FAVLO_TEST_QWEN25_GGUF", "qwen25_refs.json");
+}
+
+/// Chats decoded together through the seam give what each gives alone.
+#[test]
+fn smollm2_cuda_complete_batch_equals_complete() {
+    use common::open_seqs;
+    use favlo_llama::WeightFormat;
+    use favlo_pipeline::{
+        BatchItem, ChatMessage, CollectSink, CompletionRequest, LanguagePipeline, Role, StopFlag,
+    };
+    let Some(path) = model_path("FAVLO_TEST_SMOLLM2_GGUF") else {
+        return;
+    };
+    if !cuda_ok("the CUDA batched chat test") {
+        return;
+    }
+    let reqs: Vec<CompletionRequest> = [
+        ("What is the capital of France?", 20, None),
+        ("List three fruits.", 12, None),
+        ("Tell me a story about a lighthouse.", 24, Some(".")),
+    ]
+    .iter()
+    .map(|(text, max, stop)| {
+        let mut r = CompletionRequest::new(vec![ChatMessage::new(Role::User, *text)]);
+        r.sampling.temperature = 0.0;
+        r.max_tokens = Some(*max);
+        r.stop = stop.iter().map(|s| s.to_string()).collect();
+        r
+    })
+    .collect();
+    let mut one = open_seqs(&path, Device::Cuda(0), WeightFormat::Mxfp8, false, 1);
+    let alone: Vec<_> = reqs
+        .iter()
+        .map(|r| {
+            one.complete(r, &mut CollectSink::default(), &StopFlag::new())
+                .unwrap()
+        })
+        .collect();
+    drop(one);
+    let mut rt = open_seqs(&path, Device::Cuda(0), WeightFormat::Mxfp8, false, 3);
+    assert_eq!(rt.max_batch(), 3);
+    let mut sinks: Vec<CollectSink> = reqs.iter().map(|_| CollectSink::default()).collect();
+    let stops: Vec<StopFlag> = reqs.iter().map(|_| StopFlag::new()).collect();
+    let mut items: Vec<BatchItem<'_>> = reqs
+        .iter()
+        .zip(sinks.iter_mut())
+        .zip(&stops)
+        .map(|((request, sink), stop)| BatchItem {
+            request,
+            sink,
+            stop,
+        })
+        .collect();
+    let got = rt.complete_batch(&mut items);
+    drop(items);
+    assert_eq!(got.len(), 3);
+    for (i, (g, a)) in got.into_iter().zip(&alone).enumerate() {
+        let g = g.unwrap();
+        eprintln!(
+            "batched chat {i}: {:?} ({:?}, {} tokens)",
+            g.text, g.finish_reason, g.completion_tokens
+        );
+        assert_eq!(g.text, a.text, "chat {i}");
+        assert_eq!(g.finish_reason, a.finish_reason, "chat {i}");
+        assert_eq!(g.completion_tokens, a.completion_tokens, "chat {i}");
+        assert!(
+            sinks[i].text.starts_with(&g.text),
+            "chat {i}: sink {:?}",
+            sinks[i].text
+        );
+    }
 }

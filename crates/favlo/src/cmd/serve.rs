@@ -49,6 +49,11 @@ pub struct ServeArgs {
     /// Extra browser origins /mcp accepts, e.g. `https://app.example:443` (loopback always).
     #[arg(long = "mcp-allow-origin", value_name = "ORIGIN")]
     pub mcp_allow_origin: Vec<String>,
+    /// CUDA: chats of the resident model decoded together (1..=4; default 1). Waiting
+    /// chats join the next batch; each holds the whole context in a KV cache of its own,
+    /// so the context shrinks to fit N of them on the GPU.
+    #[arg(long, env = "FAVLO_PARALLEL", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4))]
+    pub parallel: u32,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
 }
@@ -58,6 +63,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     args.runtime.init_threads()?;
     let device = args.runtime.device()?;
     let prefill = args.runtime.prefill(device)?;
+    let parallel = match (device, args.parallel) {
+        (_, 1) | (Device::Cuda(_), _) => args.parallel as usize,
+        (_, n) => {
+            return Err(crate::cmd::common::UsageError(format!(
+                "--parallel {n} decodes chats together on a CUDA GPU: add --device cuda, or leave --parallel 1"
+            ))
+            .into());
+        }
+    };
     #[cfg(feature = "cuda")]
     if let Device::Cuda(n) = device {
         crate::cmd::common::warm_cuda_kernels(n as usize);
@@ -98,6 +112,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             llama_format: args.runtime.weights()?,
             llama_prefill: prefill,
             llama_prefill_chunk: args.runtime.prefill_chunk.map(|n| n as usize),
+            llama_sequences: parallel,
             device,
         }),
         ledger,

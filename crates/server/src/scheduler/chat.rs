@@ -1,9 +1,11 @@
-//! Running one chat on the device worker.
+//! Running chats on the device worker: one at a time, or several of the same
+//! resident model together when its pipeline decodes batches.
 //!
 //! Key design choice: tokens go to the request's channel; a dropped receiver
 //! (client gone) makes the sink return `RequestClosed`, so generation stops at
-//! the next token and the worker moves on. A panic in a pipeline is caught,
-//! the resident closed, and the request answered with a 500.
+//! the next token and the worker moves on (in a batch, the others go on). A
+//! panic in a pipeline is caught, the resident closed, and the requests answered
+//! with a 500.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -11,8 +13,8 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use favlo_pipeline::{
-    FinishReason, Grammar, GrammarSpec, LanguagePipeline, Owner, PipelineError, RequestClosed,
-    StopFlag, TokenLogprob, TokenSink,
+    BatchItem, Completion, FinishReason, Grammar, GrammarSpec, LanguagePipeline, Owner,
+    PipelineError, RequestClosed, StopFlag, TokenLogprob, TokenSink,
 };
 use tokio::sync::mpsc;
 
@@ -88,13 +90,8 @@ pub(super) fn run(job: ChatJob, resident: &mut Option<Resident>, s: &Shared) {
             }
         }
     }
-    let stop = StopFlag::new();
-    let mut sink = ChannelSink {
-        tx: events.clone(),
-        matcher: StopMatcher::new(&request.stop),
-        stop: stop.clone(),
-        emitted: String::new(),
-    };
+    let mut sink = ChannelSink::new(&events, &request);
+    let stop = sink.stop.clone();
     let result = catch_unwind(AssertUnwindSafe(|| {
         r.pipe.complete(&request, &mut sink, &stop)
     }));
@@ -111,6 +108,81 @@ pub(super) fn run(job: ChatJob, resident: &mut Option<Resident>, s: &Shared) {
             return;
         }
     };
+    finish(result, sink, &events, &spec.id, s);
+}
+
+/// How many chats of model `id` the resident can take together now: its batch size
+/// when it is that model, else 1.
+pub(super) fn batch_room(resident: &Option<Resident>, id: &str) -> usize {
+    match resident {
+        Some(Resident::Chat(r)) if r.id == id => r.pipe.max_batch().max(1),
+        _ => 1,
+    }
+}
+
+/// Serve several chats of the resident model together (the caller checked with
+/// [`batch_room`]; none has a `response_format`).
+pub(super) fn run_batch(jobs: Vec<ChatJob>, resident: &mut Option<Resident>, s: &Shared) {
+    let jobs: Vec<ChatJob> = jobs.into_iter().filter(|j| !j.events.is_closed()).collect();
+    let Some(first) = jobs.first() else { return };
+    let id = first.spec.id.clone();
+    let Some(Resident::Chat(r)) = resident.as_mut().filter(|r| r.id() == id) else {
+        // Not resident after all: one at a time (each opens what it needs).
+        for j in jobs {
+            run(j, resident, s);
+        }
+        return;
+    };
+    let mut sinks: Vec<ChannelSink> = jobs
+        .iter()
+        .map(|j| ChannelSink::new(&j.events, &j.request))
+        .collect();
+    let stops: Vec<StopFlag> = sinks.iter().map(|k| k.stop.clone()).collect();
+    tracing::info!(model = %id, chats = jobs.len(), "decoding chats together");
+    let results = catch_unwind(AssertUnwindSafe(|| {
+        let mut items: Vec<BatchItem<'_>> = jobs
+            .iter()
+            .zip(sinks.iter_mut())
+            .zip(&stops)
+            .map(|((j, sink), stop)| BatchItem {
+                request: &j.request,
+                sink,
+                stop,
+            })
+            .collect();
+        r.pipe.complete_batch(&mut items)
+    }));
+    let Ok(mut results) = results else {
+        tracing::error!(model = %id, "the pipeline panicked; closing it");
+        if let Some(r) = resident.take() {
+            close_resident(r, s);
+        }
+        for j in &jobs {
+            let _ = j.events.send(ChatEvent::Done(Err(PipelineError::internal(
+                "pipeline panicked",
+            ))));
+        }
+        return;
+    };
+    // A pipeline owes one result per item; any missing one is an error, not a hang.
+    results.resize_with(jobs.len(), || {
+        Err(PipelineError::internal(
+            "no result for this chat in its batch",
+        ))
+    });
+    for ((j, sink), result) in jobs.iter().zip(sinks).zip(results) {
+        finish(result, sink, &j.events, &id, s);
+    }
+}
+
+/// Sends a chat's end: the stop matcher's tail, the metrics, then `Done`.
+fn finish(
+    result: Result<Completion, PipelineError>,
+    mut sink: ChannelSink,
+    events: &mpsc::UnboundedSender<ChatEvent>,
+    model: &str,
+    s: &Shared,
+) {
     let result = match result {
         Ok(mut c) => {
             let tail = sink.matcher.finish();
@@ -131,7 +203,7 @@ pub(super) fn run(job: ChatJob, resident: &mut Option<Resident>, s: &Shared) {
         }
         Err(PipelineError::Closed) => {
             Metrics::add(&s.metrics.disconnects, 1);
-            tracing::info!(model = %spec.id, "client closed the request; generation stopped");
+            tracing::info!(model = %model, "client closed the request; generation stopped");
             Err(PipelineError::Closed)
         }
         Err(e) => Err(e),
@@ -172,6 +244,20 @@ struct ChannelSink {
     matcher: StopMatcher,
     stop: StopFlag,
     emitted: String,
+}
+
+impl ChannelSink {
+    fn new(
+        events: &mpsc::UnboundedSender<ChatEvent>,
+        request: &favlo_pipeline::CompletionRequest,
+    ) -> Self {
+        ChannelSink {
+            tx: events.clone(),
+            matcher: StopMatcher::new(&request.stop),
+            stop: StopFlag::new(),
+            emitted: String::new(),
+        }
+    }
 }
 
 impl TokenSink for ChannelSink {

@@ -403,10 +403,34 @@ fn device_worker(rx: Receiver<DeviceMsg>, s: &Shared) {
             }
         }
         if let Some(job) = chats.pop_front() {
-            s.chats_waiting.fetch_sub(1, Ordering::SeqCst);
-            s.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
+            // Waiting chats of the same resident model, without a response_format, join
+            // it when the pipeline decodes batches (in arrival order).
+            let room = chat::batch_room(&resident, &job.spec.id);
+            let mut batch = vec![*job];
+            if room > 1 && batch[0].format.is_none() {
+                let id = batch[0].spec.id.clone();
+                let mut i = 0;
+                while i < chats.len() && batch.len() < room {
+                    if chats[i].spec.id == id && chats[i].format.is_none() {
+                        if let Some(j) = chats.remove(i) {
+                            batch.push(*j);
+                        }
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            let n = batch.len();
+            s.chats_waiting.fetch_sub(n, Ordering::SeqCst);
+            s.metrics.queue_depth.fetch_sub(n as u64, Ordering::Relaxed);
             s.busy.store(true, Ordering::SeqCst);
-            chat::run(*job, &mut resident, s);
+            if n == 1 {
+                for j in batch {
+                    chat::run(j, &mut resident, s);
+                }
+            } else {
+                chat::run_batch(batch, &mut resident, s);
+            }
             s.busy.store(false, Ordering::SeqCst);
             continue;
         }
