@@ -555,3 +555,56 @@ async fn disconnect_mid_stream_stops_generation_and_next_request_succeeds() {
         "generation kept going after the disconnect: {sent} tokens"
     );
 }
+
+/// Chats waiting behind a running one of a model that decodes batches (chat-p: up to 3)
+/// are taken together, in arrival order, at most 3 at a time; a response_format chat is
+/// not batched; every chat gets its own answer.
+#[tokio::test]
+async fn waiting_chats_of_a_batching_model_run_together() {
+    let (state, log, _) = common::state_with(ServeConfig::default());
+    let app = router(state);
+    let chat = |content: &str| json!({"model": "chat-p", "messages": [{"role": "user", "content": content}]});
+    // Open chat-p, then hold the worker with a slow chat while five more queue.
+    let (s, _) = post(&app, "/v1/chat/completions", chat("first")).await;
+    assert_eq!(s, StatusCode::OK);
+    let slow = tokio::spawn({
+        let app = app.clone();
+        let body = chat("wait 800");
+        async move { post(&app, "/v1/chat/completions", body).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let mut waiting = Vec::new();
+    for i in 0..5 {
+        let app = app.clone();
+        let mut body = chat(&format!("chat {i}"));
+        if i == 2 {
+            body["response_format"] = json!({"type": "json_object"});
+        }
+        waiting.push(tokio::spawn(async move {
+            post(&app, "/v1/chat/completions", body).await
+        }));
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let (s, v) = slow.await.unwrap();
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["choices"][0]["message"]["content"], "echo: wait 800");
+    for (i, h) in waiting.into_iter().enumerate() {
+        let (s, v) = h.await.unwrap();
+        assert_eq!(s, StatusCode::OK, "chat {i}: {v}");
+        if i != 2 {
+            assert_eq!(
+                v["choices"][0]["message"]["content"],
+                format!("echo: chat {i}")
+            );
+        }
+    }
+    // Expected: first and slow alone (`complete`), then chats 0, 1, 3 together; chats 2
+    // (its response_format) and 4 (alone in the queue by then) alone again. On a host
+    // slow enough that the slow chat was still queued when the others came, it joins
+    // them; either way the batches hold 2 or 3 chats and one holds 3.
+    let b = log.lock().unwrap().batches.clone();
+    assert!(
+        b.contains(&3) && b.iter().all(|n| (2..=3).contains(n)),
+        "{b:?}"
+    );
+}

@@ -31,6 +31,7 @@ impl Catalog for FakeCatalog {
         vec![
             row("chat-a", ModelKind::Chat, true),
             row("chat-b", ModelKind::Chat, true),
+            row("chat-p", ModelKind::Chat, true),
             row("emb", ModelKind::Embeddings, true),
             row("img", ModelKind::Image, true),
             row("not-pulled", ModelKind::Chat, false),
@@ -75,6 +76,8 @@ pub struct Log {
     pub opened: Vec<String>,
     pub closed: Vec<String>,
     pub tokens_sent: AtomicUsize,
+    /// The size of every `complete_batch` call (chat-p decodes up to 3 together).
+    pub batches: Vec<usize>,
 }
 
 pub struct FakeFactory {
@@ -161,6 +164,9 @@ impl LanguagePipeline for FakeChat {
                 decode_ms: 0.0,
             });
         }
+        if let Some(ms) = last.strip_prefix("wait ").and_then(|m| m.parse().ok()) {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
         let reply = if last.contains("weather") && req.tools.is_some() {
             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>".to_string()
         } else if last == "forever" {
@@ -211,6 +217,19 @@ impl LanguagePipeline for FakeChat {
     }
     fn vocab(&self) -> Option<Arc<TokenVocab>> {
         Some(self.vocab.clone())
+    }
+    fn max_batch(&self) -> usize {
+        if self.id == "chat-p" { 3 } else { 1 }
+    }
+    fn complete_batch(
+        &mut self,
+        items: &mut [favlo_pipeline::BatchItem<'_>],
+    ) -> Vec<Result<Completion, PipelineError>> {
+        self.log.lock().unwrap().batches.push(items.len());
+        items
+            .iter_mut()
+            .map(|it| self.complete(it.request, &mut *it.sink, it.stop))
+            .collect()
     }
 }
 
