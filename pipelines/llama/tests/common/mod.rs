@@ -45,21 +45,19 @@ pub fn open_with(
     kv_f16: bool,
     prefill: PrefillMode,
 ) -> LlamaRuntime {
-    let ledger = Ledger::new(Device::Cpu, None);
-    let owner = Owner::mint("cuda-llama-test");
-    let opts = OpenOptions {
-        format,
-        max_context: Some(512),
-        device,
-        kv_f16,
-        prefill_chunk: Some(128),
-        prefill,
-        ..OpenOptions::default()
-    };
-    open(path, &ledger, &owner, &opts).unwrap()
+    open_opts(
+        path,
+        OpenOptions {
+            format,
+            device,
+            kv_f16,
+            prefill,
+            ..OpenOptions::default()
+        },
+    )
 }
 
-/// As [`open_with`], decoding `sequences` sequences together on the device.
+/// As [`open_with`] (exact prefill), decoding `sequences` sequences together.
 pub fn open_seqs(
     path: &Path,
     device: Device,
@@ -67,16 +65,26 @@ pub fn open_seqs(
     kv_f16: bool,
     sequences: usize,
 ) -> LlamaRuntime {
+    open_opts(
+        path,
+        OpenOptions {
+            format,
+            device,
+            kv_f16,
+            sequences,
+            ..OpenOptions::default()
+        },
+    )
+}
+
+/// `opts` with the tests' context (512 tokens) and prefill chunks (128).
+fn open_opts(path: &Path, opts: OpenOptions) -> LlamaRuntime {
     let ledger = Ledger::new(Device::Cpu, None);
     let owner = Owner::mint("cuda-llama-test");
     let opts = OpenOptions {
-        format,
         max_context: Some(512),
-        device,
-        kv_f16,
         prefill_chunk: Some(128),
-        sequences,
-        ..OpenOptions::default()
+        ..opts
     };
     open(path, &ledger, &owner, &opts).unwrap()
 }
