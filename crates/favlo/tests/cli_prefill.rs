@@ -1,7 +1,8 @@
 //! `--prefill` and `--prefill-chunk` as a user meets them on `serve`, `complete` and
 //! `bench chat`: an unknown value, `fp8` without a CUDA device, or a chunk outside
 //! 16..=65536 tokens is a usage error (exit status 2) that names the fix, before any
-//! model loads or any port is bound.
+//! model loads or any port is bound; so are `serve --parallel` and `bench chat
+//! --sequences` above 1 without a CUDA device, or outside 1..=4.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -15,6 +16,7 @@ fn favlo(args: &[&str]) -> (Option<i32>, String) {
         .env_remove("FAVLO_DEVICE")
         .env_remove("FAVLO_PREFILL")
         .env_remove("FAVLO_PREFILL_CHUNK")
+        .env_remove("FAVLO_PARALLEL")
         .output()
         .unwrap();
     (
@@ -58,4 +60,15 @@ fn prefill_chunk_out_of_range_is_named() {
     usage_error(&["complete", "hi", "--prefill-chunk", "8"], range);
     usage_error(&["bench", "chat", "--prefill-chunk", "100000"], range);
     usage_error(&["serve", "--prefill-chunk", "lots"], "--prefill-chunk");
+}
+
+#[test]
+fn parallel_decoding_needs_cuda_and_names_its_range() {
+    let fix = "on a CUDA GPU: add --device cuda";
+    usage_error(&["serve", "--parallel", "2"], fix);
+    usage_error(&["serve", "--device", "cpu", "--parallel", "4"], fix);
+    usage_error(&["bench", "chat", "--sequences", "3"], fix);
+    usage_error(&["serve", "--parallel", "5"], "1..=4");
+    usage_error(&["serve", "--parallel", "0"], "1..=4");
+    usage_error(&["bench", "chat", "--sequences", "9"], "1..=4");
 }

@@ -152,6 +152,13 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
     // Usage errors first, before any model is looked up.
     let device = crate::cmd::common::device(&b.device)?;
     let prefill = crate::cmd::common::prefill_mode(&b.prefill, device)?;
+    if b.sequences > 1 && device == Device::Cpu {
+        return Err(crate::cmd::common::UsageError(format!(
+            "--sequences {} decodes sequences together on a CUDA GPU: add --device cuda, or leave --sequences 1",
+            b.sequences
+        ))
+        .into());
+    }
     let (dir, name) = match &b.dir {
         Some(d) => {
             anyhow::ensure!(
@@ -163,11 +170,6 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
         }
         None => (model_dir(&b.model)?, b.model.clone()),
     };
-    anyhow::ensure!(
-        b.sequences == 1 || device != Device::Cpu,
-        "--sequences {} needs --device cuda (the CPU decodes one sequence)",
-        b.sequences
-    );
     let format = favlo_llama::WeightFormat::parse(&b.weights)
         .with_context(|| format!("unknown --weights {:?}", b.weights))?;
     let ledger = Ledger::new(Device::Cpu, None);
