@@ -161,8 +161,9 @@ __device__ __forceinline__ void gemv_batch_body(const unsigned char* __restrict_
     gemv_finish_batch<NB>(acc, io, rows, tile);
 }
 
-// Up to 2 vectors: 512 threads (16 warps) per block; 3 or 4 hold more accumulators and
-// run at most 8 warps per block.
+// The host launches at most 8 warps per block (`gemv_batch.rs`). The 2-vector kernels'
+// 512-thread bound caps them at 128 registers (NVRTC 13.0: FP4 spills 136 bytes, FP8
+// 12); built for 256 they would keep 170 / 130 without spills (docs/CUDA.md).
 #define GEMV_BATCH(NAME, FMT, NB, THREADS)                                                   \
     extern "C" __global__ void __launch_bounds__(THREADS) NAME(                            \
         const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,         \
