@@ -161,16 +161,20 @@ __device__ __forceinline__ void gemv_batch_body(const unsigned char* __restrict_
     gemv_finish_batch<NB>(acc, io, rows, tile);
 }
 
-// The host launches at most 8 warps per block (`gemv_batch.rs`). The 2-vector kernels'
-// 512-thread bound caps them at 128 registers (NVRTC 13.0: FP4 spills 136 bytes, FP8
-// 12); built for 256 they would keep 170 / 130 without spills (docs/CUDA.md).
+// At most 8 warps per block (the host's `BATCH_WARPS`). Registers (NVRTC 13.0): FP4
+// 170 / 174 / 250 for 2 / 3 / 4 vectors, FP8 178 / 174 for 3 / 4, no spills. The FP8
+// 2-vector kernel keeps a 512-thread bound: capped at 128 registers (12 bytes of spill)
+// two blocks of 8 warps fit a multiprocessor, and it measured faster that way than at
+// 130 registers and one block (H200: q|k|v 1.12x against 1.42x the 1-vector time);
+// for FP4 the two builds measured equal over a layer (68.0 and 66.9 us), and the
+// unspilled one is kept.
 #define GEMV_BATCH(NAME, FMT, NB, THREADS)                                                   \
     extern "C" __global__ void __launch_bounds__(THREADS) NAME(                            \
         const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,         \
         const GemvBatchIo io, int rows, int chunks) {                                       \
         gemv_batch_body<FMT, NB>(wd, ws, io, rows, chunks);                                 \
     }
-GEMV_BATCH(gemv_mxfp4_batch2, 4, 2, 512)
+GEMV_BATCH(gemv_mxfp4_batch2, 4, 2, 256)
 GEMV_BATCH(gemv_mxfp4_batch3, 4, 3, 256)
 GEMV_BATCH(gemv_mxfp4_batch4, 4, 4, 256)
 GEMV_BATCH(gemv_mxfp8_batch2, 8, 2, 512)

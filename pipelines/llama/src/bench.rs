@@ -186,20 +186,29 @@ fn batch_rate(
         model.forward_seq(s, prompt, 0, out)?;
     }
     let mut at = prompt.len();
-    let mut step = |logits: &mut Vec<f32>, at: usize| -> Result<(), LlamaError> {
-        let batch: Vec<(usize, u32, usize)> = logits
-            .chunks(vocab)
-            .enumerate()
-            .map(|(s, l)| (s, crate::sampler::argmax(l) as u32, at))
-            .collect();
-        model.decode_batch(&batch, logits)
+    // Greedy: the argmax of the prompt's logits, then of each step's, taken where the
+    // logits are (as a chat without penalties does).
+    let mut next: Vec<u32> = logits
+        .chunks(vocab)
+        .map(|l| crate::sampler::argmax(l) as u32)
+        .collect();
+    let device = model.chooses_on_device();
+    let choices = vec![device.then_some(crate::model::DeviceChoice::GREEDY); n];
+    let mut step = |next: &mut Vec<u32>, at: usize| -> Result<(), LlamaError> {
+        let batch: Vec<(usize, u32, usize)> =
+            next.iter().enumerate().map(|(s, &t)| (s, t, at)).collect();
+        let picked = model.decode_batch_choose(&batch, &choices, &mut logits)?;
+        for ((t, p), l) in next.iter_mut().zip(picked).zip(logits.chunks(vocab)) {
+            *t = p.unwrap_or_else(|| crate::sampler::argmax(l) as u32);
+        }
+        Ok(())
     };
-    step(&mut logits, at)?;
+    step(&mut next, at)?;
     at += 1;
     let timed = steps.saturating_sub(1);
     let t0 = Instant::now();
     for i in 0..timed {
-        step(&mut logits, at + i)?;
+        step(&mut next, at + i)?;
     }
     let secs = t0.elapsed().as_secs_f64();
     Ok((n, timed, (n * timed) as f64 / secs.max(1e-9)))

@@ -6,9 +6,10 @@
 //! - Static batches: the requests start together (each prompt prefilled into its own
 //!   sequence) and a request that ends leaves the step (the model replays the graph of
 //!   the remaining set); a request that arrives meanwhile waits for the next batch.
-//! - Each request keeps what `complete` gives it: its own host sampler (penalties,
-//!   seed), streaming decoder, stop strings, stop flag and `max_tokens`; a closed sink
-//!   ends only its own request. Requests with a grammar or logprobs are not batched
+//! - Each request keeps what `complete` gives it: its own sampler (penalties, seed;
+//!   a step without penalties picks its token on the device with the host sampler's
+//!   rule and draw, as `generate` does), streaming decoder, stop strings, stop flag and
+//!   `max_tokens`; a closed sink ends only its own request. Requests with a grammar or logprobs are not batched
 //!   (the caller runs them one at a time).
 //! - Sequence 0's cache is overwritten, so the prefix kept for the next request's reuse
 //!   is dropped.
@@ -37,6 +38,10 @@ struct Live {
     prefill_ms: f64,
     /// `Some` once it ended (its finish reason or error).
     end: Option<Result<FinishReason, PipelineError>>,
+    /// Its steps pick their token on the device (no penalties, a model that can).
+    on_device: bool,
+    /// The token the last step picked on the device.
+    pending: Option<u32>,
 }
 
 impl LlamaRuntime {
@@ -114,31 +119,40 @@ impl LlamaRuntime {
                 .max_tokens
                 .unwrap_or(usize::MAX)
                 .min(cap - prompt.len());
+            let sampler = Sampler::new(&it.request.sampling, &prompt);
+            let on_device = self.model.chooses_on_device() && sampler.penalty_free();
             live.push(Live {
                 item: i,
                 prompt_len: prompt.len(),
                 max,
-                sampler: Sampler::new(&it.request.sampling, &prompt),
+                sampler,
                 decoder: StreamDecoder::new(),
                 text: String::new(),
                 tokens: Vec::new(),
                 stopped_by_string: false,
                 prefill_ms: t0.elapsed().as_secs_f64() * 1e3,
                 end: (max == 0).then_some(Ok(FinishReason::Length)),
+                on_device,
+                pending: None,
             });
         }
         let t1 = Instant::now();
         let mut decode_ms = vec![0f64; live.len()];
         loop {
-            let mut steps = Vec::new();
+            let (mut steps, mut choices) = (Vec::new(), Vec::new());
             for (seq, l) in live.iter_mut().enumerate() {
                 if l.end.is_some() {
                     continue;
                 }
                 let it = &mut items[l.item];
-                let row = &mut logits[seq * vocab..(seq + 1) * vocab];
-                l.sampler.penalize(row);
-                let t = l.sampler.choose(row);
+                let t = match l.pending.take() {
+                    Some(t) => t,
+                    None => {
+                        let row = &mut logits[seq * vocab..(seq + 1) * vocab];
+                        l.sampler.penalize(row);
+                        l.sampler.choose(row)
+                    }
+                };
                 if self.stop_ids.contains(&t) {
                     l.end = Some(Ok(FinishReason::Stop));
                     continue;
@@ -166,6 +180,8 @@ impl LlamaRuntime {
                     continue;
                 }
                 steps.push((seq, t, l.prompt_len + l.tokens.len() - 1));
+                // As `generate`: the draw for the next token is taken with the step.
+                choices.push(l.on_device.then(|| l.sampler.device_choice()));
             }
             for (seq, l) in live.iter().enumerate() {
                 if l.end.is_some() && decode_ms[seq] == 0.0 {
@@ -176,16 +192,26 @@ impl LlamaRuntime {
                 break;
             }
             let mut step_logits = vec![0f32; steps.len() * vocab];
-            if let Err(e) = self.model.decode_batch(&steps, &mut step_logits) {
-                let e = LlamaError::into_pipeline(e);
-                for &(seq, _, _) in &steps {
-                    live[seq].end = Some(Err(clone_err(&e)));
-                    decode_ms[seq] = t1.elapsed().as_secs_f64() * 1e3;
+            let picked = match self
+                .model
+                .decode_batch_choose(&steps, &choices, &mut step_logits)
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    let e = LlamaError::into_pipeline(e);
+                    for &(seq, _, _) in &steps {
+                        live[seq].end = Some(Err(clone_err(&e)));
+                        decode_ms[seq] = t1.elapsed().as_secs_f64() * 1e3;
+                    }
+                    break;
                 }
-                break;
-            }
-            for (&(seq, _, _), row) in steps.iter().zip(step_logits.chunks(vocab)) {
-                logits[seq * vocab..(seq + 1) * vocab].copy_from_slice(row);
+            };
+            let rows = steps.iter().zip(step_logits.chunks(vocab)).zip(picked);
+            for ((&(seq, _, _), row), pick) in rows {
+                match pick {
+                    Some(t) => live[seq].pending = Some(t),
+                    None => logits[seq * vocab..(seq + 1) * vocab].copy_from_slice(row),
+                }
             }
         }
         for (seq, mut l) in live.into_iter().enumerate() {

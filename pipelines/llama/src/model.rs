@@ -297,6 +297,20 @@ impl LlamaModel {
         steps: &[(usize, u32, usize)],
         logits: &mut [f32],
     ) -> Result<(), LlamaError> {
+        self.decode_batch_choose(steps, &[], logits).map(|_| ())
+    }
+
+    /// [`Self::decode_batch`] where step i with `choices[i] = Some(choice)` gets its
+    /// next token picked where the logits are, by the host sampler's rule without
+    /// penalties (as [`Self::forward_choose`]): `Some(token)` in the returned vector,
+    /// its row of `logits` left as it was. On the CPU every step returns `None` and
+    /// its logits.
+    pub fn decode_batch_choose(
+        &mut self,
+        steps: &[(usize, u32, usize)],
+        choices: &[Option<DeviceChoice>],
+        logits: &mut [f32],
+    ) -> Result<Vec<Option<u32>>, LlamaError> {
         let v = self.cfg.vocab_size;
         if logits.len() != steps.len() * v {
             return Err(LlamaError::Request {
@@ -311,13 +325,31 @@ impl LlamaModel {
             self.check_ids(&[id], at)?;
             self.check_seq(seq)?;
         }
+        let mut tokens = vec![None; steps.len()];
         #[cfg(feature = "cuda")]
         if let Some(c) = self.cuda.as_mut() {
-            return c.decode_batch(&self.w.embed, steps, logits);
+            let picks: Vec<_> = choices
+                .iter()
+                .map(|c| {
+                    c.map(|c| {
+                        let p = favlo_runtime::cuda::SampleParams {
+                            temperature: c.temperature,
+                            top_k: c.top_k,
+                            top_p: c.top_p,
+                            min_p: c.min_p,
+                        };
+                        (p, c.uniform)
+                    })
+                })
+                .collect();
+            c.decode_batch(&self.w.embed, steps, &picks, logits, &mut tokens)?;
+            return Ok(tokens);
         }
+        #[cfg(not(feature = "cuda"))]
+        let _ = choices;
         match steps {
-            [] => Ok(()),
-            [(_, id, at)] => self.forward(&[*id], *at, logits, false),
+            [] => Ok(tokens),
+            [(_, id, at)] => self.forward(&[*id], *at, logits, false).map(|()| tokens),
             _ => Err(LlamaError::Request {
                 message: format!("{} sequences: this model decodes one", steps.len()),
             }),

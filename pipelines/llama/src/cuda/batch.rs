@@ -19,8 +19,8 @@
 //!   any position.
 
 use favlo_runtime::cuda::{
-    AttnSeq, CudaContext, CudaError, CudaGraph, DeviceBuffer, KvCache, RopeSeq, XPrep,
-    attn_partials_len,
+    AttnSeq, CudaContext, CudaError, CudaGraph, DeviceBuffer, KvCache, RopeSeq, SampleParams,
+    XPrep, attn_partials_len,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 
@@ -305,13 +305,17 @@ impl CudaLlama {
     }
 
     /// One token of each sequence in `steps` (`(sequence, token id, position)`, the
-    /// sequences distinct), every sequence's cache holding its positions before; the
-    /// logits of each, in `steps`' order, go to `logits` (`steps.len()` × vocab).
+    /// sequences distinct), every sequence's cache holding its positions before. Step i
+    /// with `picks[i] = Some((rule, uniform))` gets its next token chosen on the device
+    /// (the device sampler: 8 bytes come back) into `tokens[i]`; the others' logits go to
+    /// row i of `logits` (`steps.len()` × vocab). `picks` may be empty (all logits).
     pub(crate) fn decode_batch(
         &mut self,
         embed: &Matrix,
         steps: &[(usize, u32, usize)],
+        picks: &[Option<(SampleParams, f64)>],
         logits: &mut [f32],
+        tokens: &mut [Option<u32>],
     ) -> Result<(), LlamaError> {
         let n = self.kv.len();
         let mut mask = 0u32;
@@ -347,21 +351,52 @@ impl CudaLlama {
             .unwrap_or(self.capacity);
         self.body_batch(mask, bucket)?;
         self.head_batch(mask)?;
-        // `steps`' order: copy sequence by sequence.
+        // `steps`' order, sequence by sequence: a token picked on the device, or the logits.
         let vocab = self.b.logits.len();
-        if logits.len() < steps.len() * vocab {
+        if logits.len() < steps.len() * vocab || tokens.len() < steps.len() {
             return Err(LlamaError::Request {
                 message: format!(
-                    "logits buffer holds {}, need {}",
+                    "logits buffer holds {}, tokens {}; need {} and {}",
                     logits.len(),
-                    steps.len() * vocab
+                    tokens.len(),
+                    steps.len() * vocab,
+                    steps.len()
                 ),
             });
         }
-        for (&(seq, _, _), out) in steps.iter().zip(logits.chunks_mut(vocab)) {
-            self.copy_logits(&[seq], out)?;
+        let rows = steps
+            .iter()
+            .zip(logits.chunks_mut(vocab))
+            .zip(tokens.iter_mut());
+        for (i, ((&(seq, _, _), out), tok)) in rows.enumerate() {
+            *tok = None;
+            match picks.get(i).copied().flatten() {
+                Some((p, uniform)) => *tok = Some(self.pick(seq, &p, uniform)?),
+                None => self.copy_logits(&[seq], out)?,
+            }
         }
         self.ctx.synchronize().map_err(dev_err)
+    }
+
+    /// Sequence `seq`'s next token by the host sampler's rule `p` at draw `uniform`,
+    /// chosen where its logits are.
+    fn pick(&mut self, seq: usize, p: &SampleParams, uniform: f64) -> Result<u32, LlamaError> {
+        let vocab = self.b.logits.len();
+        let src = match seq.checked_sub(1) {
+            None => &self.b.logits,
+            Some(j) => match self.seqs.get(j) {
+                Some(s) => &s.logits,
+                None => {
+                    return Err(LlamaError::Request {
+                        message: format!("sequence {seq}"),
+                    });
+                }
+            },
+        };
+        let (s, out) = &mut self.sampler;
+        s.sample(src, vocab, p, uniform, out).map_err(dev_err)?;
+        let (id, _) = s.read(out).map_err(dev_err)?;
+        Ok(id)
     }
 
     /// Copies the logits of `seqs` (in that order) into `out`.
