@@ -160,20 +160,30 @@ pub struct Completion {
     pub decode_ms: f64,
 }
 
-/// One request of a batch ([`LanguagePipeline::complete_batch`]): what `complete`
-/// takes, per request.
-pub struct BatchItem<'a> {
+/// A chat handed to [`LanguagePipeline::serve_chats`]: what `complete` borrows,
+/// owned, and the queue's tag for it.
+pub struct QueuedChat {
+    /// The queue's own tag (it gets the chat back in [`ChatQueue::done`]).
+    pub tag: u64,
     /// The resolved request.
-    pub request: &'a CompletionRequest,
+    pub request: CompletionRequest,
     /// Where its pieces go.
-    pub sink: &'a mut dyn TokenSink,
+    pub sink: Box<dyn TokenSink>,
     /// Its stop flag.
-    pub stop: &'a StopFlag,
+    pub stop: StopFlag,
+}
+
+/// Where [`LanguagePipeline::serve_chats`] takes chats from and hands them back.
+pub trait ChatQueue {
+    /// The next chat to start, if one waits now (never blocks).
+    fn next(&mut self) -> Option<QueuedChat>;
+    /// `chat` ended with `result` (what `complete` would have returned).
+    fn done(&mut self, chat: QueuedChat, result: Result<Completion, PipelineError>);
 }
 
 /// A resident chat model.
 ///
-/// The server calls `complete` (or `complete_batch`) from one blocking worker
+/// The server calls `complete` (or `serve_chats`) from one blocking worker
 /// thread, one call at a time; the runtime must stay usable after any error,
 /// including `Closed`.
 pub trait LanguagePipeline: Send {
@@ -193,23 +203,20 @@ pub trait LanguagePipeline: Send {
     /// Context length this opening serves (after any shrink to fit).
     fn context_length(&self) -> usize;
 
-    /// Most requests [`Self::complete_batch`] decodes together (default 1: one at a
-    /// time).
+    /// Most chats [`Self::serve_chats`] decodes together (default 1: one at a time).
     fn max_batch(&self) -> usize {
         1
     }
 
-    /// Run several completions, decoding them together where the pipeline can. Each
-    /// result is what `complete` gives for that item, in `items`' order; a failed or
-    /// closed sink ends only its own item. The default runs them one after another.
-    fn complete_batch(
-        &mut self,
-        items: &mut [BatchItem<'_>],
-    ) -> Vec<Result<Completion, PipelineError>> {
-        items
-            .iter_mut()
-            .map(|it| self.complete(it.request, &mut *it.sink, it.stop))
-            .collect()
+    /// Serve chats from `queue` until none waits and none runs: up to `max_batch`
+    /// decoded together, a waiting chat joining between two decode steps when one
+    /// ends. Each chat's result is what `complete` gives it; a failed or closed sink
+    /// ends only its own chat. The default runs them one at a time with `complete`.
+    fn serve_chats(&mut self, queue: &mut dyn ChatQueue) {
+        while let Some(mut chat) = queue.next() {
+            let r = self.complete(&chat.request, &mut *chat.sink, &chat.stop);
+            queue.done(chat, r);
+        }
     }
 
     /// The vocabulary as bytes, so the server can build a [`Grammar`]. `None`

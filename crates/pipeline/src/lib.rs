@@ -31,8 +31,8 @@ pub use embeddings::{Embedding, EmbeddingsPipeline};
 pub use error::{ErrorKind, PipelineError};
 pub use factory::{ModelKind, ModelSpec, PipelineFactory};
 pub use language::{
-    BatchItem, Completion, CompletionRequest, FinishReason, LanguagePipeline, SamplingParams,
-    TokenLogprob, TopLogprob,
+    ChatQueue, Completion, CompletionRequest, FinishReason, LanguagePipeline, QueuedChat,
+    SamplingParams, TokenLogprob, TopLogprob,
 };
 pub use media::{
     Control, MediaError, MediaFile, MediaHold, MediaJob, MediaKind, MediaOutput, MediaPaused,

@@ -556,11 +556,12 @@ async fn disconnect_mid_stream_stops_generation_and_next_request_succeeds() {
     );
 }
 
-/// Chats waiting behind a running one of a model that decodes batches (chat-p: up to 3)
-/// are taken together, in arrival order, at most 3 at a time; a response_format chat is
-/// not batched; every chat gets its own answer.
+/// A resident model that decodes several chats together (chat-p) serves the chat at
+/// the front of the queue and every chat that reaches the front while it runs, first
+/// come, first served: a response_format chat is served alone and ends the run, and
+/// every chat gets its own answer.
 #[tokio::test]
-async fn waiting_chats_of_a_batching_model_run_together() {
+async fn waiting_chats_of_a_batching_model_join_the_running_ones() {
     let (state, log, _) = common::state_with(ServeConfig::default());
     let app = router(state);
     let chat = |content: &str| json!({"model": "chat-p", "messages": [{"role": "user", "content": content}]});
@@ -598,13 +599,20 @@ async fn waiting_chats_of_a_batching_model_run_together() {
             );
         }
     }
-    // Expected: first and slow alone (`complete`), then chats 0, 1, 3 together; chats 2
-    // (its response_format) and 4 (alone in the queue by then) alone again. On a host
-    // slow enough that the slow chat was still queued when the others came, it joins
-    // them; either way the batches hold 2 or 3 chats and one holds 3.
+    // "first" opened chat-p alone; then the slow chat with chats 0 and 1 (they reached
+    // the front while it ran), chat 2 alone (its response_format), 3 and 4 together.
     let b = log.lock().unwrap().batches.clone();
-    assert!(
-        b.contains(&3) && b.iter().all(|n| (2..=3).contains(n)),
+    let flat: Vec<String> = b.iter().flatten().cloned().collect();
+    assert_eq!(
+        flat,
+        ["wait 800", "chat 0", "chat 1", "chat 3", "chat 4"],
         "{b:?}"
     );
+    assert!(
+        b.iter().all(
+            |run| !(run.contains(&"chat 1".to_string()) && run.contains(&"chat 3".to_string()))
+        ),
+        "a run crossed the response_format chat: {b:?}"
+    );
+    assert_eq!(b[0], ["wait 800", "chat 0", "chat 1"], "{b:?}");
 }

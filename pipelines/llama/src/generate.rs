@@ -202,17 +202,14 @@ impl LanguagePipeline for LlamaRuntime {
         self.model.sequences()
     }
 
-    fn complete_batch(
-        &mut self,
-        items: &mut [favlo_pipeline::BatchItem<'_>],
-    ) -> Vec<Result<Completion, PipelineError>> {
-        if self.batchable(items) {
-            return self.generate_batch(items);
+    fn serve_chats(&mut self, queue: &mut dyn favlo_pipeline::ChatQueue) {
+        if self.model.sequences() > 1 {
+            return self.serve_together(queue);
         }
-        items
-            .iter_mut()
-            .map(|it| self.complete(it.request, &mut *it.sink, it.stop))
-            .collect()
+        while let Some(mut chat) = queue.next() {
+            let r = self.complete(&chat.request, &mut *chat.sink, &chat.stop);
+            queue.done(chat, r);
+        }
     }
 
     fn vocab(&self) -> Option<std::sync::Arc<TokenVocab>> {

@@ -1,33 +1,37 @@
-//! Several chats decoded together (`LanguagePipeline::complete_batch` on a model opened
-//! with `OpenOptions::sequences` > 1): each request in its own sequence, one batched
-//! decode step per token for all that are still going.
+//! Several chats decoded together (`LanguagePipeline::serve_chats` on a model opened
+//! with `OpenOptions::sequences` > 1): each chat in a sequence of its own, one batched
+//! decode step per token for all that are running.
 //!
 //! Key design choices:
-//! - Static batches: the requests start together (each prompt prefilled into its own
-//!   sequence) and a request that ends leaves the step (the model replays the graph of
-//!   the remaining set); a request that arrives meanwhile waits for the next batch.
-//! - Each request keeps what `complete` gives it: its own sampler (penalties, seed;
-//!   a step without penalties picks its token on the device with the host sampler's
-//!   rule and draw, as `generate` does), streaming decoder, stop strings, stop flag and
-//!   `max_tokens`; a closed sink ends only its own request. Requests with a grammar or logprobs are not batched
-//!   (the caller runs them one at a time).
+//! - Continuous batches: a waiting chat is taken from the queue between two steps
+//!   whenever a sequence is free, prefilled into it (the others wait for that prefill),
+//!   and joins the next step; a chat that ends frees its sequence at once (the model
+//!   replays the graph of the remaining set).
+//! - Each chat keeps what `complete` gives it: its own sampler (penalties, seed; a step
+//!   without penalties picks its token on the device with the host sampler's rule and
+//!   draw, as `generate` does), streaming decoder, stop strings, stop flag and
+//!   `max_tokens`; a closed sink ends only its own chat.
+//! - A chat that asks for logprobs or a grammar runs alone through `complete` once the
+//!   running ones have ended (no other chat is taken meanwhile), since it samples from
+//!   sequence 0's logits on the host.
 //! - Sequence 0's cache is overwritten, so the prefix kept for the next request's reuse
-//!   is dropped.
+//!   is dropped whenever a chat is prefilled.
 
 use std::time::Instant;
 
 use favlo_formats::tokenizer::{StreamDecoder, Tokenizer};
-use favlo_pipeline::{BatchItem, Completion, FinishReason, PipelineError};
+use favlo_pipeline::{
+    ChatQueue, Completion, FinishReason, LanguagePipeline, PipelineError, QueuedChat,
+};
 
 use crate::error::LlamaError;
 use crate::generate::find_stop;
 use crate::runtime::LlamaRuntime;
 use crate::sampler::Sampler;
 
-/// One request's state in the batch.
+/// One running chat.
 struct Live {
-    /// Index into the batch's items (and its sequence).
-    item: usize,
+    chat: QueuedChat,
     prompt_len: usize,
     max: usize,
     sampler: Sampler,
@@ -36,214 +40,234 @@ struct Live {
     tokens: Vec<u32>,
     stopped_by_string: bool,
     prefill_ms: f64,
-    /// `Some` once it ended (its finish reason or error).
-    end: Option<Result<FinishReason, PipelineError>>,
+    started: Instant,
     /// Its steps pick their token on the device (no penalties, a model that can).
     on_device: bool,
     /// The token the last step picked on the device.
     pending: Option<u32>,
+    /// The sequence's logits after the last step (when not picked on the device).
+    logits: Vec<f32>,
+}
+
+/// Why a running chat stops now.
+enum End {
+    Finish(FinishReason),
+    Failed(PipelineError),
 }
 
 impl LlamaRuntime {
-    /// Whether [`Self::generate_batch`] can take `items` together.
-    pub(crate) fn batchable(&self, items: &[BatchItem<'_>]) -> bool {
-        items.len() > 1
-            && items.len() <= self.model.sequences()
-            && items
-                .iter()
-                .all(|i| i.request.grammar.is_none() && !i.request.logprobs)
-    }
-
-    /// Runs the batchable `items` together (see the module doc).
-    pub(crate) fn generate_batch(
-        &mut self,
-        items: &mut [BatchItem<'_>],
-    ) -> Vec<Result<Completion, PipelineError>> {
-        // The prompts first: rendering them needs the tokenizer in place.
-        let prompts: Vec<Result<Vec<u32>, PipelineError>> = items
-            .iter()
-            .map(|it| {
-                self.prompt_ids(&it.request.messages, it.request.tools.as_ref())
-                    .map_err(LlamaError::into_pipeline)
-            })
-            .collect();
-        let Some(tok) = self.tokenizer.take() else {
-            return items
-                .iter()
-                .map(|_| Err(PipelineError::internal("no tokenizer")))
-                .collect();
-        };
-        let out = self.batch_with(items, prompts, &tok);
-        self.tokenizer = Some(tok);
-        out
-    }
-
-    fn batch_with(
-        &mut self,
-        items: &mut [BatchItem<'_>],
-        prompts: Vec<Result<Vec<u32>, PipelineError>>,
-        tok: &Tokenizer,
-    ) -> Vec<Result<Completion, PipelineError>> {
-        let cap = self.model.capacity();
-        let vocab = self.config().vocab_size;
-        let mut results: Vec<Option<Result<Completion, PipelineError>>> =
-            items.iter().map(|_| None).collect();
-        // Sequence 0's cache is about to be overwritten.
-        self.cached.clear();
-        let mut logits = vec![0f32; items.len() * vocab];
-        let mut live: Vec<Live> = Vec::new();
-        for (i, (it, prompt)) in items.iter().zip(prompts).enumerate() {
-            let t0 = Instant::now();
-            let prompt = match prompt {
-                Ok(p) => p,
-                Err(e) => {
-                    results[i] = Some(Err(e));
-                    continue;
-                }
-            };
-            if prompt.is_empty() || prompt.len() >= cap {
-                results[i] = Some(Err(PipelineError::invalid(
-                    format!("prompt is {} tokens; the context holds {cap}", prompt.len()),
-                    Some("messages"),
-                )));
-                continue;
-            }
-            let seq = live.len();
-            let out = &mut logits[seq * vocab..(seq + 1) * vocab];
-            if let Err(e) = self.model.forward_seq(seq, &prompt, 0, out) {
-                results[i] = Some(Err(e.into_pipeline()));
-                continue;
-            }
-            let max = it
-                .request
-                .max_tokens
-                .unwrap_or(usize::MAX)
-                .min(cap - prompt.len());
-            let sampler = Sampler::new(&it.request.sampling, &prompt);
-            let on_device = self.model.chooses_on_device() && sampler.penalty_free();
-            live.push(Live {
-                item: i,
-                prompt_len: prompt.len(),
-                max,
-                sampler,
-                decoder: StreamDecoder::new(),
-                text: String::new(),
-                tokens: Vec::new(),
-                stopped_by_string: false,
-                prefill_ms: t0.elapsed().as_secs_f64() * 1e3,
-                end: (max == 0).then_some(Ok(FinishReason::Length)),
-                on_device,
-                pending: None,
-            });
-        }
-        let t1 = Instant::now();
-        let mut decode_ms = vec![0f64; live.len()];
+    /// [`LanguagePipeline::serve_chats`] for an opening of several sequences.
+    pub(crate) fn serve_together(&mut self, queue: &mut dyn ChatQueue) {
+        let n = self.model.sequences();
+        let mut slots: Vec<Option<Live>> = (0..n).map(|_| None).collect();
+        // A chat that must run alone, waiting for the running ones to end.
+        let mut alone: Option<QueuedChat> = None;
         loop {
-            let (mut steps, mut choices) = (Vec::new(), Vec::new());
-            for (seq, l) in live.iter_mut().enumerate() {
-                if l.end.is_some() {
-                    continue;
-                }
-                let it = &mut items[l.item];
-                let t = match l.pending.take() {
-                    Some(t) => t,
-                    None => {
-                        let row = &mut logits[seq * vocab..(seq + 1) * vocab];
-                        l.sampler.penalize(row);
-                        l.sampler.choose(row)
-                    }
+            // Take waiting chats into free sequences.
+            let mut none_waiting = false;
+            while alone.is_none() {
+                let Some(free) = slots.iter().position(Option::is_none) else {
+                    break;
                 };
-                if self.stop_ids.contains(&t) {
-                    l.end = Some(Ok(FinishReason::Stop));
-                    continue;
-                }
-                l.sampler.accept(t);
-                l.tokens.push(t);
-                let piece = l.decoder.push_token(tok, t);
-                if it.sink.token(&piece, None).is_err() {
-                    l.end = Some(Err(PipelineError::Closed));
-                    continue;
-                }
-                l.text.push_str(&piece);
-                if let Some(cut) = find_stop(&l.text, &it.request.stop, piece.len()) {
-                    l.text.truncate(cut);
-                    l.stopped_by_string = true;
-                    l.end = Some(Ok(FinishReason::Stop));
-                    continue;
-                }
-                if it.stop.is_raised() {
-                    l.end = Some(Ok(FinishReason::Stop));
-                    continue;
-                }
-                if l.tokens.len() >= l.max {
-                    l.end = Some(Ok(FinishReason::Length));
-                    continue;
-                }
-                steps.push((seq, t, l.prompt_len + l.tokens.len() - 1));
-                // As `generate`: the draw for the next token is taken with the step.
-                choices.push(l.on_device.then(|| l.sampler.device_choice()));
-            }
-            for (seq, l) in live.iter().enumerate() {
-                if l.end.is_some() && decode_ms[seq] == 0.0 {
-                    decode_ms[seq] = t1.elapsed().as_secs_f64() * 1e3;
-                }
-            }
-            if steps.is_empty() {
-                break;
-            }
-            let mut step_logits = vec![0f32; steps.len() * vocab];
-            let picked = match self
-                .model
-                .decode_batch_choose(&steps, &choices, &mut step_logits)
-            {
-                Ok(p) => p,
-                Err(e) => {
-                    let e = LlamaError::into_pipeline(e);
-                    for &(seq, _, _) in &steps {
-                        live[seq].end = Some(Err(clone_err(&e)));
-                        decode_ms[seq] = t1.elapsed().as_secs_f64() * 1e3;
-                    }
+                let Some(chat) = queue.next() else {
+                    none_waiting = true;
+                    break;
+                };
+                if chat.request.logprobs || chat.request.grammar.is_some() {
+                    alone = Some(chat);
                     break;
                 }
+                slots[free] = self.start(free, chat, queue);
+            }
+            if slots.iter().all(Option::is_none) {
+                match alone.take() {
+                    Some(mut chat) => {
+                        let r = self.complete(&chat.request, &mut *chat.sink, &chat.stop);
+                        queue.done(chat, r);
+                        continue;
+                    }
+                    // Nothing runs and nothing waits.
+                    None if none_waiting => break,
+                    None => continue,
+                }
+            }
+            // One token of every running chat; the ones that go on take a step.
+            let Some(tok) = self.tokenizer.take() else {
+                for live in slots.iter_mut().filter_map(Option::take) {
+                    queue.done(live.chat, Err(PipelineError::internal("no tokenizer")));
+                }
+                continue;
             };
-            let rows = steps.iter().zip(step_logits.chunks(vocab)).zip(picked);
-            for ((&(seq, _, _), row), pick) in rows {
-                match pick {
-                    Some(t) => live[seq].pending = Some(t),
-                    None => logits[seq * vocab..(seq + 1) * vocab].copy_from_slice(row),
+            let mut steps = Vec::new();
+            let mut choices = Vec::new();
+            for (seq, slot) in slots.iter_mut().enumerate() {
+                let Some(live) = slot.as_mut() else { continue };
+                match self.advance(live, &tok) {
+                    None => {
+                        steps.push((seq, *live.tokens.last().unwrap_or(&0), live.position()));
+                        // As `generate`: the draw for the next token goes with the step.
+                        choices.push(live.on_device.then(|| live.sampler.device_choice()));
+                    }
+                    Some(end) => {
+                        if let Some(live) = slot.take() {
+                            let (chat, result) = live.finish(end);
+                            queue.done(chat, result);
+                        }
+                    }
+                }
+            }
+            self.tokenizer = Some(tok);
+            if steps.is_empty() {
+                continue;
+            }
+            let vocab = self.config().vocab_size;
+            let mut logits = vec![0f32; steps.len() * vocab];
+            match self
+                .model
+                .decode_batch_choose(&steps, &choices, &mut logits)
+            {
+                Ok(picked) => {
+                    let rows = steps.iter().zip(logits.chunks(vocab)).zip(picked);
+                    for ((&(seq, _, _), row), pick) in rows {
+                        if let Some(live) = slots.get_mut(seq).and_then(Option::as_mut) {
+                            match pick {
+                                Some(t) => live.pending = Some(t),
+                                None => live.logits.copy_from_slice(row),
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    let e = e.into_pipeline();
+                    for &(seq, _, _) in &steps {
+                        if let Some(live) = slots.get_mut(seq).and_then(Option::take) {
+                            let err = PipelineError::internal(e.to_string());
+                            let (chat, result) = live.finish(End::Failed(err));
+                            queue.done(chat, result);
+                        }
+                    }
                 }
             }
         }
-        for (seq, mut l) in live.into_iter().enumerate() {
-            let it = &mut items[l.item];
-            let end = l.end.take().unwrap_or(Ok(FinishReason::Length));
-            results[l.item] = Some(end.and_then(|finish| {
-                let rest = l.decoder.finish();
-                if !rest.is_empty() && !l.stopped_by_string {
-                    it.sink
-                        .token(&rest, None)
-                        .map_err(|_| PipelineError::Closed)?;
-                    l.text.push_str(&rest);
-                }
-                Ok(Completion {
-                    text: l.text,
-                    finish_reason: finish,
-                    prompt_tokens: l.prompt_len,
-                    completion_tokens: l.tokens.len(),
-                    logprobs: Vec::new(),
-                    prefill_ms: l.prefill_ms,
-                    decode_ms: decode_ms[seq],
-                })
-            }));
+    }
+
+    /// Renders `chat`'s prompt and prefills it into sequence `seq`; a chat that cannot
+    /// start goes back to `queue` with its error.
+    fn start(&mut self, seq: usize, chat: QueuedChat, queue: &mut dyn ChatQueue) -> Option<Live> {
+        let t0 = Instant::now();
+        let cap = self.model.capacity();
+        let prompt = match self.prompt_ids(&chat.request.messages, chat.request.tools.as_ref()) {
+            Ok(p) => p,
+            Err(e) => {
+                queue.done(chat, Err(e.into_pipeline()));
+                return None;
+            }
+        };
+        if prompt.is_empty() || prompt.len() >= cap {
+            let e = PipelineError::invalid(
+                format!("prompt is {} tokens; the context holds {cap}", prompt.len()),
+                Some("messages"),
+            );
+            queue.done(chat, Err(e));
+            return None;
         }
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(PipelineError::internal("request not run"))))
-            .collect()
+        // Sequence 0's cache (the prefix reuse's) is about to change.
+        self.cached.clear();
+        let mut logits = vec![0f32; self.config().vocab_size];
+        if let Err(e) = self.model.forward_seq(seq, &prompt, 0, &mut logits) {
+            queue.done(chat, Err(LlamaError::into_pipeline(e)));
+            return None;
+        }
+        let max = chat
+            .request
+            .max_tokens
+            .unwrap_or(usize::MAX)
+            .min(cap - prompt.len());
+        let sampler = Sampler::new(&chat.request.sampling, &prompt);
+        let on_device = self.model.chooses_on_device() && sampler.penalty_free();
+        Some(Live {
+            prompt_len: prompt.len(),
+            max,
+            sampler,
+            decoder: StreamDecoder::new(),
+            text: String::new(),
+            tokens: Vec::new(),
+            stopped_by_string: false,
+            prefill_ms: t0.elapsed().as_secs_f64() * 1e3,
+            started: Instant::now(),
+            on_device,
+            pending: None,
+            logits,
+            chat,
+        })
+    }
+
+    /// `live`'s next token: sampled (or the one its last step picked), streamed, and
+    /// checked against the ends; `None` when it goes on.
+    fn advance(&self, live: &mut Live, tok: &Tokenizer) -> Option<End> {
+        if live.max == 0 {
+            return Some(End::Finish(FinishReason::Length));
+        }
+        let t = match live.pending.take() {
+            Some(t) => t,
+            None => {
+                live.sampler.penalize(&mut live.logits);
+                live.sampler.choose(&live.logits)
+            }
+        };
+        if self.stop_ids.contains(&t) {
+            return Some(End::Finish(FinishReason::Stop));
+        }
+        live.sampler.accept(t);
+        live.tokens.push(t);
+        let piece = live.decoder.push_token(tok, t);
+        if live.chat.sink.token(&piece, None).is_err() {
+            return Some(End::Failed(PipelineError::Closed));
+        }
+        live.text.push_str(&piece);
+        if let Some(cut) = find_stop(&live.text, &live.chat.request.stop, piece.len()) {
+            live.text.truncate(cut);
+            live.stopped_by_string = true;
+            return Some(End::Finish(FinishReason::Stop));
+        }
+        if live.chat.stop.is_raised() {
+            return Some(End::Finish(FinishReason::Stop));
+        }
+        if live.tokens.len() >= live.max {
+            return Some(End::Finish(FinishReason::Length));
+        }
+        None
     }
 }
 
-/// The same error again (one failed step ends every request in it).
-fn clone_err(e: &PipelineError) -> PipelineError {
-    PipelineError::internal(e.to_string())
+impl Live {
+    /// The position of its newest token.
+    fn position(&self) -> usize {
+        self.prompt_len + self.tokens.len().saturating_sub(1)
+    }
+
+    /// The chat and what `complete` would have returned for it.
+    fn finish(mut self, end: End) -> (QueuedChat, Result<Completion, PipelineError>) {
+        let finish = match end {
+            End::Finish(f) => f,
+            End::Failed(e) => return (self.chat, Err(e)),
+        };
+        let rest = self.decoder.finish();
+        if !rest.is_empty() && !self.stopped_by_string {
+            if self.chat.sink.token(&rest, None).is_err() {
+                return (self.chat, Err(PipelineError::Closed));
+            }
+            self.text.push_str(&rest);
+        }
+        let c = Completion {
+            text: self.text,
+            finish_reason: finish,
+            prompt_tokens: self.prompt_len,
+            completion_tokens: self.tokens.len(),
+            logprobs: Vec::new(),
+            prefill_ms: self.prefill_ms,
+            decode_ms: self.started.elapsed().as_secs_f64() * 1e3,
+        };
+        (self.chat, Ok(c))
+    }
 }

@@ -26,10 +26,11 @@
 //!   of 64, the GQA groups of 3 and 7): the first 4 prompts, one per sequence, then 16
 //!   batched steps fed the CPU's greedy tokens, one sequence leaving after 8; every
 //!   step's logits against the CPU's ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV), the same argmax;
-//! - three chats through `LanguagePipeline::complete_batch` on a 3-sequence opening
-//!   (greedy, different prompts and `max_tokens`, one with a stop string): each text,
+//! - four chats through `LanguagePipeline::serve_chats` on a 3-sequence opening
+//!   (greedy, different prompts and `max_tokens`, one with a stop string; three start
+//!   together, the fourth arrives mid-way and joins when a sequence frees): each text,
 //!   finish reason and token count equal the same request's `complete` alone on a
-//!   1-sequence opening, and each sink received exactly its own text.
+//!   1-sequence opening, and each sink received its own text.
 //!
 //! Skips loudly (and passes) without the GGUF variables or without CUDA;
 //! `FAVLO_REQUIRE_CUDA=1` turns a missing GPU into a failure.
@@ -361,13 +362,61 @@ fn qwen25_cuda_batched_decode_matches_cpu() {
     batched_decode_matches_cpu("FAVLO_TEST_QWEN25_GGUF", "qwen25_refs.json");
 }
 
-/// Chats decoded together through the seam give what each gives alone.
+/// A test queue: the chats, one of them held back until the pipeline has asked for
+/// more `late_after` times (it joins the running ones mid-way), and the results.
+struct TestQueue {
+    waiting: std::collections::VecDeque<favlo_pipeline::QueuedChat>,
+    late: Option<favlo_pipeline::QueuedChat>,
+    late_after: usize,
+    asked: usize,
+    results: Vec<(
+        u64,
+        Result<favlo_pipeline::Completion, favlo_pipeline::PipelineError>,
+    )>,
+}
+
+impl favlo_pipeline::ChatQueue for TestQueue {
+    fn next(&mut self) -> Option<favlo_pipeline::QueuedChat> {
+        self.asked += 1;
+        if self.asked > self.late_after
+            && let Some(c) = self.late.take()
+        {
+            self.waiting.push_back(c);
+        }
+        self.waiting.pop_front()
+    }
+    fn done(
+        &mut self,
+        chat: favlo_pipeline::QueuedChat,
+        result: Result<favlo_pipeline::Completion, favlo_pipeline::PipelineError>,
+    ) {
+        self.results.push((chat.tag, result));
+    }
+}
+
+/// A sink whose text the test reads after the pipeline has dropped it.
+struct SharedText(std::sync::Arc<std::sync::Mutex<String>>);
+
+impl favlo_pipeline::TokenSink for SharedText {
+    fn token(
+        &mut self,
+        piece: &str,
+        _: Option<favlo_pipeline::TokenLogprob>,
+    ) -> Result<(), favlo_pipeline::RequestClosed> {
+        self.0.lock().unwrap().push_str(piece);
+        Ok(())
+    }
+}
+
+/// Chats decoded together through the seam (`serve_chats` on a 3-sequence opening:
+/// three start together, a fourth arrives mid-way and joins when a sequence frees)
+/// give what each gives alone through `complete` on a 1-sequence opening.
 #[test]
-fn smollm2_cuda_complete_batch_equals_complete() {
+fn smollm2_cuda_serve_chats_equals_complete() {
     use common::open_seqs;
     use favlo_llama::WeightFormat;
     use favlo_pipeline::{
-        BatchItem, ChatMessage, CollectSink, CompletionRequest, LanguagePipeline, Role, StopFlag,
+        ChatMessage, CollectSink, CompletionRequest, LanguagePipeline, QueuedChat, Role, StopFlag,
     };
     let Some(path) = model_path("FAVLO_TEST_SMOLLM2_GGUF") else {
         return;
@@ -375,20 +424,21 @@ fn smollm2_cuda_complete_batch_equals_complete() {
     if !cuda_ok("the CUDA batched chat test") {
         return;
     }
-    let reqs: Vec<CompletionRequest> = [
+    let specs = [
         ("What is the capital of France?", 20, None),
-        ("List three fruits.", 12, None),
+        ("List three fruits.", 6, None),
         ("Tell me a story about a lighthouse.", 24, Some(".")),
-    ]
-    .iter()
-    .map(|(text, max, stop)| {
-        let mut r = CompletionRequest::new(vec![ChatMessage::new(Role::User, *text)]);
+        ("Name a color.", 16, None),
+    ];
+    let request = |i: usize| {
+        let (text, max, stop) = specs[i];
+        let mut r = CompletionRequest::new(vec![ChatMessage::new(Role::User, text)]);
         r.sampling.temperature = 0.0;
-        r.max_tokens = Some(*max);
+        r.max_tokens = Some(max);
         r.stop = stop.iter().map(|s| s.to_string()).collect();
         r
-    })
-    .collect();
+    };
+    let reqs: Vec<CompletionRequest> = (0..specs.len()).map(request).collect();
     let mut one = open_seqs(&path, Device::Cuda(0), WeightFormat::Mxfp8, false, 1);
     let alone: Vec<_> = reqs
         .iter()
@@ -400,34 +450,41 @@ fn smollm2_cuda_complete_batch_equals_complete() {
     drop(one);
     let mut rt = open_seqs(&path, Device::Cuda(0), WeightFormat::Mxfp8, false, 3);
     assert_eq!(rt.max_batch(), 3);
-    let mut sinks: Vec<CollectSink> = reqs.iter().map(|_| CollectSink::default()).collect();
-    let stops: Vec<StopFlag> = reqs.iter().map(|_| StopFlag::new()).collect();
-    let mut items: Vec<BatchItem<'_>> = reqs
+    let texts: Vec<_> = reqs
         .iter()
-        .zip(sinks.iter_mut())
-        .zip(&stops)
-        .map(|((request, sink), stop)| BatchItem {
-            request,
-            sink,
-            stop,
+        .map(|_| std::sync::Arc::new(std::sync::Mutex::new(String::new())))
+        .collect();
+    let mut chats: std::collections::VecDeque<QueuedChat> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| QueuedChat {
+            tag: i as u64,
+            request: request(i),
+            sink: Box::new(SharedText(std::sync::Arc::clone(t))),
+            stop: StopFlag::new(),
         })
         .collect();
-    let got = rt.complete_batch(&mut items);
-    drop(items);
-    assert_eq!(got.len(), 3);
-    for (i, (g, a)) in got.into_iter().zip(&alone).enumerate() {
-        let g = g.unwrap();
+    let late = chats.pop_back();
+    let mut q = TestQueue {
+        waiting: chats,
+        late,
+        late_after: 6,
+        asked: 0,
+        results: Vec::new(),
+    };
+    rt.serve_chats(&mut q);
+    assert_eq!(q.results.len(), 4, "every chat handed back");
+    for (tag, r) in q.results {
+        let i = tag as usize;
+        let g = r.unwrap();
+        let a = &alone[i];
         eprintln!(
-            "batched chat {i}: {:?} ({:?}, {} tokens)",
+            "chat {i} together: {:?} ({:?}, {} tokens)",
             g.text, g.finish_reason, g.completion_tokens
         );
         assert_eq!(g.text, a.text, "chat {i}");
         assert_eq!(g.finish_reason, a.finish_reason, "chat {i}");
         assert_eq!(g.completion_tokens, a.completion_tokens, "chat {i}");
-        assert!(
-            sinks[i].text.starts_with(&g.text),
-            "chat {i}: sink {:?}",
-            sinks[i].text
-        );
+        assert!(texts[i].lock().unwrap().starts_with(&g.text), "chat {i}");
     }
 }

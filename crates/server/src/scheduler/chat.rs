@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use favlo_pipeline::{
-    BatchItem, Completion, FinishReason, Grammar, GrammarSpec, LanguagePipeline, Owner,
-    PipelineError, RequestClosed, StopFlag, TokenLogprob, TokenSink,
+    Completion, FinishReason, Grammar, GrammarSpec, LanguagePipeline, Owner, PipelineError,
+    RequestClosed, StopFlag, TokenLogprob, TokenSink,
 };
 use tokio::sync::mpsc;
 
@@ -108,7 +108,7 @@ pub(super) fn run(job: ChatJob, resident: &mut Option<Resident>, s: &Shared) {
             return;
         }
     };
-    finish(result, sink, &events, &spec.id, s);
+    finish(result, &mut sink, &events, &spec.id, s);
 }
 
 /// How many chats of model `id` the resident can take together now: its batch size
@@ -120,65 +120,10 @@ pub(super) fn batch_room(resident: &Option<Resident>, id: &str) -> usize {
     }
 }
 
-/// Serve several chats of the resident model together (the caller checked with
-/// [`batch_room`]; none has a `response_format`).
-pub(super) fn run_batch(jobs: Vec<ChatJob>, resident: &mut Option<Resident>, s: &Shared) {
-    let jobs: Vec<ChatJob> = jobs.into_iter().filter(|j| !j.events.is_closed()).collect();
-    let Some(first) = jobs.first() else { return };
-    let id = first.spec.id.clone();
-    let Some(Resident::Chat(r)) = resident.as_mut().filter(|r| r.id() == id) else {
-        // Not resident after all: one at a time (each opens what it needs).
-        for j in jobs {
-            run(j, resident, s);
-        }
-        return;
-    };
-    let mut sinks: Vec<ChannelSink> = jobs
-        .iter()
-        .map(|j| ChannelSink::new(&j.events, &j.request))
-        .collect();
-    let stops: Vec<StopFlag> = sinks.iter().map(|k| k.stop.clone()).collect();
-    tracing::info!(model = %id, chats = jobs.len(), "decoding chats together");
-    let results = catch_unwind(AssertUnwindSafe(|| {
-        let mut items: Vec<BatchItem<'_>> = jobs
-            .iter()
-            .zip(sinks.iter_mut())
-            .zip(&stops)
-            .map(|((j, sink), stop)| BatchItem {
-                request: &j.request,
-                sink,
-                stop,
-            })
-            .collect();
-        r.pipe.complete_batch(&mut items)
-    }));
-    let Ok(mut results) = results else {
-        tracing::error!(model = %id, "the pipeline panicked; closing it");
-        if let Some(r) = resident.take() {
-            close_resident(r, s);
-        }
-        for j in &jobs {
-            let _ = j.events.send(ChatEvent::Done(Err(PipelineError::internal(
-                "pipeline panicked",
-            ))));
-        }
-        return;
-    };
-    // A pipeline owes one result per item; any missing one is an error, not a hang.
-    results.resize_with(jobs.len(), || {
-        Err(PipelineError::internal(
-            "no result for this chat in its batch",
-        ))
-    });
-    for ((j, sink), result) in jobs.iter().zip(sinks).zip(results) {
-        finish(result, sink, &j.events, &id, s);
-    }
-}
-
 /// Sends a chat's end: the stop matcher's tail, the metrics, then `Done`.
-fn finish(
+pub(super) fn finish(
     result: Result<Completion, PipelineError>,
-    mut sink: ChannelSink,
+    sink: &mut ChannelSink,
     events: &mpsc::UnboundedSender<ChatEvent>,
     model: &str,
     s: &Shared,
@@ -239,15 +184,15 @@ fn grammar_for(
     ))
 }
 
-struct ChannelSink {
+pub(super) struct ChannelSink {
     tx: mpsc::UnboundedSender<ChatEvent>,
     matcher: StopMatcher,
-    stop: StopFlag,
+    pub(super) stop: StopFlag,
     emitted: String,
 }
 
 impl ChannelSink {
-    fn new(
+    pub(super) fn new(
         events: &mpsc::UnboundedSender<ChatEvent>,
         request: &favlo_pipeline::CompletionRequest,
     ) -> Self {

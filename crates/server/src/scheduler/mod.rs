@@ -12,6 +12,7 @@
 //! While the machine lock is held by another process the worker closes its
 //! resident and runs nothing. Embeddings have their own thread.
 
+mod batch;
 mod chat;
 mod embed;
 mod media;
@@ -403,33 +404,15 @@ fn device_worker(rx: Receiver<DeviceMsg>, s: &Shared) {
             }
         }
         if let Some(job) = chats.pop_front() {
-            // Waiting chats of the same resident model, without a response_format, join
-            // it when the pipeline decodes batches (in arrival order).
-            let room = chat::batch_room(&resident, &job.spec.id);
-            let mut batch = vec![*job];
-            if room > 1 && batch[0].format.is_none() {
-                let id = batch[0].spec.id.clone();
-                let mut i = 0;
-                while i < chats.len() && batch.len() < room {
-                    if chats[i].spec.id == id && chats[i].format.is_none() {
-                        if let Some(j) = chats.remove(i) {
-                            batch.push(*j);
-                        }
-                    } else {
-                        i += 1;
-                    }
-                }
-            }
-            let n = batch.len();
-            s.chats_waiting.fetch_sub(n, Ordering::SeqCst);
-            s.metrics.queue_depth.fetch_sub(n as u64, Ordering::Relaxed);
+            s.chats_waiting.fetch_sub(1, Ordering::SeqCst);
+            s.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
             s.busy.store(true, Ordering::SeqCst);
-            if n == 1 {
-                for j in batch {
-                    chat::run(j, &mut resident, s);
-                }
+            // A resident model that decodes several chats together takes this one and
+            // those that join it while it runs (`batch.rs`).
+            if chat::batch_room(&resident, &job.spec.id) > 1 && job.format.is_none() {
+                batch::serve(*job, &mut chats, &rx, &mut shutdown, &mut resident, s);
             } else {
-                chat::run_batch(batch, &mut resident, s);
+                chat::run(*job, &mut resident, s);
             }
             s.busy.store(false, Ordering::SeqCst);
             continue;

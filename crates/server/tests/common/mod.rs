@@ -76,8 +76,8 @@ pub struct Log {
     pub opened: Vec<String>,
     pub closed: Vec<String>,
     pub tokens_sent: AtomicUsize,
-    /// The size of every `complete_batch` call (chat-p decodes up to 3 together).
-    pub batches: Vec<usize>,
+    /// The chats (last message) of every `serve_chats` call of chat-p.
+    pub batches: Vec<Vec<String>>,
 }
 
 pub struct FakeFactory {
@@ -221,15 +221,21 @@ impl LanguagePipeline for FakeChat {
     fn max_batch(&self) -> usize {
         if self.id == "chat-p" { 3 } else { 1 }
     }
-    fn complete_batch(
-        &mut self,
-        items: &mut [favlo_pipeline::BatchItem<'_>],
-    ) -> Vec<Result<Completion, PipelineError>> {
-        self.log.lock().unwrap().batches.push(items.len());
-        items
-            .iter_mut()
-            .map(|it| self.complete(it.request, &mut *it.sink, it.stop))
-            .collect()
+    /// One chat after another, as the default does, recording which chats one call
+    /// served.
+    /// (Recorded as each chat starts, so a client that has its answer finds it.)
+    fn serve_chats(&mut self, queue: &mut dyn favlo_pipeline::ChatQueue) {
+        let run = {
+            let mut l = self.log.lock().unwrap();
+            l.batches.push(Vec::new());
+            l.batches.len() - 1
+        };
+        while let Some(mut chat) = queue.next() {
+            let last = chat.request.messages.last().map(|m| m.content.clone());
+            self.log.lock().unwrap().batches[run].push(last.unwrap_or_default());
+            let r = self.complete(&chat.request, &mut *chat.sink, &chat.stop);
+            queue.done(chat, r);
+        }
     }
 }
 
