@@ -30,17 +30,23 @@ use crate::config::LlamaConfig;
 use crate::error::LlamaError;
 use crate::weights::Matrix;
 
-/// The step buffers of one sequence beyond the first.
+/// One sequence's step buffers (sequence 0's also serve the batch-1 step).
 pub(super) struct SeqBufs {
+    /// The residual stream [hidden].
     pub h: DeviceBuffer<f32>,
-    prep_d: XPrep,
-    prep_a: XPrep,
-    prep_f: XPrep,
-    qkv: DeviceBuffer<f32>,
-    q: DeviceBuffer<f32>,
-    gu: DeviceBuffer<f32>,
-    logits: DeviceBuffer<f32>,
-    part: DeviceBuffer<f32>,
+    /// x preparations: K = hidden (q|k|v, gate|up, lm_head), q_dim (o), ff (down).
+    /// Each is written only by producers of its own width, so the K padding of its
+    /// GEMVs always reads the zeros it was allocated with.
+    pub prep_d: XPrep,
+    pub prep_a: XPrep,
+    pub prep_f: XPrep,
+    pub qkv: DeviceBuffer<f32>,
+    pub q: DeviceBuffer<f32>,
+    pub gu: DeviceBuffer<f32>,
+    pub logits: DeviceBuffer<f32>,
+    /// The attention's split partials.
+    pub part: DeviceBuffer<f32>,
+    /// The position of the token the next step runs (one i32).
     pub pos: DeviceBuffer<i32>,
 }
 
@@ -90,63 +96,31 @@ type Tables<'a> = (&'a DeviceBuffer<f32>, &'a DeviceBuffer<f32>);
 /// The buffers of the sequences in `mask` (bit i = sequence i), in sequence order,
 /// and the RoPE tables.
 fn seq_ios<'a>(
-    b: &'a mut Bufs,
+    b: &'a Bufs,
     seqs: &'a mut [SeqBufs],
     kv: &'a mut [Vec<KvCache>],
     mask: u32,
 ) -> (Vec<SeqIo<'a>>, Tables<'a>) {
-    let Bufs {
-        h,
-        prep_d,
-        prep_a,
-        prep_f,
-        qkv,
-        q,
-        gu,
-        logits,
-        part,
-        pos,
-        cos,
-        sin,
-        ..
-    } = b;
-    let mut out = Vec::new();
-    let mut kv = kv.iter_mut();
-    if let Some(kv0) = kv.next()
-        && mask & 1 != 0
-    {
-        out.push(SeqIo {
-            h,
-            prep_d,
-            prep_a,
-            prep_f,
-            qkv,
-            q,
-            gu,
-            logits,
-            part,
-            pos,
-            kv: kv0,
-        });
-    }
-    for (i, (s, kv)) in seqs.iter_mut().zip(kv).enumerate() {
-        if mask & (1 << (i + 1)) != 0 {
-            out.push(SeqIo {
-                h: &mut s.h,
-                prep_d: &mut s.prep_d,
-                prep_a: &mut s.prep_a,
-                prep_f: &mut s.prep_f,
-                qkv: &mut s.qkv,
-                q: &mut s.q,
-                gu: &mut s.gu,
-                logits: &mut s.logits,
-                part: &mut s.part,
-                pos: &mut s.pos,
-                kv,
-            });
-        }
-    }
-    (out, (cos, sin))
+    let ios = seqs
+        .iter_mut()
+        .zip(kv.iter_mut())
+        .enumerate()
+        .filter(|(i, _)| mask & (1 << i) != 0)
+        .map(|(_, (s, kv))| SeqIo {
+            h: &mut s.h,
+            prep_d: &mut s.prep_d,
+            prep_a: &mut s.prep_a,
+            prep_f: &mut s.prep_f,
+            qkv: &mut s.qkv,
+            q: &mut s.q,
+            gu: &mut s.gu,
+            logits: &mut s.logits,
+            part: &mut s.part,
+            pos: &mut s.pos,
+            kv,
+        })
+        .collect();
+    (ios, (&b.cos, &b.sin))
 }
 
 /// One token of every sequence in `s` through every layer at its own `*pos` (written
@@ -259,22 +233,20 @@ impl CudaLlama {
         self.kv.len()
     }
 
-    /// Sequence `seq`'s residual and position buffers.
-    fn seq_state(
-        &mut self,
-        seq: usize,
-    ) -> Result<(&mut DeviceBuffer<f32>, &mut DeviceBuffer<i32>), LlamaError> {
-        let n = self.kv.len();
-        match seq.checked_sub(1) {
-            None => Ok((&mut self.b.h, &mut self.b.pos)),
-            Some(i) => self
-                .seqs
-                .get_mut(i)
-                .map(|s| (&mut s.h, &mut s.pos))
-                .ok_or_else(|| LlamaError::Request {
-                    message: format!("sequence {seq} of {n}"),
-                }),
-        }
+    /// Sequence `seq`'s step buffers.
+    pub(super) fn seq(&self, seq: usize) -> Result<&SeqBufs, LlamaError> {
+        let n = self.seqs.len();
+        self.seqs.get(seq).ok_or_else(|| LlamaError::Request {
+            message: format!("sequence {seq} of {n}"),
+        })
+    }
+
+    /// Sequence `seq`'s step buffers, to write.
+    pub(super) fn seq_mut(&mut self, seq: usize) -> Result<&mut SeqBufs, LlamaError> {
+        let n = self.seqs.len();
+        self.seqs.get_mut(seq).ok_or_else(|| LlamaError::Request {
+            message: format!("sequence {seq} of {n}"),
+        })
     }
 
     /// Runs `ids` at positions `n_past..` of sequence `seq` (the prompt, or the rest of
@@ -290,7 +262,7 @@ impl CudaLlama {
         if seq == 0 {
             return self.forward(embed, ids, n_past, logits, false);
         }
-        self.seq_state(seq)?;
+        self.seq(seq)?;
         if self.chunk.is_none() {
             return Err(LlamaError::Device {
                 message: "prefill buffers missing".into(),
@@ -339,9 +311,9 @@ impl CudaLlama {
             keys = keys.max(at + 1);
             embed.embed(&[id], &mut row);
             let ctx = std::sync::Arc::clone(&self.ctx);
-            let (h, p) = self.seq_state(seq)?;
-            ctx.write(h, &row).map_err(dev_err)?;
-            ctx.write(p, &[pos]).map_err(dev_err)?;
+            let sb = self.seq_mut(seq)?;
+            ctx.write(&mut sb.h, &row).map_err(dev_err)?;
+            ctx.write(&mut sb.pos, &[pos]).map_err(dev_err)?;
         }
         self.x_host = row;
         let bucket = BUCKETS
@@ -352,7 +324,7 @@ impl CudaLlama {
         self.body_batch(mask, bucket)?;
         self.head_batch(mask)?;
         // `steps`' order, sequence by sequence: a token picked on the device, or the logits.
-        let vocab = self.b.logits.len();
+        let vocab = self.dims.vocab;
         if logits.len() < steps.len() * vocab || tokens.len() < steps.len() {
             return Err(LlamaError::Request {
                 message: format!(
@@ -380,19 +352,21 @@ impl CudaLlama {
 
     /// Sequence `seq`'s next token by the host sampler's rule `p` at draw `uniform`,
     /// chosen where its logits are.
-    fn pick(&mut self, seq: usize, p: &SampleParams, uniform: f64) -> Result<u32, LlamaError> {
-        let vocab = self.b.logits.len();
-        let src = match seq.checked_sub(1) {
-            None => &self.b.logits,
-            Some(j) => match self.seqs.get(j) {
-                Some(s) => &s.logits,
-                None => {
-                    return Err(LlamaError::Request {
-                        message: format!("sequence {seq}"),
-                    });
-                }
-            },
-        };
+    pub(super) fn pick(
+        &mut self,
+        seq: usize,
+        p: &SampleParams,
+        uniform: f64,
+    ) -> Result<u32, LlamaError> {
+        let vocab = self.dims.vocab;
+        let n = self.seqs.len();
+        let src = &self
+            .seqs
+            .get(seq)
+            .ok_or_else(|| LlamaError::Request {
+                message: format!("sequence {seq} of {n}"),
+            })?
+            .logits;
         let (s, out) = &mut self.sampler;
         s.sample(src, vocab, p, uniform, out).map_err(dev_err)?;
         let (id, _) = s.read(out).map_err(dev_err)?;
@@ -400,8 +374,8 @@ impl CudaLlama {
     }
 
     /// Copies the logits of `seqs` (in that order) into `out`.
-    fn copy_logits(&self, seqs: &[usize], out: &mut [f32]) -> Result<(), LlamaError> {
-        let vocab = self.b.logits.len();
+    pub(super) fn copy_logits(&self, seqs: &[usize], out: &mut [f32]) -> Result<(), LlamaError> {
+        let vocab = self.dims.vocab;
         if out.len() < seqs.len() * vocab {
             return Err(LlamaError::Request {
                 message: format!(
@@ -412,17 +386,7 @@ impl CudaLlama {
             });
         }
         for (i, &seq) in seqs.iter().enumerate() {
-            let src = match seq.checked_sub(1) {
-                None => &self.b.logits,
-                Some(j) => match self.seqs.get(j) {
-                    Some(s) => &s.logits,
-                    None => {
-                        return Err(LlamaError::Request {
-                            message: format!("sequence {seq}"),
-                        });
-                    }
-                },
-            };
+            let src = &self.seq(seq)?.logits;
             self.ctx
                 .stream()
                 .memcpy_dtoh(src.slice(), &mut out[i * vocab..(i + 1) * vocab])
@@ -442,7 +406,7 @@ impl CudaLlama {
         let key = (mask, bucket);
         if !self.batch_body.iter().any(|(k, _)| *k == key) {
             let (k, d, layers) = (&self.k, self.dims, &self.layers);
-            let (mut ios, tables) = seq_ios(&mut self.b, &mut self.seqs, &mut self.kv, mask);
+            let (mut ios, tables) = seq_ios(&self.b, &mut self.seqs, &mut self.kv, mask);
             let g = CudaGraph::capture(&self.ctx, || {
                 step_batch(k, d, layers, tables, &mut ios, bucket)
             })
@@ -462,7 +426,7 @@ impl CudaLlama {
         if !self.batch_head.iter().any(|(k, _)| *k == mask) {
             let (g, eps) = (&self.k.gemv, self.dims.eps);
             let (head, norm) = (&self.head, &self.out_norm);
-            let (mut ios, _) = seq_ios(&mut self.b, &mut self.seqs, &mut self.kv, mask);
+            let (mut ios, _) = seq_ios(&self.b, &mut self.seqs, &mut self.kv, mask);
             let graph = CudaGraph::capture(&self.ctx, || {
                 let (hs, mut outs): (Vec<&DeviceBuffer<f32>>, Vec<&mut XPrep>) =
                     ios.iter_mut().map(|io| (&*io.h, &mut *io.prep_d)).unzip();

@@ -36,7 +36,7 @@ use favlo_runtime::cpu::RopeLayout;
 use favlo_runtime::cuda::{
     AttentionDecode, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps, DeviceBuffer,
     DeviceSampler, Epilogue, GEMV_BATCH_MAX, GemmMx, GemvMma, KernelSet, KvCache, MxTiled, NormIn,
-    PrefillOps, RopeStore, SAMPLE_OUT_LEN, SampleParams, XPrep, attn_partials_len, warm_kernels,
+    PrefillOps, RopeStore, SAMPLE_OUT_LEN, SampleParams, warm_kernels,
 };
 use favlo_runtime::ledger::{self, Owner, SpanKind};
 
@@ -51,6 +51,13 @@ use upload::DevLayer;
 pub(crate) const MAX_CONTEXT: usize = 32_768;
 /// Attention capacity buckets below the cache's own capacity.
 const BUCKETS: [usize; 4] = [256, 1024, 4096, 16_384];
+
+/// The error for a missing sequence buffer (an opening always has sequence 0).
+fn no_sequence() -> LlamaError {
+    LlamaError::Device {
+        message: "the opening has no such sequence".into(),
+    }
+}
 
 pub(crate) fn dev_err(e: CudaError) -> LlamaError {
     match e {
@@ -86,26 +93,13 @@ struct Kernels {
     prefill: PrefillOps,
 }
 
-/// Per-step device buffers.
+/// Step buffers every sequence shares.
 struct Bufs {
-    /// The residual stream [hidden].
-    h: DeviceBuffer<f32>,
-    /// x preparations: K = hidden (q|k|v, gate|up, lm_head), q_dim (o), ff (down).
-    /// Each is written only by producers of its own width, so the K padding of its
-    /// GEMVs always reads the zeros it was allocated with.
-    prep_d: XPrep,
-    prep_a: XPrep,
-    prep_f: XPrep,
-    qkv: DeviceBuffer<f32>,
-    q: DeviceBuffer<f32>,
-    gu: DeviceBuffer<f32>,
-    logits: DeviceBuffer<f32>,
-    part: DeviceBuffer<f32>,
-    pos: DeviceBuffer<i32>,
+    /// RoPE tables [capacity][head_dim / 2].
     cos: DeviceBuffer<f32>,
     sin: DeviceBuffer<f32>,
-    /// The fused RMSNorms' partial sums of squares (one per 32 values of h) and the
-    /// fused SwiGLU's pair counters (one per 32 values of the intermediate).
+    /// The batch-1 step's fused RMSNorms' partial sums of squares (one per 32 values of
+    /// h) and fused SwiGLU's pair counters (one per 32 values of the intermediate).
     ss: DeviceBuffer<f32>,
     pairs: DeviceBuffer<u32>,
 }
@@ -123,6 +117,7 @@ struct Dims {
     eps: f32,
     scale: f32,
     interleaved: bool,
+    vocab: usize,
 }
 
 /// A model resident on one GPU with its KV cache and captured step graphs.
@@ -137,7 +132,7 @@ pub(crate) struct CudaLlama {
     capacity: usize,
     /// Per sequence, its KV cache per layer (sequence 0 is the batch-1 step's).
     kv: Vec<Vec<KvCache>>,
-    /// The step buffers of sequences 1.. (sequence 0's are `b`).
+    /// Per sequence, its step buffers (sequence 0's serve the batch-1 step).
     seqs: Vec<batch::SeqBufs>,
     /// Batched steps: ((sequence mask, attention capacity), graph).
     batch_body: Vec<((u32, usize), CudaGraph)>,
@@ -316,20 +311,10 @@ impl CudaLlama {
         }
         let e = dev_err;
         let scratch = |n: usize| ctx.alloc::<f32>(owner, SpanKind::Scratch, n).map_err(e);
-        let seq_bufs = (1..seqs)
+        let seq_bufs = (0..seqs)
             .map(|_| batch::SeqBufs::new(&ctx, owner, cfg, capacity))
             .collect::<Result<Vec<_>, _>>()?;
         let b = Bufs {
-            h: scratch(d)?,
-            prep_d: XPrep::new(&ctx, owner, padded(d)).map_err(e)?,
-            prep_a: XPrep::new(&ctx, owner, padded(qd)).map_err(e)?,
-            prep_f: XPrep::new(&ctx, owner, padded(ff)).map_err(e)?,
-            qkv: scratch(qd + 2 * kvd)?,
-            q: scratch(qd)?,
-            gu: scratch(2 * ff)?,
-            logits: scratch(cfg.vocab_size)?,
-            part: scratch(attn_partials_len(cfg.n_heads, capacity))?,
-            pos: ctx.alloc::<i32>(owner, SpanKind::Scratch, 1).map_err(e)?,
             cos: ctx.upload(owner, SpanKind::Resident, &c).map_err(e)?,
             sin: ctx.upload(owner, SpanKind::Resident, &s).map_err(e)?,
             ss: scratch(d / 32)?,
@@ -404,6 +389,7 @@ impl CudaLlama {
                 eps: cfg.rms_eps,
                 scale: 1.0 / (hd as f32).sqrt(),
                 interleaved,
+                vocab: cfg.vocab_size,
             },
             x_host: vec![0.0; d],
             ctx,
@@ -454,30 +440,18 @@ impl CudaLlama {
         all: bool,
     ) -> Result<(), LlamaError> {
         let e = dev_err;
-        let vocab = self.b.logits.len();
-        let copy = |ctx: &CudaContext, src: &DeviceBuffer<f32>, out: &mut [f32]| {
-            ctx.stream().memcpy_dtoh(src.slice(), out).map_err(|x| {
-                e(CudaError::Driver {
-                    op: "cuMemcpyDtoH(logits)",
-                    message: format!("{x:?}"),
-                })
-            })
-        };
+        let vocab = self.dims.vocab;
         if !all {
             self.advance(embed, ids, n_past)?;
             self.head_graph()?.launch().map_err(e)?;
-            copy(&self.ctx, &self.b.logits, &mut logits[..vocab])?;
+            self.copy_logits(&[0], &mut logits[..vocab])?;
             return self.ctx.synchronize().map_err(e);
         }
         self.write_pos(n_past)?;
         for (i, &id) in ids.iter().enumerate() {
             self.step_token(embed, id, n_past + i)?;
             self.head_graph()?.launch().map_err(e)?;
-            copy(
-                &self.ctx,
-                &self.b.logits,
-                &mut logits[i * vocab..(i + 1) * vocab],
-            )?;
+            self.copy_logits(&[0], &mut logits[i * vocab..(i + 1) * vocab])?;
         }
         self.ctx.synchronize().map_err(e)
     }
@@ -493,15 +467,9 @@ impl CudaLlama {
         p: &SampleParams,
         uniform: f64,
     ) -> Result<u32, LlamaError> {
-        let e = dev_err;
         self.advance(embed, ids, n_past)?;
-        self.head_graph()?.launch().map_err(e)?;
-        let (s, out) = &mut self.sampler;
-        let vocab = self.b.logits.len();
-        s.sample(&self.b.logits, vocab, p, uniform, out)
-            .map_err(e)?;
-        let (id, _) = s.read(out).map_err(e)?;
-        Ok(id)
+        self.head_graph()?.launch().map_err(dev_err)?;
+        self.pick(0, p, uniform)
     }
 
     /// Runs `ids` at positions `n_past..` through every layer (batched prefill when it
@@ -521,16 +489,17 @@ impl CudaLlama {
         let pos = i32::try_from(n_past).map_err(|_| LlamaError::Request {
             message: format!("position {n_past}"),
         })?;
-        self.ctx.write(&mut self.b.pos, &[pos]).map_err(dev_err)
+        let ctx = std::sync::Arc::clone(&self.ctx);
+        ctx.write(&mut self.seq_mut(0)?.pos, &[pos])
+            .map_err(dev_err)
     }
 
     /// One token at position `at` (= the device's `*pos`) through the step graph of the
     /// smallest attention bucket that holds its keys.
     fn step_token(&mut self, embed: &Matrix, id: u32, at: usize) -> Result<(), LlamaError> {
         embed.embed(&[id], &mut self.x_host);
-        self.ctx
-            .write(&mut self.b.h, &self.x_host)
-            .map_err(dev_err)?;
+        let seq0 = self.seqs.first_mut().ok_or_else(no_sequence)?;
+        self.ctx.write(&mut seq0.h, &self.x_host).map_err(dev_err)?;
         let keys = at + 1;
         let bucket = BUCKETS
             .iter()
@@ -546,10 +515,9 @@ impl CudaLlama {
             Some(at) => at,
             None => {
                 let (k, d, b, layers) = (&self.k, self.dims, &mut self.b, &self.layers);
-                let kv = self.kv.first_mut().ok_or_else(|| LlamaError::Device {
-                    message: "no KV cache".into(),
-                })?;
-                let g = CudaGraph::capture(&self.ctx, || step(k, d, layers, kv, b, bucket))
+                let kv = self.kv.first_mut().ok_or_else(no_sequence)?;
+                let sb = self.seqs.first_mut().ok_or_else(no_sequence)?;
+                let g = CudaGraph::capture(&self.ctx, || step(k, d, layers, kv, sb, b, bucket))
                     .map_err(dev_err)?;
                 self.body.push((bucket, g));
                 self.body.len() - 1
@@ -560,7 +528,8 @@ impl CudaLlama {
 
     fn head_graph(&mut self) -> Result<&CudaGraph, LlamaError> {
         if self.head_graph.is_none() {
-            let (k, d, b) = (&self.k, self.dims, &mut self.b);
+            let (k, d) = (&self.k, self.dims);
+            let b = self.seqs.first_mut().ok_or_else(no_sequence)?;
             let (head, norm) = (&self.head, &self.out_norm);
             let g = CudaGraph::capture(&self.ctx, || {
                 k.gemv.rms_norm_prep(&b.h, norm, d.eps, &mut b.prep_d)?;
@@ -602,25 +571,26 @@ fn step(
     d: Dims,
     layers: &[DevLayer],
     kv: &mut [KvCache],
-    b: &mut Bufs,
+    b: &mut batch::SeqBufs,
+    sh: &mut Bufs,
     attn_capacity: usize,
 ) -> Result<(), CudaError> {
     if let Some(first) = layers.first() {
         k.gemv
-            .norm_parts_prep(&b.h, &first.attn_norm, &mut b.prep_d, &mut b.ss)?;
+            .norm_parts_prep(&b.h, &first.attn_norm, &mut b.prep_d, &mut sh.ss)?;
     }
     for (i, cache) in kv.iter_mut().enumerate().take(layers.len()) {
         let (done, rest) = layers.split_at(i + 1);
         let Some(l) = done.last() else { break };
-        let qkv = Epilogue::normed(norm_in(&b.ss, d));
+        let qkv = Epilogue::normed(norm_in(&sh.ss, d));
         k.gemv.gemv_fused(&l.qkv, &b.prep_d, &mut b.qkv, qkv)?;
         match (&l.q_norm, &l.k_norm) {
             (Some(qn), Some(kn)) => k.ops.qk_norm_rope_store(
                 &b.qkv,
                 qn,
                 kn,
-                &b.cos,
-                &b.sin,
+                &sh.cos,
+                &sh.sin,
                 &b.pos,
                 d.n_heads,
                 d.n_kv_heads,
@@ -631,8 +601,8 @@ fn step(
             _ => k.rope.bias_rope_store(
                 &b.qkv,
                 l.qkv_bias.as_ref(),
-                &b.cos,
-                &b.sin,
+                &sh.cos,
+                &sh.sin,
                 &b.pos,
                 d.n_heads,
                 d.n_kv_heads,
@@ -655,13 +625,13 @@ fn step(
             &mut b.part,
             AttnOut::Prep(&mut b.prep_a),
         )?;
-        let o = Epilogue::residual_norm(&l.ffn_norm, &mut b.prep_d, &mut b.ss);
+        let o = Epilogue::residual_norm(&l.ffn_norm, &mut b.prep_d, &mut sh.ss);
         k.gemv.gemv_fused(&l.o, &b.prep_a, &mut b.h, o)?;
-        let gate_up = Epilogue::normed_swiglu(norm_in(&b.ss, d), &mut b.prep_f, &mut b.pairs);
+        let gate_up = Epilogue::normed_swiglu(norm_in(&sh.ss, d), &mut b.prep_f, &mut sh.pairs);
         k.gemv
             .gemv_fused(&l.gate_up, &b.prep_d, &mut b.gu, gate_up)?;
         let down = match rest.first() {
-            Some(next) => Epilogue::residual_norm(&next.attn_norm, &mut b.prep_d, &mut b.ss),
+            Some(next) => Epilogue::residual_norm(&next.attn_norm, &mut b.prep_d, &mut sh.ss),
             None => Epilogue::plain(true),
         };
         k.gemv.gemv_fused(&l.down, &b.prep_f, &mut b.h, down)?;

@@ -323,7 +323,7 @@ impl CudaLlama {
         };
         let (k, b) = (&self.k, &mut self.b);
         let kv = self.kv.get_mut(seq).ok_or_else(|| LlamaError::Request {
-            message: format!("sequence {seq} of {}", self.seqs.len() + 1),
+            message: format!("sequence {seq} of {}", self.seqs.len()),
         })?;
         let mut last = 0;
         let size = cb.chunk;
@@ -478,17 +478,13 @@ impl CudaLlama {
             }
         }
         // The last token's residual row becomes the sequence's decode h.
-        let (h_out, pos_out) = match seq.checked_sub(1) {
-            None => (&mut b.h, &mut b.pos),
-            Some(i) => match self.seqs.get_mut(i) {
-                Some(sb) => (&mut sb.h, &mut sb.pos),
-                None => {
-                    return Err(LlamaError::Request {
-                        message: format!("sequence {seq} of {}", self.seqs.len() + 1),
-                    });
-                }
-            },
+        let n = self.seqs.len();
+        let Some(sb) = self.seqs.get_mut(seq) else {
+            return Err(LlamaError::Request {
+                message: format!("sequence {seq} of {n}"),
+            });
         };
+        let (h_out, pos_out) = (&mut sb.h, &mut sb.pos);
         let src = cb.h.slice().slice((last - 1) * d..last * d);
         self.ctx
             .stream()
