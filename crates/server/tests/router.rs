@@ -616,3 +616,36 @@ async fn waiting_chats_of_a_batching_model_join_the_running_ones() {
     );
     assert_eq!(b[0], ["wait 800", "chat 0", "chat 1"], "{b:?}");
 }
+
+/// A pipeline that panics answers its chat with a 500, is closed, and the next chat
+/// opens it again: alone (`chat-a`) and through the batching queue (`chat-p`).
+#[tokio::test]
+async fn a_panicking_pipeline_answers_500_and_reopens() {
+    let (state, log, _) = common::state_with(ServeConfig::default());
+    let app = router(state);
+    for model in ["chat-a", "chat-p"] {
+        let chat = |content: &str| json!({"model": model, "messages": [{"role": "user", "content": content}]});
+        let (s, _) = post(&app, "/v1/chat/completions", chat("open")).await;
+        assert_eq!(s, StatusCode::OK);
+        let (s, v) = post(&app, "/v1/chat/completions", chat("panic")).await;
+        assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR, "{model}: {v}");
+        assert_error(&v, None);
+        let (s, v) = post(&app, "/v1/chat/completions", chat("again")).await;
+        assert_eq!(s, StatusCode::OK, "{model}: {v}");
+        assert_eq!(v["choices"][0]["message"]["content"], "echo: again");
+    }
+    let l = log.lock().unwrap();
+    // Each model opened, closed by its panic, and opened again.
+    assert_eq!(
+        l.opened.iter().filter(|m| *m == "chat-p").count(),
+        2,
+        "{:?}",
+        l.opened
+    );
+    assert_eq!(
+        l.opened.iter().filter(|m| *m == "chat-a").count(),
+        2,
+        "{:?}",
+        l.opened
+    );
+}

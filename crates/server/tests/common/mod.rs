@@ -164,6 +164,7 @@ impl LanguagePipeline for FakeChat {
                 decode_ms: 0.0,
             });
         }
+        assert!(last != "panic", "the fake chat panics on request");
         if let Some(ms) = last.strip_prefix("wait ").and_then(|m| m.parse().ok()) {
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
