@@ -59,7 +59,11 @@ impl LlamaRuntime {
     /// [`LanguagePipeline::serve_chats`] for an opening of several sequences.
     pub(crate) fn serve_together(&mut self, queue: &mut dyn ChatQueue) {
         let n = self.model.sequences();
+        let vocab = self.config().vocab_size;
         let mut slots: Vec<Option<Live>> = (0..n).map(|_| None).collect();
+        // The step's logits rows, kept across steps: only rows not picked on the device
+        // are written and read, so the buffer is never cleared.
+        let mut logits: Vec<f32> = Vec::new();
         // A chat that must run alone, waiting for the running ones to end.
         let mut alone: Option<QueuedChat> = None;
         loop {
@@ -120,8 +124,7 @@ impl LlamaRuntime {
             if steps.is_empty() {
                 continue;
             }
-            let vocab = self.config().vocab_size;
-            let mut logits = vec![0f32; steps.len() * vocab];
+            logits.resize(steps.len() * vocab, 0.0);
             match self
                 .model
                 .decode_batch_choose(&steps, &choices, &mut logits)
