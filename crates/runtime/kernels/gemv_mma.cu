@@ -77,6 +77,7 @@ __device__ __forceinline__ void mma16816(float d[4], unsigned a0, unsigned a1, u
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+#if __CUDA_ARCH__ >= 890
 // Two E4M3 bytes (low 16 bits of v) -> f16x2, byte 0 in the low half, exact.
 __device__ __forceinline__ unsigned e4m3x2(unsigned v) {
     unsigned r;
@@ -90,6 +91,13 @@ __device__ __forceinline__ unsigned e4m3x2_hi(unsigned v) {
     asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, h;}" : "=r"(r) : "r"(v));
     return r;
 }
+#else
+// Before sm_89 there is no FP8 conversion: e4m3_sw in prep32.cuh does it exactly.
+__device__ __forceinline__ unsigned e4m3x2(unsigned v) { return e4m3_sw(__byte_perm(v, 0, 0x1404)); }
+__device__ __forceinline__ unsigned e4m3x2_hi(unsigned v) {
+    return e4m3_sw(__byte_perm(v, 0, 0x3424));
+}
+#endif
 
 // The A fragments of k-step s of one 16-byte piece of one row: (first pair, second
 // pair) = permuted positions (4s, 4s+1), (4s+2, 4s+3) of the piece's values; within

@@ -52,9 +52,13 @@ __device__ __forceinline__ float2 h2f(unsigned v) {
 
 // Two E4M3 bytes (low 16 bits of v) -> f16x2 (byte 0 in the low half), exact.
 __device__ __forceinline__ unsigned e4m3x2(unsigned v) {
+#if __CUDA_ARCH__ >= 890
     unsigned r;
     asm("{.reg .b16 t;\n\tcvt.u16.u32 t, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, t;}" : "=r"(r) : "r"(v));
     return r;
+#else
+    return e4m3_sw(__byte_perm(v, 0, 0x1404));
+#endif
 }
 
 __device__ __forceinline__ float fp8_dot4_h2(unsigned w, float4 x) {

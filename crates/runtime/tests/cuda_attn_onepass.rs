@@ -174,7 +174,7 @@ fn onepass_attention_matches_reference() {
                 .unwrap();
             // PDL alternates with the case; the block count: occupancy, 1, 64; the merge's
             // fences.
-            a.pdl = ci % 2 == 1;
+            a.pdl = ci % 2 == 1 && common::cuda::pdl_ok(&ctx);
             for (splits, min_keys, light) in [
                 (None, 64, false),
                 (Some(1), 64, false),
@@ -273,7 +273,7 @@ fn fused_qkv_attention_matches_reference() {
             };
             let want_q = prep(qx, &qw, nh);
             let want_k = prep(kx, &kw, nkv);
-            a.pdl = ci % 2 == 0;
+            a.pdl = ci % 2 == 0 && common::cuda::pdl_ok(&ctx);
             a.splits = if variant == 1 && ci % 3 == 0 {
                 Some(64)
             } else {

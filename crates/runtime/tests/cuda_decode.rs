@@ -111,6 +111,7 @@ fn check_gemv_mma(
 fn gemv_mma_matches_reference() {
     let Some(ctx) = setup() else { return };
     let mut g = GemvMma::load(&ctx).unwrap();
+    let hopper = common::cuda::pdl_ok(&ctx);
     // The register-buffer kernel, the ring with its own choice, and rings of 1..16
     // warps and depth 2..4 (warps past the chunk count, uneven chunk splits).
     let kernels = [
@@ -142,7 +143,7 @@ fn gemv_mma_matches_reference() {
         g.kernel = GemvKernel::PingPong;
         g.ring_override = None;
         g.pp_prefetch = pd;
-        g.pdl = pdl;
+        g.pdl = pdl && hopper;
         for (i, format) in [ElementFormat::Fp4E2M1, ElementFormat::Fp8E4M3]
             .into_iter()
             .enumerate()
@@ -155,6 +156,10 @@ fn gemv_mma_matches_reference() {
     }
     g.pp_prefetch = 0;
     for (ki, (kernel, ov, pdl)) in kernels.into_iter().enumerate() {
+        // The bulk-copy kernel and PDL need sm_90 (Hopper).
+        if !hopper && (pdl || kernel == GemvKernel::Tma) {
+            continue;
+        }
         g.kernel = kernel;
         g.ring_override = ov;
         g.pdl = pdl;
@@ -282,7 +287,7 @@ fn attention_decode_matches_reference() {
             .into_iter()
             .flat_map(move |k| [(true, pdl, k), (false, pdl, k)])
     }) {
-        a.pdl = pdl;
+        a.pdl = pdl && common::cuda::pdl_ok(&ctx);
         a.kernel = kernel;
         check_attention(&ctx, &a, f16_cache, 32, 8, 1024, 1024, 1);
         check_attention(&ctx, &a, f16_cache, 32, 8, 1, 64, 2);
@@ -314,7 +319,7 @@ fn qk_norm_rope_store_and_swiglu_match_reference() {
         (false, 9, true),
         (true, 1000, true),
     ] {
-        ops.pdl = pdl;
+        ops.pdl = pdl && common::cuda::pdl_ok(&ctx);
         let qkv = rand_vec(&mut rng, (nh + 2 * nkv) * hd, 4.0);
         let qkvd = ctx.upload(&owner, SpanKind::Scratch, &qkv).unwrap();
         let posd = ctx

@@ -114,7 +114,7 @@ fn attention_decode_head_dim_64_and_odd_groups() {
         (false, AttnKernel::OnePass),
         (true, AttnKernel::OnePass),
     ] {
-        a.pdl = pdl;
+        a.pdl = pdl && common::cuda::pdl_ok(&ctx);
         a.kernel = kernel;
         for (ci, &(hd, nh, nkv, len, cap)) in cases.iter().enumerate() {
             for f16_cache in [true, false] {
@@ -252,7 +252,7 @@ fn bias_rope_store_matches_reference() {
         (128, 4, 4, 7, 8, false, true),
     ];
     for pdl in [false, true] {
-        r.pdl = pdl;
+        r.pdl = pdl && common::cuda::pdl_ok(&ctx);
         for (ci, &(hd, nh, nkv, pos, cap, with_bias, il)) in cases.iter().enumerate() {
             for f16_cache in [true, false] {
                 let mut rng = StdRng::seed_from_u64(100 + ci as u64);
@@ -333,7 +333,7 @@ fn rms_norm_prep_then_padded_gemv() {
     let Some(ctx) = setup() else { return };
     let mut g = GemvMma::load(&ctx).unwrap();
     for pdl in [false, true] {
-        g.pdl = pdl;
+        g.pdl = pdl && common::cuda::pdl_ok(&ctx);
         for (ci, &(rows, cols)) in [(576, 576), (1536, 576), (896, 896), (200, 864)]
             .iter()
             .enumerate()

@@ -5,8 +5,10 @@
 //! compiled one after another against `warm_kernels` (an A/B for docs/CUDA.md).
 //!
 //! Also: every module of the runtime (the shipped sources, `KernelSet::All`) compiles
-//! for sm_90a (Hopper), and every one but the Hopper-only wgmma GEMM for sm_89 (the
-//! oldest GPU the kernels accept, `MIN_COMPUTE_CAPABILITY`: Ada, e.g. an RTX 4090).
+//! for sm_90a (Hopper), and every one but the Hopper-only wgmma GEMM for sm_89 (Ada,
+//! e.g. an RTX 4090), sm_86 (an RTX 3090), sm_80 (an A100: the oldest GPU the kernels
+//! accept, `MIN_COMPUTE_CAPABILITY`), sm_120 (an RTX 5090) and as PTX for compute_86
+//! (what `FAVLO_CUDA_ARCH=sm_86` loads on a newer GPU).
 //!
 //! Own test binary: it points `FAVLO_HOME` at a temporary directory.
 #![cfg(feature = "cuda")]
@@ -65,6 +67,34 @@ fn every_module_compiles_for_sm90a() {
 #[test]
 fn every_module_compiles_for_sm89() {
     assert_all_compile("sm_89");
+}
+
+#[test]
+fn every_module_compiles_for_sm86() {
+    assert_all_compile("sm_86");
+}
+
+#[test]
+fn every_module_compiles_for_sm80() {
+    assert_all_compile("sm_80");
+}
+
+#[test]
+fn every_module_compiles_for_sm120() {
+    assert_all_compile("sm_120");
+}
+
+#[test]
+fn every_module_compiles_to_ptx_for_compute86() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    for m in KernelSet::All.modules_for("compute_86") {
+        let ptx = compile_cubin(m.name, m.src, "compute_86").unwrap_or_else(|e| panic!("{e}"));
+        let text = std::str::from_utf8(&ptx[..ptx.len() - 1]).expect("PTX is text");
+        assert_eq!(ptx.last(), Some(&0), "{}: NUL-terminated", m.name);
+        assert!(text.contains(".target sm_86"), "{}", m.name);
+    }
 }
 
 #[test]

@@ -172,7 +172,12 @@ impl Drop for Desc {
 /// A heuristic preference capped at the workspace size, destroyed when dropped.
 struct Pref(sys::cublasLtMatmulPreference_t);
 impl Pref {
-    fn new(workspace: usize) -> Result<Pref, CudaError> {
+    /// `narrow_out`: the output type is narrower than f32 (bf16), so split-K partial
+    /// sums may only be reduced in the f32 compute type (in the workspace), never in the
+    /// output buffer or type: a bf16 reduction of partial sums loses ~2^-9 of each
+    /// partial, far more than the final rounding when they cancel (measured: 1e-3
+    /// absolute on a 3e-3 result with the 4 MB workspace of non-Hopper GPUs).
+    fn new(workspace: usize, narrow_out: bool) -> Result<Pref, CudaError> {
         let p = lt::create_matmul_pref()
             .map(Pref)
             .map_err(blas_err("cublasLtMatmulPreferenceCreate"))?;
@@ -187,6 +192,20 @@ impl Pref {
             )
         }
         .map_err(blas_err("cublasLtMatmulPreferenceSetAttribute"))?;
+        if narrow_out {
+            let mask =
+                sys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE as u32;
+            // SAFETY: `p.0` is live; the attribute is a u32 read from `mask`.
+            unsafe {
+                lt::set_matmul_pref_attribute(
+                    p.0,
+                    sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                    (&mask as *const u32).cast::<c_void>(),
+                    std::mem::size_of::<u32>(),
+                )
+            }
+            .map_err(blas_err("cublasLtMatmulPreferenceSetAttribute"))?;
+        }
         Ok(p)
     }
 }
@@ -386,7 +405,7 @@ impl BlasLt {
         if let Some(a) = cache.get(&key) {
             return Ok(*a);
         }
-        let pref = Pref::new(self.workspace.len())?;
+        let pref = Pref::new(self.workspace.len(), key.4 != "f32")?;
         // SAFETY: every descriptor is live; the heuristic only reads them.
         let found = unsafe {
             lt::get_matmul_algo_heuristic(self.handle, desc.0, a.0, b.0, c.0, c.0, pref.0)

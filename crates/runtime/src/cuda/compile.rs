@@ -103,7 +103,9 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
-/// Compiles `src` to a CUBIN for `arch` (e.g. `sm_90a`) with NVRTC, no cache.
+/// Compiles `src` to a CUBIN for `arch` (e.g. `sm_90a`) with NVRTC, no cache; for a
+/// virtual arch (`compute_86`) the image is PTX text instead, which the driver
+/// compiles for the device at load (`CudaContext`'s arch override).
 pub fn compile_cubin(name: &str, src: &str, arch: &str) -> Result<Vec<u8>, CudaError> {
     let fail = |log: String| CudaError::Compile {
         kernel: name.to_string(),
@@ -120,15 +122,29 @@ pub fn compile_cubin(name: &str, src: &str, arch: &str) -> Result<Vec<u8>, CudaE
         match result::compile_program(prog, &opts) {
             Ok(()) => {
                 let mut size = 0usize;
-                match sys::nvrtcGetCUBINSize(prog, &mut size).result() {
-                    Ok(()) => {
-                        let mut buf = vec![0u8; size];
-                        sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr().cast())
-                            .result()
-                            .map(|()| buf)
-                            .map_err(|e| fail(format!("nvrtcGetCUBIN: {e:?}")))
+                if arch.starts_with("compute_") {
+                    // PTX text, NUL included: the driver compiles it for the device.
+                    match sys::nvrtcGetPTXSize(prog, &mut size).result() {
+                        Ok(()) => {
+                            let mut buf = vec![0u8; size];
+                            sys::nvrtcGetPTX(prog, buf.as_mut_ptr().cast())
+                                .result()
+                                .map(|()| buf)
+                                .map_err(|e| fail(format!("nvrtcGetPTX: {e:?}")))
+                        }
+                        Err(e) => Err(fail(format!("nvrtcGetPTXSize: {e:?}"))),
                     }
-                    Err(e) => Err(fail(format!("nvrtcGetCUBINSize: {e:?}"))),
+                } else {
+                    match sys::nvrtcGetCUBINSize(prog, &mut size).result() {
+                        Ok(()) => {
+                            let mut buf = vec![0u8; size];
+                            sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr().cast())
+                                .result()
+                                .map(|()| buf)
+                                .map_err(|e| fail(format!("nvrtcGetCUBIN: {e:?}")))
+                        }
+                        Err(e) => Err(fail(format!("nvrtcGetCUBINSize: {e:?}"))),
+                    }
                 }
             }
             Err(e) => {
@@ -161,7 +177,12 @@ fn cache_path(name: &str, src: &str, arch: &str) -> Result<Option<PathBuf>, Cuda
         ver.as_bytes(),
         OPTIONS.join(" ").as_bytes(),
     ]);
-    Ok(cache_dir().map(|d| d.join(format!("{name}-{arch}-{key:016x}.cubin"))))
+    let ext = if arch.starts_with("compute_") {
+        "ptx"
+    } else {
+        "cubin"
+    };
+    Ok(cache_dir().map(|d| d.join(format!("{name}-{arch}-{key:016x}.{ext}"))))
 }
 
 /// What [`warm_cache`] did.

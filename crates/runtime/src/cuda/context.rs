@@ -21,14 +21,76 @@ use super::{CudaError, driver_err};
 use crate::device::Device;
 use crate::ledger::{Ledger, LedgerError, Owner, SpanGuard, SpanKind};
 
-/// The oldest GPUs the kernels run on: the FP8 conversions (`cvt …e4m3x2`) need sm_89.
-pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (8, 9);
+/// The oldest GPUs the kernels run on: Ampere (sm_80, e.g. A100; sm_86, RTX 30xx). The
+/// tensor-core GEMV's `mma.sync` f16 shapes and `cp.async` need sm_80; FP8 conversions
+/// fall back to integer code below sm_89 (`fp8_sw.cuh`).
+pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (8, 0);
+
+/// Environment variable that makes the kernels target an older arch than the device's,
+/// as PTX the driver compiles for the device: `FAVLO_CUDA_ARCH=sm_86` on a Hopper runs
+/// the code paths an RTX 30xx would (no FP8 conversion, no PDL, no wgmma GEMM), so
+/// they can be tested on the GPU at hand.
+pub const ARCH_ENV: &str = "FAVLO_CUDA_ARCH";
+
+/// The compute capability the kernels target on a device of `device_cc`, and whether
+/// that is an [`ARCH_ENV`] override (compiled to PTX) rather than the device's own.
+fn target_cc(device_cc: (i32, i32), ordinal: usize) -> Result<((i32, i32), bool), CudaError> {
+    choose_target(std::env::var(ARCH_ENV).ok().as_deref(), device_cc, ordinal)
+}
+
+/// [`target_cc`] for the variable's value `v`.
+fn choose_target(
+    v: Option<&str>,
+    device_cc: (i32, i32),
+    ordinal: usize,
+) -> Result<((i32, i32), bool), CudaError> {
+    let Some(v) = v.filter(|v| !v.trim().is_empty()) else {
+        return Ok((device_cc, false));
+    };
+    let bad = |why: String| CudaError::Unavailable {
+        reason: format!("{ARCH_ENV}={v}: {why}"),
+    };
+    let cc = parse_cc(v).ok_or_else(|| bad("not an arch; write it as sm_86, 86 or 8.6".into()))?;
+    if cc < MIN_COMPUTE_CAPABILITY {
+        let (ma, mi) = MIN_COMPUTE_CAPABILITY;
+        return Err(bad(format!("the kernels need sm_{ma}{mi} or newer")));
+    }
+    if cc > device_cc {
+        return Err(bad(format!(
+            "cuda:{ordinal} is sm_{}{}; only an older arch than the device's can be targeted",
+            device_cc.0, device_cc.1
+        )));
+    }
+    Ok((cc, cc != device_cc))
+}
+
+/// `sm_86`, `compute_86`, `86` or `8.6` -> (8, 6).
+fn parse_cc(v: &str) -> Option<(i32, i32)> {
+    let v = v.trim();
+    let v = v
+        .strip_prefix("sm_")
+        .or_else(|| v.strip_prefix("compute_"))
+        .unwrap_or(v);
+    let v = v.strip_suffix('a').unwrap_or(v);
+    let (ma, mi) = match v.split_once('.') {
+        Some((ma, mi)) => (ma.parse().ok()?, mi.parse().ok()?),
+        None if v.len() >= 2 && v.bytes().all(|b| b.is_ascii_digit()) => {
+            let (ma, mi) = v.split_at(v.len() - 1);
+            (ma.parse().ok()?, mi.parse().ok()?)
+        }
+        None => return None,
+    };
+    (0..=9).contains(&mi).then_some((ma, mi))
+}
 
 /// An open CUDA device.
 pub struct CudaContext {
     ordinal: usize,
     name: String,
+    /// The compute capability the kernels target: the device's, or an [`ARCH_ENV`]
+    /// override (then `ptx`).
     cc: (i32, i32),
+    ptx: bool,
     ctx: Arc<drv::CudaContext>,
     stream: Arc<CudaStream>,
     ledger: Arc<Ledger>,
@@ -62,9 +124,12 @@ pub(crate) fn check_libraries() -> Result<(), CudaError> {
 }
 
 /// The NVRTC target of compute capability `(major, minor)`: `sm_90a` on Hopper (its
-/// arch-specific features: wgmma, setmaxnreg), else `sm_XY`.
-fn arch_name((ma, mi): (i32, i32)) -> String {
-    if ma == 9 && mi == 0 {
+/// arch-specific features: wgmma, setmaxnreg), else `sm_XY`; `compute_XY` (PTX, which
+/// the driver compiles for the device) when `ptx`, for an [`ARCH_ENV`] override.
+fn arch_name((ma, mi): (i32, i32), ptx: bool) -> String {
+    if ptx {
+        format!("compute_{ma}{mi}")
+    } else if ma == 9 && mi == 0 {
         "sm_90a".into()
     } else {
         format!("sm_{ma}{mi}")
@@ -108,11 +173,12 @@ impl CudaContext {
             let (maj, min) = MIN_COMPUTE_CAPABILITY;
             return Err(CudaError::Unavailable {
                 reason: format!(
-                    "cuda:{ordinal} ({name}) is sm_{}{}; Favlo's kernels need sm_{maj}{min} or newer (Ada, Hopper or later: they convert FP8 in hardware)",
+                    "cuda:{ordinal} ({name}) is sm_{}{}; Favlo's kernels need sm_{maj}{min} or newer (Ampere, Ada, Hopper or later: they use the f16 tensor-core mma and cp.async)",
                     cc.0, cc.1
                 ),
             });
         }
+        let (cc, ptx) = target_cc(cc, ordinal)?;
         ctx.mem_get_info().map_err(driver_err("cuMemGetInfo"))?;
         // A stream of our own (not the legacy default stream), so decode steps can be
         // captured as CUDA graphs.
@@ -128,6 +194,7 @@ impl CudaContext {
             ordinal,
             name,
             cc,
+            ptx,
             ctx,
             stream,
             ledger,
@@ -142,13 +209,16 @@ impl CudaContext {
     pub fn name(&self) -> &str {
         &self.name
     }
-    /// Compute capability (major, minor).
+    /// Compute capability (major, minor) the kernels target: the device's, unless
+    /// [`ARCH_ENV`] names an older one. Every arch-dependent choice (PDL, the wgmma
+    /// GEMM, the GEMV variants) follows this, not the silicon.
     pub fn compute_capability(&self) -> (i32, i32) {
         self.cc
     }
-    /// The NVRTC target: `sm_90a` on Hopper (arch-specific features), else `sm_XY`.
+    /// The NVRTC target: `sm_90a` on Hopper (arch-specific features), else `sm_XY`;
+    /// `compute_XY` (PTX) under an [`ARCH_ENV`] override.
     pub fn arch(&self) -> String {
-        arch_name(self.cc)
+        arch_name(self.cc, self.ptx)
     }
 
     /// [`Self::arch`] of device `ordinal`, read from the driver without creating a
@@ -172,7 +242,8 @@ impl CudaContext {
             .map_err(driver_err("cuDeviceGetAttribute"))?;
         let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
             .map_err(driver_err("cuDeviceGetAttribute"))?;
-        Ok(arch_name((major, minor)))
+        let (cc, ptx) = target_cc((major, minor), ordinal)?;
+        Ok(arch_name(cc, ptx))
     }
     /// The ledger accounting this device's memory.
     pub fn ledger(&self) -> &Arc<Ledger> {
@@ -319,5 +390,47 @@ impl<T> std::fmt::Debug for DeviceBuffer<T> {
             .field("len", &self.slice.len())
             .field("bytes", &self.span.bytes())
             .finish()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::{arch_name, choose_target, parse_cc};
+
+    #[test]
+    fn arch_overrides_parse_and_must_be_older_than_the_device() {
+        for v in ["sm_86", "compute_86", "86", "8.6", " sm_86 "] {
+            assert_eq!(parse_cc(v), Some((8, 6)), "{v}");
+        }
+        assert_eq!(parse_cc("sm_90a"), Some((9, 0)));
+        assert_eq!(parse_cc("sm_120"), Some((12, 0)));
+        for v in ["ampere", "sm_", "8.", "8.10", "x86"] {
+            assert_eq!(parse_cc(v), None, "{v}");
+        }
+        let h200 = (9, 0);
+        assert_eq!(choose_target(None, h200, 0).ok(), Some((h200, false)));
+        assert_eq!(choose_target(Some(""), h200, 0).ok(), Some((h200, false)));
+        assert_eq!(
+            choose_target(Some("sm_90"), h200, 0).ok(),
+            Some((h200, false))
+        );
+        assert_eq!(
+            choose_target(Some("sm_86"), h200, 0).ok(),
+            Some(((8, 6), true))
+        );
+        let newer = choose_target(Some("sm_100"), h200, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(newer.contains("FAVLO_CUDA_ARCH=sm_100") && newer.contains("cuda:1 is sm_90"));
+        let old = choose_target(Some("7.5"), h200, 0).unwrap_err().to_string();
+        assert!(old.contains("need sm_80"), "{old}");
+        let junk = choose_target(Some("ampere"), h200, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(junk.contains("write it as sm_86"), "{junk}");
+        assert_eq!(arch_name((9, 0), false), "sm_90a");
+        assert_eq!(arch_name((8, 6), false), "sm_86");
+        assert_eq!(arch_name((8, 6), true), "compute_86");
     }
 }

@@ -26,6 +26,7 @@ use crate::ledger::{Owner, SpanKind};
 
 const SRC: &str = concat!(
     include_str!("../../kernels/prep32.cuh"),
+    include_str!("../../kernels/fp8_sw.cuh"),
     include_str!("../../kernels/gemv_mma.cu"),
     include_str!("../../kernels/gemv_batch.cu")
 );

@@ -14,7 +14,10 @@ use super::context::{CudaContext, DeviceBuffer};
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
-const GEMV_SRC: &str = include_str!("../../kernels/gemv_mx.cu");
+const GEMV_SRC: &str = concat!(
+    include_str!("../../kernels/fp8_sw.cuh"),
+    include_str!("../../kernels/gemv_mx.cu")
+);
 const OPS_SRC: &str = include_str!("../../kernels/ops.cu");
 /// The CUDA-core MX GEMV module (see [`super::warm`]).
 pub(crate) const GEMV_MODULE: Module = Module {

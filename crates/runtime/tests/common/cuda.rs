@@ -19,3 +19,11 @@ pub fn open_or_skip(what: &str) -> Option<Arc<CudaContext>> {
         Err(e) => panic!("CUDA present but failed to open: {e}"),
     }
 }
+
+/// Whether programmatic dependent launch may be used: the kernels wait for the kernel
+/// before them (`griddepcontrol.wait`) only when built for sm_90 or newer, so under an
+/// older target (`FAVLO_CUDA_ARCH=sm_86` on a Hopper) a PDL launch could read early.
+#[allow(dead_code)]
+pub fn pdl_ok(ctx: &CudaContext) -> bool {
+    ctx.compute_capability().0 >= 9
+}
