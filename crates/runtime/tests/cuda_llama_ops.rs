@@ -5,7 +5,7 @@
 //! multiple of 128 feeding a GEMV whose K is padded (hidden 576 and 896).
 //!
 //! Without CUDA each device test prints a loud skip and passes (`FAVLO_REQUIRE_CUDA=1`
-//! makes a skip fail). Their kernels' NVRTC compile checks (sm_90a, sm_89) are in `cuda_warm.rs`.
+//! makes a skip fail). Their kernels' NVRTC compile checks (every arch from sm_80) are in `cuda_warm.rs`.
 #![cfg(feature = "cuda")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -7,7 +7,7 @@
 //! each x value (relative error ≤ 2^-17 per value) → 3e-5; 3 planes carry every bit
 //! of the x preparation (~22 bits) → 2e-6, the same as the GEMV (`gemv_at`, 2e-5).
 //! Without CUDA the device test prints a loud skip and passes (`FAVLO_REQUIRE_CUDA=1`
-//! makes a skip fail). Their kernels' NVRTC compile checks (sm_90a, sm_89) are in `cuda_warm.rs`.
+//! makes a skip fail). Their kernels' NVRTC compile checks (every arch from sm_80) are in `cuda_warm.rs`.
 #![cfg(feature = "cuda")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
