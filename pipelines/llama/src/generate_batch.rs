@@ -4,9 +4,14 @@
 //!
 //! Key design choices:
 //! - Continuous batches: a waiting chat is taken from the queue between two steps
-//!   whenever a sequence is free, prefilled into it (the others wait for that prefill),
-//!   and joins the next step; a chat that ends frees its sequence at once (the model
-//!   replays the graph of the remaining set).
+//!   whenever a sequence is free, prefilled into it, and joins the step after its
+//!   prompt is in; a chat that ends frees its sequence at once (the model replays the
+//!   graph of the remaining set).
+//! - A joining prompt is prefilled one prefill chunk per decode step while other chats
+//!   decode, so they pause for at most one chunk between two tokens instead of for the
+//!   whole prompt; with nothing decoding it is prefilled at once. The chunks are the
+//!   ones a lone prefill runs (same positions, same kernels), so the result does not
+//!   depend on what else runs.
 //! - Each chat keeps what `complete` gives it: its own sampler (penalties, seed; a step
 //!   without penalties picks its token on the device with the host sampler's rule and
 //!   draw, as `generate` does), streaming decoder, stop strings, stop flag and
@@ -24,7 +29,6 @@ use favlo_pipeline::{
     ChatQueue, Completion, FinishReason, LanguagePipeline, PipelineError, QueuedChat,
 };
 
-use crate::error::LlamaError;
 use crate::generate::find_stop;
 use crate::runtime::LlamaRuntime;
 use crate::sampler::Sampler;
@@ -32,6 +36,9 @@ use crate::sampler::Sampler;
 /// One running chat.
 struct Live {
     chat: QueuedChat,
+    /// The prompt's ids and how many of them are in the sequence's cache.
+    prompt: Vec<u32>,
+    filled: usize,
     prompt_len: usize,
     max: usize,
     sampler: Sampler,
@@ -40,6 +47,7 @@ struct Live {
     tokens: Vec<u32>,
     stopped_by_string: bool,
     prefill_ms: f64,
+    /// When it was taken from the queue, then (its prompt in) when decoding began.
     started: Instant,
     /// Its steps pick their token on the device (no penalties, a model that can).
     on_device: bool,
@@ -81,8 +89,9 @@ impl LlamaRuntime {
                     alone = Some(chat);
                     break;
                 }
-                slots[free] = self.start(free, chat, queue);
+                slots[free] = self.start(chat, queue);
             }
+            self.prefill_step(&mut slots, queue);
             if slots.iter().all(Option::is_none) {
                 match alone.take() {
                     Some(mut chat) => {
@@ -105,7 +114,9 @@ impl LlamaRuntime {
             let mut steps = Vec::new();
             let mut choices = Vec::new();
             for (seq, slot) in slots.iter_mut().enumerate() {
-                let Some(live) = slot.as_mut() else { continue };
+                let Some(live) = slot.as_mut().filter(|l| l.prefilled()) else {
+                    continue;
+                };
                 match self.advance(live, &tok) {
                     None => {
                         steps.push((seq, *live.tokens.last().unwrap_or(&0), live.position()));
@@ -154,9 +165,52 @@ impl LlamaRuntime {
         }
     }
 
-    /// Renders `chat`'s prompt and prefills it into sequence `seq`; a chat that cannot
-    /// start goes back to `queue` with its error.
-    fn start(&mut self, seq: usize, chat: QueuedChat, queue: &mut dyn ChatQueue) -> Option<Live> {
+    /// Prompts not yet in their caches: one prefill chunk of each while any chat
+    /// decodes, else the whole prompt. A chat whose client stopped it ends between
+    /// chunks; one whose prefill fails goes back to `queue` with the error.
+    fn prefill_step(&mut self, slots: &mut [Option<Live>], queue: &mut dyn ChatQueue) {
+        let decoding = slots.iter().flatten().any(Live::prefilled);
+        let chunk = self.model.prefill_chunk().unwrap_or(usize::MAX).max(1);
+        for (seq, slot) in slots.iter_mut().enumerate() {
+            let Some(live) = slot.as_mut().filter(|l| !l.prefilled()) else {
+                continue;
+            };
+            if live.chat.stop.is_raised() {
+                if let Some(live) = slot.take() {
+                    let (chat, result) = live.finish(End::Finish(FinishReason::Stop));
+                    queue.done(chat, result);
+                }
+                continue;
+            }
+            let (from, len) = (live.filled, live.prompt.len());
+            let to = if decoding {
+                from.saturating_add(chunk).min(len)
+            } else {
+                len
+            };
+            let run = self
+                .model
+                .forward_seq(seq, &live.prompt[from..to], from, &mut live.logits);
+            match run {
+                Ok(()) => {
+                    live.filled = to;
+                    if to == len {
+                        live.prefill_ms = live.started.elapsed().as_secs_f64() * 1e3;
+                        live.started = Instant::now();
+                    }
+                }
+                Err(e) => {
+                    if let Some(live) = slot.take() {
+                        queue.done(live.chat, Err(e.into_pipeline()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Renders `chat`'s prompt for a free sequence (prefilled by [`Self::prefill_step`]);
+    /// a chat that cannot start goes back to `queue` with its error.
+    fn start(&mut self, chat: QueuedChat, queue: &mut dyn ChatQueue) -> Option<Live> {
         let t0 = Instant::now();
         let cap = self.model.capacity();
         let prompt = match self.prompt_ids(&chat.request.messages, chat.request.tools.as_ref()) {
@@ -176,11 +230,7 @@ impl LlamaRuntime {
         }
         // Sequence 0's cache (the prefix reuse's) is about to change.
         self.cached.clear();
-        let mut logits = vec![0f32; self.config().vocab_size];
-        if let Err(e) = self.model.forward_seq(seq, &prompt, 0, &mut logits) {
-            queue.done(chat, Err(LlamaError::into_pipeline(e)));
-            return None;
-        }
+        let logits = vec![0f32; self.config().vocab_size];
         let max = chat
             .request
             .max_tokens
@@ -190,14 +240,16 @@ impl LlamaRuntime {
         let on_device = self.model.chooses_on_device() && sampler.penalty_free();
         Some(Live {
             prompt_len: prompt.len(),
+            filled: 0,
+            prompt,
             max,
             sampler,
             decoder: StreamDecoder::new(),
             text: String::new(),
             tokens: Vec::new(),
             stopped_by_string: false,
-            prefill_ms: t0.elapsed().as_secs_f64() * 1e3,
-            started: Instant::now(),
+            prefill_ms: 0.0,
+            started: t0,
             on_device,
             pending: None,
             logits,
@@ -244,6 +296,11 @@ impl LlamaRuntime {
 }
 
 impl Live {
+    /// Its whole prompt is in its cache: it decodes.
+    fn prefilled(&self) -> bool {
+        self.filled == self.prompt.len()
+    }
+
     /// The position of its newest token.
     fn position(&self) -> usize {
         self.prompt_len + self.tokens.len().saturating_sub(1)
@@ -262,6 +319,11 @@ impl Live {
             }
             self.text.push_str(&rest);
         }
+        let decode_ms = if self.prefilled() {
+            self.started.elapsed().as_secs_f64() * 1e3
+        } else {
+            0.0
+        };
         let c = Completion {
             text: self.text,
             finish_reason: finish,
@@ -269,7 +331,7 @@ impl Live {
             completion_tokens: self.tokens.len(),
             logprobs: Vec::new(),
             prefill_ms: self.prefill_ms,
-            decode_ms: self.started.elapsed().as_secs_f64() * 1e3,
+            decode_ms,
         };
         (self.chat, Ok(c))
     }

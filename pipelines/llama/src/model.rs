@@ -259,6 +259,16 @@ impl LlamaModel {
         1
     }
 
+    /// Most tokens one prefill chunk of the GPU path runs; `None` on the CPU (or without
+    /// chunk buffers).
+    pub fn prefill_chunk(&self) -> Option<usize> {
+        #[cfg(feature = "cuda")]
+        if let Some(c) = &self.cuda {
+            return c.prefill_chunk();
+        }
+        None
+    }
+
     /// Runs `ids` at positions `n_past..` of sequence `seq` (0..[`Self::sequences`]);
     /// `logits` gets the last token's. Sequence 0 is [`Self::forward`]'s.
     pub fn forward_seq(

@@ -369,6 +369,8 @@ struct TestQueue {
     late: Option<favlo_pipeline::QueuedChat>,
     late_after: usize,
     asked: usize,
+    /// (chat tag, `None` when the queue hands it out / `Some(piece)` per token), in order.
+    events: Events,
     results: Vec<(
         u64,
         Result<favlo_pipeline::Completion, favlo_pipeline::PipelineError>,
@@ -383,7 +385,9 @@ impl favlo_pipeline::ChatQueue for TestQueue {
         {
             self.waiting.push_back(c);
         }
-        self.waiting.pop_front()
+        let c = self.waiting.pop_front()?;
+        self.events.lock().unwrap().push((c.tag, None));
+        Some(c)
     }
     fn done(
         &mut self,
@@ -394,8 +398,11 @@ impl favlo_pipeline::ChatQueue for TestQueue {
     }
 }
 
-/// A sink whose text the test reads after the pipeline has dropped it.
-struct SharedText(std::sync::Arc<std::sync::Mutex<String>>);
+type Events = std::sync::Arc<std::sync::Mutex<Vec<(u64, Option<String>)>>>;
+
+/// A sink whose text the test reads after the pipeline has dropped it; each piece is
+/// also logged, with its chat's tag, in the order the chats produced them.
+struct SharedText(std::sync::Arc<std::sync::Mutex<String>>, u64, Events);
 
 impl favlo_pipeline::TokenSink for SharedText {
     fn token(
@@ -404,13 +411,16 @@ impl favlo_pipeline::TokenSink for SharedText {
         _: Option<favlo_pipeline::TokenLogprob>,
     ) -> Result<(), favlo_pipeline::RequestClosed> {
         self.0.lock().unwrap().push_str(piece);
+        self.2.lock().unwrap().push((self.1, Some(piece.to_string())));
         Ok(())
     }
 }
 
 /// Chats decoded together through the seam (`serve_chats` on a 3-sequence opening:
 /// three start together, a fourth arrives mid-way and joins when a sequence frees)
-/// give what each gives alone through `complete` on a 1-sequence opening.
+/// give what each gives alone through `complete` on a 1-sequence opening. The fourth's
+/// prompt spans three prefill chunks (128 tokens here): it is prefilled a chunk per
+/// step while the others decode, so they emit tokens between its arrival and its first.
 #[test]
 fn smollm2_cuda_serve_chats_equals_complete() {
     use common::open_seqs;
@@ -424,11 +434,16 @@ fn smollm2_cuda_serve_chats_equals_complete() {
     if !cuda_ok("the CUDA batched chat test") {
         return;
     }
-    let specs = [
-        ("What is the capital of France?", 20, None),
+    let long = format!(
+        "{} Now, in one word: name a color.",
+        "The harbour was quiet at dawn; gulls circled the masts and a bell rang twice. "
+            .repeat(14)
+    );
+    let specs: [(&str, usize, Option<&str>); 4] = [
+        ("What is the capital of France?", 40, None),
         ("List three fruits.", 6, None),
         ("Tell me a story about a lighthouse.", 24, Some(".")),
-        ("Name a color.", 16, None),
+        (long.as_str(), 16, None),
     ];
     let request = |i: usize| {
         let (text, max, stop) = specs[i];
@@ -448,8 +463,14 @@ fn smollm2_cuda_serve_chats_equals_complete() {
         })
         .collect();
     drop(one);
+    assert!(
+        alone[3].prompt_tokens > 2 * 128 && alone[3].prompt_tokens < 384,
+        "the late prompt spans three chunks: {} tokens",
+        alone[3].prompt_tokens
+    );
     let mut rt = open_seqs(&path, Device::Cuda(0), WeightFormat::Mxfp8, false, 3);
     assert_eq!(rt.max_batch(), 3);
+    let events: Events = Default::default();
     let texts: Vec<_> = reqs
         .iter()
         .map(|_| std::sync::Arc::new(std::sync::Mutex::new(String::new())))
@@ -460,7 +481,11 @@ fn smollm2_cuda_serve_chats_equals_complete() {
         .map(|(i, t)| QueuedChat {
             tag: i as u64,
             request: request(i),
-            sink: Box::new(SharedText(std::sync::Arc::clone(t))),
+            sink: Box::new(SharedText(
+                std::sync::Arc::clone(t),
+                i as u64,
+                std::sync::Arc::clone(&events),
+            )),
             stop: StopFlag::new(),
         })
         .collect();
@@ -470,10 +495,26 @@ fn smollm2_cuda_serve_chats_equals_complete() {
         late,
         late_after: 6,
         asked: 0,
+        events: std::sync::Arc::clone(&events),
         results: Vec::new(),
     };
     rt.serve_chats(&mut q);
     assert_eq!(q.results.len(), 4, "every chat handed back");
+    // The late chat's arrival, its first token, and the others' tokens in between.
+    let ev = events.lock().unwrap().clone();
+    let taken = ev.iter().position(|e| *e == (3, None)).expect("chat 3 taken");
+    let first = ev
+        .iter()
+        .position(|e| e.0 == 3 && e.1.is_some())
+        .expect("chat 3 decoded");
+    let between = ev[taken..first].iter().filter(|e| e.1.is_some()).count();
+    let after = ev[first..].iter().filter(|e| e.0 != 3 && e.1.is_some()).count();
+    eprintln!("chat 3: {between} tokens of the others between its arrival and its first, {after} after");
+    assert!(after > 0, "a companion chat still ran after chat 3 began");
+    assert!(
+        between >= 2,
+        "chat 3's three chunks ran between the others' steps: {between} tokens"
+    );
     for (tag, r) in q.results {
         let i = tag as usize;
         let g = r.unwrap();

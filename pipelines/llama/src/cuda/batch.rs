@@ -233,6 +233,11 @@ impl CudaLlama {
         self.kv.len()
     }
 
+    /// Most tokens one prefill chunk runs (`None`: a token loop, no chunks).
+    pub(crate) fn prefill_chunk(&self) -> Option<usize> {
+        self.chunk.as_ref().map(super::prefill::ChunkBufs::tokens)
+    }
+
     /// Sequence `seq`'s step buffers.
     pub(super) fn seq(&self, seq: usize) -> Result<&SeqBufs, LlamaError> {
         let n = self.seqs.len();

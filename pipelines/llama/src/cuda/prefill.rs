@@ -229,6 +229,11 @@ fn fp8_run(
 }
 
 impl ChunkBufs {
+    /// Most tokens one chunk runs.
+    pub(super) fn tokens(&self) -> usize {
+        self.chunk
+    }
+
     /// Scratch for chunks of a model of these widths; with `fp8` (every block's E4M3
     /// weight tiles), the FP8 projections.
     pub(super) fn new(
