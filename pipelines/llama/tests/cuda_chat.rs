@@ -411,7 +411,10 @@ impl favlo_pipeline::TokenSink for SharedText {
         _: Option<favlo_pipeline::TokenLogprob>,
     ) -> Result<(), favlo_pipeline::RequestClosed> {
         self.0.lock().unwrap().push_str(piece);
-        self.2.lock().unwrap().push((self.1, Some(piece.to_string())));
+        self.2
+            .lock()
+            .unwrap()
+            .push((self.1, Some(piece.to_string())));
         Ok(())
     }
 }
@@ -436,8 +439,7 @@ fn smollm2_cuda_serve_chats_equals_complete() {
     }
     let long = format!(
         "{} Now, in one word: name a color.",
-        "The harbour was quiet at dawn; gulls circled the masts and a bell rang twice. "
-            .repeat(14)
+        "The harbour was quiet at dawn; gulls circled the masts and a bell rang twice. ".repeat(14)
     );
     let specs: [(&str, usize, Option<&str>); 4] = [
         ("What is the capital of France?", 40, None),
@@ -502,14 +504,22 @@ fn smollm2_cuda_serve_chats_equals_complete() {
     assert_eq!(q.results.len(), 4, "every chat handed back");
     // The late chat's arrival, its first token, and the others' tokens in between.
     let ev = events.lock().unwrap().clone();
-    let taken = ev.iter().position(|e| *e == (3, None)).expect("chat 3 taken");
+    let taken = ev
+        .iter()
+        .position(|e| *e == (3, None))
+        .expect("chat 3 taken");
     let first = ev
         .iter()
         .position(|e| e.0 == 3 && e.1.is_some())
         .expect("chat 3 decoded");
     let between = ev[taken..first].iter().filter(|e| e.1.is_some()).count();
-    let after = ev[first..].iter().filter(|e| e.0 != 3 && e.1.is_some()).count();
-    eprintln!("chat 3: {between} tokens of the others between its arrival and its first, {after} after");
+    let after = ev[first..]
+        .iter()
+        .filter(|e| e.0 != 3 && e.1.is_some())
+        .count();
+    eprintln!(
+        "chat 3: {between} tokens of the others between its arrival and its first, {after} after"
+    );
     assert!(after > 0, "a companion chat still ran after chat 3 began");
     assert!(
         between >= 2,
