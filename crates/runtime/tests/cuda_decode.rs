@@ -156,8 +156,11 @@ fn gemv_mma_matches_reference() {
     }
     g.pp_prefetch = 0;
     for (ki, (kernel, ov, pdl)) in kernels.into_iter().enumerate() {
-        // The bulk-copy kernel and PDL need sm_90 (Hopper).
-        if !hopper && (pdl || kernel == GemvKernel::Tma) {
+        // The bulk-copy kernel and PDL need sm_90 (Hopper); rings past the shared
+        // memory of a block (an RTX 30xx/40xx has 99 KB) are refused there.
+        let fits = ov.is_none_or(|(w, d)| g.ring_fits(ElementFormat::Fp4E2M1, w, d));
+        if !hopper && (pdl || kernel == GemvKernel::Tma) || !fits {
+            eprintln!("kernel {kernel:?} {ov:?} pdl {pdl}: not on this GPU");
             continue;
         }
         g.kernel = kernel;

@@ -64,6 +64,17 @@ fn choose_target(
     Ok((cc, cc != device_cc))
 }
 
+/// Shared memory (per multiprocessor, most one block may opt into) of compute
+/// capability `cc`, from NVIDIA's tables: what an [`ARCH_ENV`] target caps the
+/// device's figures at, so kernels size their shared memory as on that GPU.
+fn arch_shared_memory(cc: (i32, i32)) -> (usize, usize) {
+    match cc {
+        (8, 0) | (8, 7) => (167_936, 166_912),
+        (9, _) | (10, _) => (233_472, 232_448),
+        _ => (102_400, 101_376),
+    }
+}
+
 /// `sm_86`, `compute_86`, `86` or `8.6` -> (8, 6).
 fn parse_cc(v: &str) -> Option<(i32, i32)> {
     let v = v.trim();
@@ -219,6 +230,25 @@ impl CudaContext {
     /// `compute_XY` (PTX) under an [`ARCH_ENV`] override.
     pub fn arch(&self) -> String {
         arch_name(self.cc, self.ptx)
+    }
+
+    /// Shared memory per multiprocessor and the most one block may opt into, from the
+    /// driver; under an [`ARCH_ENV`] target no more than that arch's GPUs have.
+    pub fn shared_memory_limits(&self) -> Result<(usize, usize), CudaError> {
+        use drv::sys::CUdevice_attribute as A;
+        let attr = |a: A| {
+            self.ctx
+                .attribute(a)
+                .map(|v| v.max(0) as usize)
+                .map_err(driver_err("cuDeviceGetAttribute"))
+        };
+        let per_sm = attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?;
+        let per_block = attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+        if !self.ptx {
+            return Ok((per_sm, per_block));
+        }
+        let (sm, block) = arch_shared_memory(self.cc);
+        Ok((per_sm.min(sm), per_block.min(block)))
     }
 
     /// [`Self::arch`] of device `ordinal`, read from the driver without creating a
@@ -432,5 +462,8 @@ mod tests {
         assert_eq!(arch_name((9, 0), false), "sm_90a");
         assert_eq!(arch_name((8, 6), false), "sm_86");
         assert_eq!(arch_name((8, 6), true), "compute_86");
+        assert_eq!(super::arch_shared_memory((8, 6)), (102_400, 101_376));
+        assert_eq!(super::arch_shared_memory((8, 0)).1, 166_912);
+        assert_eq!(super::arch_shared_memory((9, 0)).1, 232_448);
     }
 }

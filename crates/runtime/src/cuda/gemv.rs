@@ -414,12 +414,11 @@ impl GemvMma {
                 .map_err(driver_err("cuDeviceGetAttribute"))
         };
         let sms = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let (per_sm, per_block) = ctx.shared_memory_limits()?;
         let smem = SmemLimits {
             sms: sms.max(1) as usize,
-            per_sm: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?.max(0)
-                as usize,
-            per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?.max(0)
-                as usize,
+            per_sm,
+            per_block,
         };
         let dyn_max = i32::try_from(smem.per_block.saturating_sub(RING_STATIC)).unwrap_or(0);
         let ring_fn = |n: &str| -> Result<CudaFunction, CudaError> {
@@ -625,6 +624,12 @@ impl GemvMma {
         // before it reads gate|up.
         unsafe { launch_raw(s, &self.swiglu_prep, cfg, &mut args, self.pdl) }
             .map_err(driver_err("cuLaunchKernelEx(swiglu_prep)"))
+    }
+
+    /// Whether a ring of `warps` × `depth` stages of `format` fits one block's shared
+    /// memory on this device (a [`Self::ring_override`] that does not is refused).
+    pub fn ring_fits(&self, format: ElementFormat, warps: usize, depth: usize) -> bool {
+        warps * depth * ring_stage_bytes(format) + RING_STATIC <= self.smem.per_block
     }
 
     /// The kernel [`Self::gemv`] runs for a `format` matrix of `tiles` row tiles and
@@ -986,15 +991,26 @@ mod tests {
         }
     }
 
-    /// The ring choice stays within the H200's shared memory and keeps several chunks
-    /// in flight per warp on the benchmark and decode shapes.
+    /// The ring choice stays within the shared memory of an H200, of an RTX 3090 / 4090
+    /// (sm_86 / sm_89: 99 KB per block) and of an A100 (sm_80), and keeps several
+    /// chunks in flight per warp on the benchmark and decode shapes.
     #[test]
-    fn ring_config_fits_the_h200() {
-        let lim = SmemLimits {
-            sms: 132,
-            per_sm: 233_472,
-            per_block: 232_448,
-        };
+    fn ring_config_fits_the_h200_and_older_gpus() {
+        for lim in [
+            (132, 233_472, 232_448),
+            (82, 102_400, 101_376),
+            (108, 167_936, 166_912),
+        ]
+        .map(|(sms, per_sm, per_block)| SmemLimits {
+            sms,
+            per_sm,
+            per_block,
+        }) {
+            ring_configs_fit(lim);
+        }
+    }
+
+    fn ring_configs_fit(lim: SmemLimits) {
         for (format, rows, cols) in [
             (ElementFormat::Fp4E2M1, 8192, 8192),
             (ElementFormat::Fp8E4M3, 8192, 8192),
