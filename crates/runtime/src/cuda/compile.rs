@@ -103,6 +103,11 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
+/// `nvrtcGetCUBINSize` / `nvrtcGetPTXSize`.
+type SizeFn = unsafe fn(sys::nvrtcProgram, *mut usize) -> sys::nvrtcResult;
+/// `nvrtcGetCUBIN` / `nvrtcGetPTX`.
+type ImageFn = unsafe fn(sys::nvrtcProgram, *mut std::ffi::c_char) -> sys::nvrtcResult;
+
 /// Compiles `src` to a CUBIN for `arch` (e.g. `sm_90a`) with NVRTC, no cache; for a
 /// virtual arch (`compute_86`) the image is PTX text instead, which the driver
 /// compiles for the device at load (`CudaContext`'s arch override).
@@ -121,30 +126,24 @@ pub fn compile_cubin(name: &str, src: &str, arch: &str) -> Result<Vec<u8>, CudaE
     let out = unsafe {
         match result::compile_program(prog, &opts) {
             Ok(()) => {
+                // A virtual arch gives PTX text (NUL included), which the driver
+                // compiles for the device; a real one gives the CUBIN.
+                let (size_of, image, what): (SizeFn, ImageFn, &str) =
+                    if arch.starts_with("compute_") {
+                        (sys::nvrtcGetPTXSize, sys::nvrtcGetPTX, "PTX")
+                    } else {
+                        (sys::nvrtcGetCUBINSize, sys::nvrtcGetCUBIN, "CUBIN")
+                    };
                 let mut size = 0usize;
-                if arch.starts_with("compute_") {
-                    // PTX text, NUL included: the driver compiles it for the device.
-                    match sys::nvrtcGetPTXSize(prog, &mut size).result() {
-                        Ok(()) => {
-                            let mut buf = vec![0u8; size];
-                            sys::nvrtcGetPTX(prog, buf.as_mut_ptr().cast())
-                                .result()
-                                .map(|()| buf)
-                                .map_err(|e| fail(format!("nvrtcGetPTX: {e:?}")))
-                        }
-                        Err(e) => Err(fail(format!("nvrtcGetPTXSize: {e:?}"))),
+                match size_of(prog, &mut size).result() {
+                    Ok(()) => {
+                        let mut buf = vec![0u8; size];
+                        image(prog, buf.as_mut_ptr().cast())
+                            .result()
+                            .map(|()| buf)
+                            .map_err(|e| fail(format!("nvrtcGet{what}: {e:?}")))
                     }
-                } else {
-                    match sys::nvrtcGetCUBINSize(prog, &mut size).result() {
-                        Ok(()) => {
-                            let mut buf = vec![0u8; size];
-                            sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr().cast())
-                                .result()
-                                .map(|()| buf)
-                                .map_err(|e| fail(format!("nvrtcGetCUBIN: {e:?}")))
-                        }
-                        Err(e) => Err(fail(format!("nvrtcGetCUBINSize: {e:?}"))),
-                    }
+                    Err(e) => Err(fail(format!("nvrtcGet{what}Size: {e:?}"))),
                 }
             }
             Err(e) => {
