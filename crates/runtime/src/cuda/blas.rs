@@ -181,32 +181,36 @@ impl Pref {
         let p = lt::create_matmul_pref()
             .map(Pref)
             .map_err(blas_err("cublasLtMatmulPreferenceCreate"))?;
-        let bytes = workspace as u64;
-        // SAFETY: `p.0` is live; the attribute is a u64 read from `bytes`.
-        unsafe {
-            lt::set_matmul_pref_attribute(
-                p.0,
-                sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                (&bytes as *const u64).cast::<c_void>(),
-                std::mem::size_of::<u64>(),
-            )
-        }
-        .map_err(blas_err("cublasLtMatmulPreferenceSetAttribute"))?;
+        use sys::cublasLtMatmulPreferenceAttributes_t as A;
+        p.set(
+            A::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            workspace as u64,
+        )?;
         if narrow_out {
             let mask =
                 sys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE as u32;
-            // SAFETY: `p.0` is live; the attribute is a u32 read from `mask`.
-            unsafe {
-                lt::set_matmul_pref_attribute(
-                    p.0,
-                    sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                    (&mask as *const u32).cast::<c_void>(),
-                    std::mem::size_of::<u32>(),
-                )
-            }
-            .map_err(blas_err("cublasLtMatmulPreferenceSetAttribute"))?;
+            p.set(A::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, mask)?;
         }
         Ok(p)
+    }
+
+    /// Sets attribute `a` to `v` (the type the attribute takes: u64 or u32 here).
+    fn set<T: Copy>(
+        &self,
+        a: sys::cublasLtMatmulPreferenceAttributes_t,
+        v: T,
+    ) -> Result<(), CudaError> {
+        // SAFETY: `self.0` is live; cuBLASLt reads `size_of::<T>()` bytes from `v`, the
+        // attribute's own size for the attributes set here.
+        unsafe {
+            lt::set_matmul_pref_attribute(
+                self.0,
+                a,
+                (&v as *const T).cast::<c_void>(),
+                std::mem::size_of::<T>(),
+            )
+        }
+        .map_err(blas_err("cublasLtMatmulPreferenceSetAttribute"))
     }
 }
 impl Drop for Pref {
