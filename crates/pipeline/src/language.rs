@@ -181,6 +181,16 @@ pub trait ChatQueue {
     fn done(&mut self, chat: QueuedChat, result: Result<Completion, PipelineError>);
 }
 
+/// Serves every chat `queue` holds through `pipe.complete`, one after another: the
+/// default [`LanguagePipeline::serve_chats`], for an implementation that overrides it
+/// and sometimes serves one at a time.
+pub fn serve_one_at_a_time<P: LanguagePipeline + ?Sized>(pipe: &mut P, queue: &mut dyn ChatQueue) {
+    while let Some(mut chat) = queue.next() {
+        let r = pipe.complete(&chat.request, &mut *chat.sink, &chat.stop);
+        queue.done(chat, r);
+    }
+}
+
 /// A resident chat model.
 ///
 /// The server calls `complete` (or `serve_chats`) from one blocking worker
@@ -213,10 +223,7 @@ pub trait LanguagePipeline: Send {
     /// ends. Each chat's result is what `complete` gives it; a failed or closed sink
     /// ends only its own chat. The default runs them one at a time with `complete`.
     fn serve_chats(&mut self, queue: &mut dyn ChatQueue) {
-        while let Some(mut chat) = queue.next() {
-            let r = self.complete(&chat.request, &mut *chat.sink, &chat.stop);
-            queue.done(chat, r);
-        }
+        serve_one_at_a_time(self, queue);
     }
 
     /// The vocabulary as bytes, so the server can build a [`Grammar`]. `None`

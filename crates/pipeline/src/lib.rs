@@ -32,7 +32,7 @@ pub use error::{ErrorKind, PipelineError};
 pub use factory::{ModelKind, ModelSpec, PipelineFactory};
 pub use language::{
     ChatQueue, Completion, CompletionRequest, FinishReason, LanguagePipeline, QueuedChat,
-    SamplingParams, TokenLogprob, TopLogprob,
+    SamplingParams, TokenLogprob, TopLogprob, serve_one_at_a_time,
 };
 pub use media::{
     Control, MediaError, MediaFile, MediaHold, MediaJob, MediaKind, MediaOutput, MediaPaused,

@@ -206,10 +206,7 @@ impl LanguagePipeline for LlamaRuntime {
         if self.model.sequences() > 1 {
             return self.serve_together(queue);
         }
-        while let Some(mut chat) = queue.next() {
-            let r = self.complete(&chat.request, &mut *chat.sink, &chat.stop);
-            queue.done(chat, r);
-        }
+        favlo_pipeline::serve_one_at_a_time(self, queue);
     }
 
     fn vocab(&self) -> Option<std::sync::Arc<TokenVocab>> {

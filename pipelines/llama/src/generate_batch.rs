@@ -39,7 +39,6 @@ struct Live {
     /// The prompt's ids and how many of them are in the sequence's cache.
     prompt: Vec<u32>,
     filled: usize,
-    prompt_len: usize,
     max: usize,
     sampler: Sampler,
     decoder: StreamDecoder,
@@ -239,7 +238,6 @@ impl LlamaRuntime {
         let sampler = Sampler::new(&chat.request.sampling, &prompt);
         let on_device = self.model.chooses_on_device() && sampler.penalty_free();
         Some(Live {
-            prompt_len: prompt.len(),
             filled: 0,
             prompt,
             max,
@@ -303,7 +301,7 @@ impl Live {
 
     /// The position of its newest token.
     fn position(&self) -> usize {
-        self.prompt_len + self.tokens.len().saturating_sub(1)
+        self.prompt.len() + self.tokens.len().saturating_sub(1)
     }
 
     /// The chat and what `complete` would have returned for it.
@@ -327,7 +325,7 @@ impl Live {
         let c = Completion {
             text: self.text,
             finish_reason: finish,
-            prompt_tokens: self.prompt_len,
+            prompt_tokens: self.prompt.len(),
             completion_tokens: self.tokens.len(),
             logprobs: Vec::new(),
             prefill_ms: self.prefill_ms,

@@ -93,6 +93,13 @@ struct SeqIo<'a> {
 /// The shared RoPE tables (cos, sin).
 type Tables<'a> = (&'a DeviceBuffer<f32>, &'a DeviceBuffer<f32>);
 
+/// The error for sequence `seq` of an opening of `n`.
+pub(super) fn not_a_sequence(seq: usize, n: usize) -> LlamaError {
+    LlamaError::Request {
+        message: format!("sequence {seq} of {n}"),
+    }
+}
+
 /// The buffers of the sequences in `mask` (bit i = sequence i), in sequence order,
 /// and the RoPE tables.
 fn seq_ios<'a>(
@@ -241,17 +248,13 @@ impl CudaLlama {
     /// Sequence `seq`'s step buffers.
     pub(super) fn seq(&self, seq: usize) -> Result<&SeqBufs, LlamaError> {
         let n = self.seqs.len();
-        self.seqs.get(seq).ok_or_else(|| LlamaError::Request {
-            message: format!("sequence {seq} of {n}"),
-        })
+        self.seqs.get(seq).ok_or_else(|| not_a_sequence(seq, n))
     }
 
     /// Sequence `seq`'s step buffers, to write.
     pub(super) fn seq_mut(&mut self, seq: usize) -> Result<&mut SeqBufs, LlamaError> {
         let n = self.seqs.len();
-        self.seqs.get_mut(seq).ok_or_else(|| LlamaError::Request {
-            message: format!("sequence {seq} of {n}"),
-        })
+        self.seqs.get_mut(seq).ok_or_else(|| not_a_sequence(seq, n))
     }
 
     /// Runs `ids` at positions `n_past..` of sequence `seq` (the prompt, or the rest of
@@ -368,9 +371,7 @@ impl CudaLlama {
         let src = &self
             .seqs
             .get(seq)
-            .ok_or_else(|| LlamaError::Request {
-                message: format!("sequence {seq} of {n}"),
-            })?
+            .ok_or_else(|| not_a_sequence(seq, n))?
             .logits;
         let (s, out) = &mut self.sampler;
         s.sample(src, vocab, p, uniform, out).map_err(dev_err)?;

@@ -327,9 +327,11 @@ impl CudaLlama {
             });
         };
         let (k, b) = (&self.k, &mut self.b);
-        let kv = self.kv.get_mut(seq).ok_or_else(|| LlamaError::Request {
-            message: format!("sequence {seq} of {}", self.seqs.len()),
-        })?;
+        let n = self.seqs.len();
+        let kv = self
+            .kv
+            .get_mut(seq)
+            .ok_or_else(|| super::batch::not_a_sequence(seq, n))?;
         let mut last = 0;
         let size = cb.chunk;
         for (ci, chunk) in ids.chunks(size).enumerate() {
@@ -483,12 +485,10 @@ impl CudaLlama {
             }
         }
         // The last token's residual row becomes the sequence's decode h.
-        let n = self.seqs.len();
-        let Some(sb) = self.seqs.get_mut(seq) else {
-            return Err(LlamaError::Request {
-                message: format!("sequence {seq} of {n}"),
-            });
-        };
+        let sb = self
+            .seqs
+            .get_mut(seq)
+            .ok_or_else(|| super::batch::not_a_sequence(seq, n))?;
         let (h_out, pos_out) = (&mut sb.h, &mut sb.pos);
         let src = cb.h.slice().slice((last - 1) * d..last * d);
         self.ctx
