@@ -11,8 +11,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 
 use favlo_pipeline::{
@@ -21,7 +20,9 @@ use favlo_pipeline::{
 use tokio::sync::mpsc;
 
 use super::chat::{ChannelSink, finish, run};
-use super::{ChatEvent, ChatJob, DeviceMsg, Resident, Shared, close_resident, lock};
+use super::{
+    ChatEvent, ChatJob, DeviceMsg, Resident, Shared, close_resident, drain_channel, lock, take_chat,
+};
 
 /// A chat the pipeline holds: where its events go, and its sink's state.
 struct Active {
@@ -52,32 +53,14 @@ struct WorkerQueue<'a> {
 }
 
 impl WorkerQueue<'_> {
-    /// Moves what arrived on the worker's channel into the queue.
-    fn drain(&mut self) {
-        loop {
-            match self.rx.try_recv() {
-                Ok(DeviceMsg::Chat(j)) => self.chats.push_back(j),
-                Ok(DeviceMsg::Wake) => {}
-                Ok(DeviceMsg::Shutdown) | Err(TryRecvError::Disconnected) => {
-                    *self.shutdown = true;
-                    break;
-                }
-                Err(TryRecvError::Empty) => break,
-            }
-        }
-    }
-
     /// The front chat, when it may join: this model's, no `response_format`.
     fn take_front(&mut self) -> Option<ChatJob> {
-        self.drain();
+        drain_channel(self.rx, self.chats, self.shutdown);
         let front = self.chats.front()?;
         if front.spec.id != self.id || front.format.is_some() {
             return None;
         }
-        let job = self.chats.pop_front()?;
-        self.s.chats_waiting.fetch_sub(1, Ordering::SeqCst);
-        self.s.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
-        Some(*job)
+        take_chat(self.chats, self.s).map(|j| *j)
     }
 }
 

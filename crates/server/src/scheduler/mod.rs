@@ -17,6 +17,7 @@ mod chat;
 mod embed;
 mod media;
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{
     Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError, TrySendError, channel,
@@ -364,23 +365,41 @@ fn switch_to(resident: &mut Option<Resident>, id: &str, s: &Shared) {
     }
 }
 
+/// Moves what has arrived on the worker's channel into `chats` without waiting;
+/// `shutdown` once the server asks or the channel is gone.
+fn drain_channel(
+    rx: &Receiver<DeviceMsg>,
+    chats: &mut VecDeque<Box<ChatJob>>,
+    shutdown: &mut bool,
+) {
+    loop {
+        match rx.try_recv() {
+            Ok(DeviceMsg::Chat(j)) => chats.push_back(j),
+            Ok(DeviceMsg::Wake) => {}
+            Ok(DeviceMsg::Shutdown) | Err(TryRecvError::Disconnected) => {
+                *shutdown = true;
+                break;
+            }
+            Err(TryRecvError::Empty) => break,
+        }
+    }
+}
+
+/// The front chat, taken off the queue and out of the waiting counts.
+fn take_chat(chats: &mut VecDeque<Box<ChatJob>>, s: &Shared) -> Option<Box<ChatJob>> {
+    let job = chats.pop_front()?;
+    s.chats_waiting.fetch_sub(1, Ordering::SeqCst);
+    s.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
+    Some(job)
+}
+
 fn device_worker(rx: Receiver<DeviceMsg>, s: &Shared) {
     let mut resident: Option<Resident> = None;
-    let mut chats: std::collections::VecDeque<Box<ChatJob>> = Default::default();
+    let mut chats: VecDeque<Box<ChatJob>> = Default::default();
     let mut shutdown = false;
     let mut last_lock_check = Instant::now() - Duration::from_secs(1);
     loop {
-        loop {
-            match rx.try_recv() {
-                Ok(DeviceMsg::Chat(j)) => chats.push_back(j),
-                Ok(DeviceMsg::Wake) => {}
-                Ok(DeviceMsg::Shutdown) | Err(TryRecvError::Disconnected) => {
-                    shutdown = true;
-                    break;
-                }
-                Err(TryRecvError::Empty) => break,
-            }
-        }
+        drain_channel(&rx, &mut chats, &mut shutdown);
         if last_lock_check.elapsed() >= Duration::from_millis(200) {
             last_lock_check = Instant::now();
             if let Some(holder) = s.lock.as_ref().and_then(MachineLock::holder) {
@@ -403,9 +422,7 @@ fn device_worker(rx: Receiver<DeviceMsg>, s: &Shared) {
                 }
             }
         }
-        if let Some(job) = chats.pop_front() {
-            s.chats_waiting.fetch_sub(1, Ordering::SeqCst);
-            s.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
+        if let Some(job) = take_chat(&mut chats, s) {
             s.busy.store(true, Ordering::SeqCst);
             // A resident model that decodes several chats together takes this one and
             // those that join it while it runs (`batch.rs`).
