@@ -7,7 +7,8 @@
 //!
 //! Run: `cargo run --release -p favlo-runtime --features cuda --example cuda_gemv_batch_bench`
 //! (`FAVLO_BENCH_PDL=1`: launches chained under programmatic dependent launch, as in
-//! decode).
+//! decode; `FAVLO_BENCH_BATCH_WARPS=2,4,8`: every batched row again at those warps per
+//! block).
 
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 use favlo_runtime::cuda::{
@@ -20,6 +21,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let owner = Owner::mint("gemv-batch-bench");
     let mut g = GemvMma::load(&ctx)?;
     g.pdl = std::env::var("FAVLO_BENCH_PDL").is_ok_and(|v| v == "1");
+    // FAVLO_BENCH_BATCH_WARPS=2,4,8: each batched row again at these warps per block.
+    let sweep: Vec<usize> = std::env::var("FAVLO_BENCH_BATCH_WARPS")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .filter(|w| (1..=8).contains(w))
+        .collect();
     let copy = copy_bandwidth_gbps(&ctx, 1 << 30, 20)?;
     println!(
         "{} ({}), copy {copy:.0} GB/s, PDL {}",
@@ -28,7 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         g.pdl
     );
     println!(
-        "{:<6} {:>14} {:>2} {:>9} {:>9} {:>7} {:>12}",
+        "{:<6} {:>14} {:>2} {:>9} {:>9} {:>7} {:>12} warps",
         "format", "shape", "n", "µs", "GB/s", "% copy", "time / n=1"
     );
     let shapes = [
@@ -71,27 +79,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut one = 0.0;
             for n in 1..=GEMV_BATCH_MAX {
                 let xs: Vec<&XPrep> = preps[..n].iter().collect();
-                let ms = time_ms(&ctx, 2, 15, || {
-                    ws.iter().try_for_each(|w| {
-                        let mut yr: Vec<_> = ys[..n].iter_mut().collect();
-                        g.gemv_batch(w, &xs, &mut yr, false)
-                    })
-                })? / copies as f64;
-                if n == 1 {
-                    one = ms;
+                // The batch kernels' own warps per block (None), then each one asked for.
+                let choices: Vec<Option<usize>> = std::iter::once(None)
+                    .chain(sweep.iter().filter(|_| n > 1).map(|&w| Some(w)))
+                    .collect();
+                for bw in choices {
+                    g.batch_warps = bw;
+                    let ms = time_ms(&ctx, 2, 15, || {
+                        ws.iter().try_for_each(|w| {
+                            let mut yr: Vec<_> = ys[..n].iter_mut().collect();
+                            g.gemv_batch(w, &xs, &mut yr, false)
+                        })
+                    })? / copies as f64;
+                    if n == 1 {
+                        one = ms;
+                    }
+                    let gbs = layout.total_bytes() as f64 / (ms * 1e-3) / 1e9;
+                    println!(
+                        "{:<6} {:>14} {n:>2} {:>9.2} {gbs:>9.0} {:>6.0}% {:>11.2}× {}",
+                        match format {
+                            ElementFormat::Fp4E2M1 => "MXFP4",
+                            _ => "MXFP8",
+                        },
+                        format!("{name} {rows}×{cols}"),
+                        ms * 1e3,
+                        100.0 * gbs / copy,
+                        ms / one,
+                        bw.map_or("auto".to_string(), |w| format!("{w} warps"))
+                    );
                 }
-                let gbs = layout.total_bytes() as f64 / (ms * 1e-3) / 1e9;
-                println!(
-                    "{:<6} {:>14} {n:>2} {:>9.2} {gbs:>9.0} {:>6.0}% {:>11.2}×",
-                    match format {
-                        ElementFormat::Fp4E2M1 => "MXFP4",
-                        _ => "MXFP8",
-                    },
-                    format!("{name} {rows}×{cols}"),
-                    ms * 1e3,
-                    100.0 * gbs / copy,
-                    ms / one
-                );
+                g.batch_warps = None;
             }
         }
     }

@@ -329,6 +329,20 @@ pub fn ring_config(
     (w, 2)
 }
 
+/// Whether two blocks of the ring that [`ring_config`] picks fit one multiprocessor's
+/// shared memory (16 warps per SM, as on the H200). Where only one fits (GPUs with
+/// ≤ 164 KB per SM: sm_80, sm_86, sm_89, sm_120), the ring runs 8 warps per SM and
+/// measured slower than the ping-pong kernel's 16 (docs/CUDA.md).
+pub fn ring_two_blocks(
+    format: ElementFormat,
+    tiles: usize,
+    chunks: usize,
+    lim: SmemLimits,
+) -> bool {
+    let (w, d) = ring_config(format, tiles, chunks, lim);
+    2 * (w * d * ring_stage_bytes(format) + RING_STATIC + SMEM_PER_BLOCK_RESERVED) <= lim.per_sm
+}
+
 /// The tensor-core GEMV kernels of one context.
 pub struct GemvMma {
     ctx: Arc<CudaContext>,
@@ -352,6 +366,9 @@ pub struct GemvMma {
     norm_parts: CudaFunction,
     /// Batched GEMVs ([`Self::gemv_batch`]), [FP4, FP8] × 2, 3, 4 vectors.
     pub(super) batch: [[CudaFunction; 3]; 2],
+    /// Blocks of 8 warps of each batched kernel that fit one multiprocessor (its
+    /// registers decide), as `batch`.
+    pub(super) batch_fit: [[usize; 3]; 2],
     /// RMSNorm and SwiGLU preparations over several sequences (`decode_batch.rs`).
     pub(super) rms_prep_z: CudaFunction,
     pub(super) swiglu_prep_z: CudaFunction,
@@ -381,6 +398,9 @@ pub struct GemvMma {
     /// The ring kernels run at most one wave of blocks, each looping over its tiles
     /// (default on); off, one block per tile.
     pub persistent: bool,
+    /// Warps per block of the batched GEMV ([`Self::gemv_batch`], 1..=8) instead of
+    /// its own choice (benchmarks).
+    pub batch_warps: Option<usize>,
 }
 
 pub(super) fn shape(op: &'static str, detail: String) -> CudaError {
@@ -430,7 +450,7 @@ impl GemvMma {
             .map_err(driver_err("cuFuncSetAttribute"))?;
             Ok(func)
         };
-        Ok(GemvMma {
+        let mut g = GemvMma {
             ring: [
                 [
                     ring_fn("gemv_mxfp4_ring2")?,
@@ -472,6 +492,7 @@ impl GemvMma {
             smem,
             kernel: GemvKernel::Auto,
             ring_override: None,
+            batch_warps: None,
             pdl: false,
             select_as_pdl: false,
             pp_prefetch: 0,
@@ -490,6 +511,7 @@ impl GemvMma {
             norm_parts: f("norm_parts_prep")?,
             rms_prep_z: f("rms_norm_prep_z")?,
             swiglu_prep_z: f("swiglu_prep_z")?,
+            batch_fit: [[1; 3]; 2],
             batch: [
                 [
                     f("gemv_mxfp4_batch2")?,
@@ -507,7 +529,9 @@ impl GemvMma {
             from_cache: m.from_cache,
             l2_prefetch: false,
             persistent: true,
-        })
+        };
+        g.batch_fit = g.batch_occupancy()?;
+        Ok(g)
     }
 
     /// Prepares the first `cols` values of `x` (rounded up to 32; `x` must hold them,
@@ -640,14 +664,18 @@ impl GemvMma {
     /// decode step), or, with PDL, when all its blocks fit in one wave with at least 8
     /// chunks per warp (gate|up: 768 blocks of 2 warps, 8 chunks each); else the
     /// `cp.async` ring (q|k|v, lm_head, and 8192×8192 chained: 4 chunks per warp, where
-    /// the ring measured 74% of copy and the ping-pong kernel 70%).
+    /// the ring measured 74% of copy and the ping-pong kernel 70%), but only where two
+    /// ring blocks fit a multiprocessor ([`ring_two_blocks`]; elsewhere the ping-pong
+    /// kernel decoded 16% faster).
     pub fn resolve(&self, format: ElementFormat, tiles: usize, chunks: usize) -> GemvKernel {
         let pdl = self.pdl || self.select_as_pdl;
         let w = warps_per_block(tiles, chunks, self.sms);
         let one_wave = tiles * w <= self.sms * MAX_WARPS && chunks >= 8 * w;
         match (self.kernel, format) {
             (GemvKernel::Auto, ElementFormat::Fp4E2M1)
-                if (tiles <= self.sms && (pdl || chunks <= 16)) || (pdl && one_wave) =>
+                if (tiles <= self.sms && (pdl || chunks <= 16))
+                    || (pdl && one_wave)
+                    || !ring_two_blocks(format, tiles, chunks, self.smem) =>
             {
                 GemvKernel::PingPong
             }
@@ -894,8 +922,8 @@ impl GemvMma {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::{
-        SmemLimits, fp4_favlo_word, fp4_gemv_word, ring_config, ring_stage_bytes, tile_mx,
-        warps_per_block,
+        SmemLimits, fp4_favlo_word, fp4_gemv_word, ring_config, ring_stage_bytes, ring_two_blocks,
+        tile_mx, warps_per_block,
     };
     use favlo_mx::{ElementFormat, MxLayout, MxView};
 
@@ -1029,6 +1057,23 @@ mod tests {
             println!("{format:?} {rows}x{cols}: {w} warps x {d} stages, {block} B");
             assert!((1..=16).contains(&w) && (2..=4).contains(&d) && w <= chunks);
             assert!(block <= lim.per_block, "{block}");
+        }
+    }
+
+    /// Two FP4 ring blocks fit an H200's multiprocessor, not an A100's or an RTX 3090's.
+    #[test]
+    fn two_ring_blocks_only_on_hopper() {
+        let lim = |sms, per_sm, per_block| SmemLimits {
+            sms,
+            per_sm,
+            per_block,
+        };
+        // The FP4 decode shapes: q|k|v, o, gate|up, down (tiles, chunks).
+        for (tiles, chunks) in [(192, 16), (128, 16), (768, 16), (128, 48)] {
+            let two = |l| ring_two_blocks(ElementFormat::Fp4E2M1, tiles, chunks, l);
+            assert!(two(lim(132, 233_472, 232_448)));
+            assert!(!two(lim(108, 167_936, 166_912)));
+            assert!(!two(lim(82, 102_400, 101_376)));
         }
     }
 

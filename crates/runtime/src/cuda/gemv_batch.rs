@@ -35,7 +35,44 @@ struct BatchIoRaw {
     pad: i32,
 }
 
+/// Warps per block of a batched launch over `tiles` row tiles of `chunks` chunks, for a
+/// kernel of which `fit8` blocks of 8 warps fit one multiprocessor. Where two fit (16
+/// warps per SM), the batch-1 rule ([`warps_per_block`]). Where one fits (the FP4
+/// kernels and the FP8 3- and 4-vector ones, 170–186 registers): blocks of 8 warps
+/// when the tiles fit one wave of them, else blocks of 4, two per multiprocessor, so
+/// one block's reduction and tail overlap the other's stream. H200 sweep of 1–8 warps
+/// over six shapes (docs/CUDA.md): the best or within 3% of it on every shape but
+/// one, where the batch-1 rule picked 2 or 8 warps and was up to 22% slower.
+pub(super) fn batch_warps(tiles: usize, chunks: usize, sms: usize, fit8: usize) -> usize {
+    let w = if fit8 >= 2 {
+        warps_per_block(tiles, chunks, sms)
+    } else if tiles <= sms {
+        BATCH_WARPS
+    } else {
+        4
+    };
+    w.min(chunks.max(1)).clamp(1, BATCH_WARPS)
+}
+
 impl GemvMma {
+    /// Blocks of 8 warps per multiprocessor of each batched kernel (`batch_fit`).
+    pub(super) fn batch_occupancy(&self) -> Result<[[usize; 3]; 2], CudaError> {
+        let mut fit = [[1; 3]; 2];
+        for (row, fns) in fit.iter_mut().zip(&self.batch) {
+            for (b, f) in row.iter_mut().zip(fns) {
+                let n = f
+                    .occupancy_max_active_blocks_per_multiprocessor(
+                        (BATCH_WARPS * 32) as u32,
+                        0,
+                        None,
+                    )
+                    .map_err(driver_err("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+                *b = (n as usize).max(1);
+            }
+        }
+        Ok(fit)
+    }
+
     /// y_b = W·x_b for every b (`accumulate`: y_b += W·x_b), W an MXFP4 or MXFP8
     /// matrix, each x_b prepared over the layout's padded columns. One vector runs the
     /// batch-1 kernel ([`Self::gemv`]); 2..=[`GEMV_BATCH_MAX`] run one batched launch.
@@ -93,7 +130,10 @@ impl GemvMma {
         if l.rows == 0 {
             return Ok(());
         }
-        let warps = warps_per_block(tiles, chunks, self.sms).min(BATCH_WARPS);
+        let warps = self
+            .batch_warps
+            .unwrap_or_else(|| batch_warps(tiles, chunks, self.sms, self.batch_fit[fi][n - 2]))
+            .clamp(1, BATCH_WARPS);
         let rows = int(l.rows, op)?;
         let nch = int(chunks, op)?;
         let cfg = LaunchConfig {
@@ -141,5 +181,26 @@ impl GemvMma {
         // with PDL it waits before it reads x or y.
         unsafe { launch_raw(s, f, cfg, &mut args, self.pdl) }
             .map_err(driver_err("cuLaunchKernelEx(gemv_batch)"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::batch_warps;
+
+    /// The H200 sweep's best warps per block (132 SMs, decode and benchmark shapes).
+    #[test]
+    fn batch_warps_follow_the_sweep() {
+        // One 8-warp block per SM (FP4 kernels): 8 warps within one wave, else 4.
+        assert_eq!(batch_warps(128, 16, 132, 1), 8); // o
+        assert_eq!(batch_warps(128, 48, 132, 1), 8); // down
+        assert_eq!(batch_warps(192, 16, 132, 1), 4); // q|k|v
+        assert_eq!(batch_warps(768, 16, 132, 1), 4); // gate|up
+        assert_eq!(batch_warps(256, 32, 132, 1), 4); // 8192²
+        // Two blocks per SM (the FP8 2-vector kernel): the batch-1 rule.
+        assert_eq!(batch_warps(192, 16, 132, 2), 8);
+        assert_eq!(batch_warps(768, 16, 132, 2), 2);
+        // Few chunks cap the warps.
+        assert_eq!(batch_warps(100, 2, 132, 1), 2);
     }
 }
