@@ -41,6 +41,8 @@ enum Command {
     Lock(cmd::lock::LockArgs),
     /// Pack a safetensors checkpoint's linear weights to MXFP8/MXFP4 and print the error table.
     Quantize(cmd::quantize::QuantizeArgs),
+    /// Check this machine's GPU kernels against float64 CPU references (`favlo selftest cuda`).
+    Selftest(cmd::selftest::SelftestArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
         Command::Models(args) => cmd::models::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),
         Command::Lock(args) => cmd::lock::run(args),
+        Command::Selftest(args) => cmd::selftest::run(args),
     };
     match result {
         Ok(code) => code,

@@ -9,4 +9,5 @@ pub mod lock;
 pub mod models;
 pub mod pull;
 pub mod quantize;
+pub mod selftest;
 pub mod serve;

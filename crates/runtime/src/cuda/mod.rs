@@ -31,6 +31,7 @@ mod prefill_rows;
 mod rel_encoder;
 mod rope_store;
 mod sample;
+pub mod selftest;
 mod timing;
 mod vits_dp;
 mod warm;
