@@ -32,7 +32,10 @@ fn usage_error(args: &[&str], needle: &str) {
 #[test]
 fn selftest_needs_a_usable_cuda_device() {
     usage_error(&["cuda", "--device", "cpu"], "needs a CUDA device");
-    usage_error(&["cuda", "--device", "gpu"], "use cpu, cuda, cuda:N or auto");
+    usage_error(
+        &["cuda", "--device", "gpu"],
+        "use cpu, cuda, cuda:N or auto",
+    );
     usage_error(&["cuda", "--device", "cuda:4096"], "CUDA is unavailable");
 }
 
@@ -41,13 +44,22 @@ fn every_check_passes_on_this_gpu() {
     let (code, out, err) = selftest(&["cuda"]);
     let required = std::env::var("FAVLO_REQUIRE_CUDA").is_ok_and(|v| v == "1");
     if code == Some(2) && err.contains("CUDA is unavailable") && !required {
-        eprintln!("SKIPPED: favlo selftest cuda needs a CUDA GPU ({})", err.trim());
+        eprintln!(
+            "SKIPPED: favlo selftest cuda needs a CUDA GPU ({})",
+            err.trim()
+        );
         return;
     }
     print!("{out}");
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(!out.contains("FAIL"), "{out}");
-    let passed = out.lines().filter(|l| l.trim_start().starts_with("pass")).count();
+    let passed = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("pass"))
+        .count();
     assert!(passed >= 20, "{passed} checks: {out}");
-    assert!(out.contains(&format!("{passed} of {passed} checks passed")), "{out}");
+    assert!(
+        out.contains(&format!("{passed} of {passed} checks passed")),
+        "{out}"
+    );
 }

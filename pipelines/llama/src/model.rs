@@ -335,6 +335,8 @@ impl LlamaModel {
             self.check_ids(&[id], at)?;
             self.check_seq(seq)?;
         }
+        // Written by the device path only.
+        #[cfg_attr(not(feature = "cuda"), allow(unused_mut))]
         let mut tokens = vec![None; steps.len()];
         #[cfg(feature = "cuda")]
         if let Some(c) = self.cuda.as_mut() {
