@@ -42,35 +42,6 @@ fn max_abs_scaled(got: &[f32], want: &[f64]) -> f64 {
     })
 }
 
-/// Writes `k`, `v` into the cache; returns what it holds as f32.
-fn fill(ctx: &CudaContext, cache: &mut KvCache, k: &[f32], v: &[f32]) -> (Vec<f32>, Vec<f32>) {
-    match cache {
-        KvCache::F16 { k: kd, v: vd } => {
-            let kb: Vec<u16> = k.iter().map(|x| f16::from_f32(*x).to_bits()).collect();
-            let vb: Vec<u16> = v.iter().map(|x| f16::from_f32(*x).to_bits()).collect();
-            ctx.write(kd, &kb).unwrap();
-            ctx.write(vd, &vb).unwrap();
-            let f = |b: &[u16]| b.iter().map(|x| f16::from_bits(*x).to_f32()).collect();
-            (f(&kb), f(&vb))
-        }
-        KvCache::F32 { k: kd, v: vd } => {
-            ctx.write(kd, k).unwrap();
-            ctx.write(vd, v).unwrap();
-            (k.to_vec(), v.to_vec())
-        }
-    }
-}
-
-fn held(ctx: &CudaContext, cache: &KvCache) -> (Vec<f32>, Vec<f32>) {
-    match cache {
-        KvCache::F16 { k, v } => {
-            let f = |b: Vec<u16>| b.iter().map(|x| f16::from_bits(*x).to_f32()).collect();
-            (f(ctx.download(k).unwrap()), f(ctx.download(v).unwrap()))
-        }
-        KvCache::F32 { k, v } => (ctx.download(k).unwrap(), ctx.download(v).unwrap()),
-    }
-}
-
 #[derive(Clone, Copy, Debug)]
 struct Case {
     hd: usize,
@@ -157,7 +128,7 @@ fn onepass_attention_matches_reference() {
             let v = rand_vec(&mut rng, c.cap * c.nkv * c.hd, 2.0);
             let mut cache =
                 KvCache::with_head_dim(&ctx, &owner, f16_cache, c.cap, c.nkv, c.hd).unwrap();
-            let (k, v) = fill(&ctx, &mut cache, &k, &v);
+            let (k, v) = cache.fill(&ctx, &k, &v).unwrap();
             let scale = 1.0 / (c.hd as f32).sqrt();
             let shape = AttnShape {
                 n_heads: c.nh,
@@ -230,7 +201,7 @@ fn fused_qkv_attention_matches_reference() {
             let k0 = rand_vec(&mut rng, cap * nkv * hd, 1.0);
             let v0 = rand_vec(&mut rng, cap * nkv * hd, 2.0);
             let mut cache = KvCache::with_head_dim(&ctx, &owner, f16_cache, cap, nkv, hd).unwrap();
-            let (k0, v0) = fill(&ctx, &mut cache, &k0, &v0);
+            let (k0, v0) = cache.fill(&ctx, &k0, &v0).unwrap();
             let positions: Vec<usize> = (0..cap).collect();
             let (cs, sn) = rope_tables(&positions, hd, hd, theta);
             let up = |x: &[f32]| ctx.upload(&owner, SpanKind::Scratch, x).unwrap();
@@ -302,7 +273,7 @@ fn fused_qkv_attention_matches_reference() {
                 AttnOut::F32(&mut tmp),
             )
             .unwrap();
-            let (kh, vh) = held(&ctx, &cache);
+            let (kh, vh) = cache.held(&ctx).unwrap();
             let row = pos * nkv * hd..(pos + 1) * nkv * hd;
             let round = |w: &[f64]| -> Vec<f64> {
                 w.iter()

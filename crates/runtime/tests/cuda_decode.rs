@@ -195,24 +195,11 @@ fn check_attention(
     let mut rng = StdRng::seed_from_u64(seed);
     let owner = Owner::mint("cuda-test-attn");
     let q = rand_vec(&mut rng, nh * hd, 1.0);
-    let mut k = rand_vec(&mut rng, cap * nkv * hd, 1.0);
-    let mut v = rand_vec(&mut rng, cap * nkv * hd, 2.0);
+    let k = rand_vec(&mut rng, cap * nkv * hd, 1.0);
+    let v = rand_vec(&mut rng, cap * nkv * hd, 2.0);
     let mut cache = KvCache::new(ctx, &owner, f16_cache, cap, nkv).unwrap();
-    match &mut cache {
-        KvCache::F16 { k: kd, v: vd } => {
-            let kb: Vec<u16> = k.iter().map(|x| f16::from_f32(*x).to_bits()).collect();
-            let vb: Vec<u16> = v.iter().map(|x| f16::from_f32(*x).to_bits()).collect();
-            ctx.write(kd, &kb).unwrap();
-            ctx.write(vd, &vb).unwrap();
-            // The reference sees the values the cache holds.
-            k = kb.iter().map(|b| f16::from_bits(*b).to_f32()).collect();
-            v = vb.iter().map(|b| f16::from_bits(*b).to_f32()).collect();
-        }
-        KvCache::F32 { k: kd, v: vd } => {
-            ctx.write(kd, &k).unwrap();
-            ctx.write(vd, &v).unwrap();
-        }
-    }
+    // The reference sees the values the cache holds.
+    let (k, v) = cache.fill(ctx, &k, &v).unwrap();
     let scale = 1.0 / (hd as f32).sqrt();
     let shape = AttnShape {
         n_heads: nh,

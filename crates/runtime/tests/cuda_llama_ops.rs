@@ -20,7 +20,6 @@ use favlo_runtime::cuda::{
     RopeStore, XPrep, attn_partials_len, tile_mx,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
-use half::f16;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -49,42 +48,6 @@ fn max_rel(got: &[f32], want: &[f64]) -> f64 {
         .zip(want)
         .fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
     err / max.max(1e-30)
-}
-
-/// Fills `cache` with `k`, `v` and returns what it holds as f32 (f16 rounding).
-fn fill_cache(
-    ctx: &CudaContext,
-    cache: &mut KvCache,
-    k: &[f32],
-    v: &[f32],
-) -> (Vec<f32>, Vec<f32>) {
-    match cache {
-        KvCache::F16 { k: kd, v: vd } => {
-            let kb: Vec<u16> = k.iter().map(|x| f16::from_f32(*x).to_bits()).collect();
-            let vb: Vec<u16> = v.iter().map(|x| f16::from_f32(*x).to_bits()).collect();
-            ctx.write(kd, &kb).unwrap();
-            ctx.write(vd, &vb).unwrap();
-            (
-                kb.iter().map(|b| f16::from_bits(*b).to_f32()).collect(),
-                vb.iter().map(|b| f16::from_bits(*b).to_f32()).collect(),
-            )
-        }
-        KvCache::F32 { k: kd, v: vd } => {
-            ctx.write(kd, k).unwrap();
-            ctx.write(vd, v).unwrap();
-            (k.to_vec(), v.to_vec())
-        }
-    }
-}
-
-fn cache_values(ctx: &CudaContext, cache: &KvCache) -> (Vec<f32>, Vec<f32>) {
-    match cache {
-        KvCache::F16 { k, v } => {
-            let f = |b: Vec<u16>| b.iter().map(|x| f16::from_bits(*x).to_f32()).collect();
-            (f(ctx.download(k).unwrap()), f(ctx.download(v).unwrap()))
-        }
-        KvCache::F32 { k, v } => (ctx.download(k).unwrap(), ctx.download(v).unwrap()),
-    }
 }
 
 #[test]
@@ -125,7 +88,7 @@ fn attention_decode_head_dim_64_and_odd_groups() {
                 let v = rand_vec(&mut rng, cap * nkv * hd, 2.0);
                 let mut cache =
                     KvCache::with_head_dim(&ctx, &owner, f16_cache, cap, nkv, hd).unwrap();
-                let (k, v) = fill_cache(&ctx, &mut cache, &k, &v);
+                let (k, v) = cache.fill(&ctx, &k, &v).unwrap();
                 let scale = 1.0 / (hd as f32).sqrt();
                 let shape = AttnShape {
                     n_heads: nh,
@@ -303,7 +266,7 @@ fn bias_rope_store_matches_reference() {
                 }
                 let want_v = &x[(nh + nkv) * hd..];
                 let e = max_abs_scaled(&ctx.download(&q).unwrap(), &want_q);
-                let (kc, vc) = cache_values(&ctx, &cache);
+                let (kc, vc) = cache.held(&ctx).unwrap();
                 let row = pos * nkv * hd..(pos + 1) * nkv * hd;
                 // f16 storage: compare with the reference rounded to f16 (1 ulp slack).
                 let tol = if f16_cache { 2e-3 } else { 1e-5 };

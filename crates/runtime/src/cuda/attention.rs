@@ -143,6 +143,51 @@ impl KvCache {
             KvCache::F32 { .. } => 4,
         }
     }
+
+    /// Writes `k` and `v` (f32, from the first value) into the cache and returns what
+    /// it then holds there as f32 (rounded to f16 for an f16 cache): the values a
+    /// reference must see to check the kernels that read the cache.
+    pub fn fill(
+        &mut self,
+        ctx: &CudaContext,
+        k: &[f32],
+        v: &[f32],
+    ) -> Result<(Vec<f32>, Vec<f32>), CudaError> {
+        match self {
+            KvCache::F16 { k: kd, v: vd } => {
+                let bits = |x: &[f32]| -> Vec<u16> {
+                    x.iter()
+                        .map(|x| half::f16::from_f32(*x).to_bits())
+                        .collect()
+                };
+                let (kb, vb) = (bits(k), bits(v));
+                ctx.write(kd, &kb)?;
+                ctx.write(vd, &vb)?;
+                Ok((f16_values(&kb), f16_values(&vb)))
+            }
+            KvCache::F32 { k: kd, v: vd } => {
+                ctx.write(kd, k)?;
+                ctx.write(vd, v)?;
+                Ok((k.to_vec(), v.to_vec()))
+            }
+        }
+    }
+
+    /// The whole K and V planes as f32 (copied back from the device).
+    pub fn held(&self, ctx: &CudaContext) -> Result<(Vec<f32>, Vec<f32>), CudaError> {
+        match self {
+            KvCache::F16 { k, v } => {
+                Ok((f16_values(&ctx.download(k)?), f16_values(&ctx.download(v)?)))
+            }
+            KvCache::F32 { k, v } => Ok((ctx.download(k)?, ctx.download(v)?)),
+        }
+    }
+}
+
+fn f16_values(bits: &[u16]) -> Vec<f32> {
+    bits.iter()
+        .map(|b| half::f16::from_bits(*b).to_f32())
+        .collect()
 }
 
 impl AttnKernel {

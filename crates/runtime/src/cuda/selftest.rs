@@ -12,7 +12,6 @@
 use std::sync::Arc;
 
 use favlo_mx::{ElementFormat, MxView};
-use half::f16;
 
 use super::bench::{Rng, random_mx};
 use super::{
@@ -203,24 +202,11 @@ fn attention(
 ) -> Result<Check, CudaError> {
     let (nh, nkv, hd, len, cap) = (32, 8, 128, 1000, 2048);
     let q = values(rng, nh * hd, 1.0);
-    let mut k = values(rng, cap * nkv * hd, 1.0);
-    let mut v = values(rng, cap * nkv * hd, 2.0);
+    let k = values(rng, cap * nkv * hd, 1.0);
+    let v = values(rng, cap * nkv * hd, 2.0);
     let mut cache = KvCache::new(ctx, owner, f16_cache, cap, nkv)?;
-    match &mut cache {
-        KvCache::F16 { k: kd, v: vd } => {
-            let kb: Vec<u16> = k.iter().map(|x| f16::from_f32(*x).to_bits()).collect();
-            let vb: Vec<u16> = v.iter().map(|x| f16::from_f32(*x).to_bits()).collect();
-            ctx.write(kd, &kb)?;
-            ctx.write(vd, &vb)?;
-            // The reference sees the values the cache holds.
-            k = kb.iter().map(|b| f16::from_bits(*b).to_f32()).collect();
-            v = vb.iter().map(|b| f16::from_bits(*b).to_f32()).collect();
-        }
-        KvCache::F32 { k: kd, v: vd } => {
-            ctx.write(kd, &k)?;
-            ctx.write(vd, &v)?;
-        }
-    }
+    // The reference sees the values the cache holds.
+    let (k, v) = cache.fill(ctx, &k, &v)?;
     let scale = 1.0 / (hd as f32).sqrt();
     let shape = AttnShape {
         n_heads: nh,
