@@ -60,11 +60,19 @@ fn cuda(a: &CudaArgs) -> anyhow::Result<ExitCode> {
     let ctx = CudaContext::open(n as usize, None)
         .map_err(|e| crate::cmd::common::UsageError(format!("--device cuda:{n}: {e}")))?;
     println!(
-        "favlo selftest cuda: {} ({}) against float64 CPU references; kernels compile on first use",
+        "favlo selftest cuda: {} ({}) against float64 CPU references",
         ctx.name(),
         ctx.arch()
     );
     let start = std::time::Instant::now();
+    let warm = selftest::warm(&ctx)?;
+    if !warm.compiled.is_empty() {
+        println!(
+            "compiled {} kernel module(s) for this GPU in {:.1} s (cached for later runs)",
+            warm.compiled.len(),
+            start.elapsed().as_secs_f64()
+        );
+    }
     let line = |c: &Check| {
         println!(
             "  {}  {:<52} {:>9.2e} ≤ {:<7.0e} {}",

@@ -16,7 +16,8 @@ use favlo_mx::{ElementFormat, MxView};
 use super::bench::{Rng, random_mx};
 use super::{
     AttentionDecode, AttnOut, BlasLt, CudaContext, CudaError, CudaKernels, DeviceSampler, GemvMma,
-    KvCache, MxTiled, SAMPLE_OUT_LEN, SampleParams, XPrep, attn_partials_len, tile_mx,
+    KvCache, MxTiled, SAMPLE_OUT_LEN, SampleParams, WarmReport, XPrep, attn_partials_len, tile_mx,
+    warm_cache,
 };
 use crate::cpu::{AttnShape, WeightRef, reference};
 use crate::ledger::{Owner, SpanKind};
@@ -67,6 +68,22 @@ fn max_abs_scaled(got: &[f32], want: &[f64]) -> f64 {
 
 fn values(rng: &mut Rng, n: usize, amp: f32) -> Vec<f32> {
     (0..n).map(|_| rng.uniform(-amp, amp)).collect()
+}
+
+/// Compiles the kernel modules the checks load into the disk cache, side by side, where
+/// it does not hold them yet (a first run on a GPU; the loads then read the cache).
+pub fn warm(ctx: &CudaContext) -> Result<WarmReport, CudaError> {
+    warm_cache(
+        &ctx.arch(),
+        &[
+            super::gemv::MODULE,
+            super::kernels::GEMV_MODULE,
+            super::kernels::OPS_MODULE,
+            super::attention::MODULE,
+            super::attention::ONEPASS_MODULE,
+            super::sample::MODULE,
+        ],
+    )
 }
 
 /// Runs every check on `ctx`'s GPU, calling `progress` after each; the checks' memory
