@@ -26,9 +26,9 @@ pub struct BenchOptions {
     /// Decode by sampling at this temperature (OpenAI's other defaults: top-p 1, no
     /// top-k, min-p or penalties; a fixed seed) instead of greedily; 0 = greedy.
     pub temperature: f32,
-    /// Also decode this many sequences together (`LlamaModel::decode_batch`; the model
-    /// must be opened with at least as many), each after the same prompt, greedily:
-    /// [`BenchReport::batch_decode_tok_s`]. 1 = off.
+    /// Also decode 2, 3, … up to this many sequences together
+    /// (`LlamaModel::decode_batch`; the model must be opened with at least as many),
+    /// each after the same prompt, greedily: [`BenchReport::batch_decode`]. 1 = off.
     pub sequences: usize,
 }
 
@@ -58,9 +58,9 @@ pub struct BenchReport {
     pub weight_bytes: u64,
     /// `weight_bytes * decode_tok_s` in GB/s: the memory traffic decode sustains.
     pub decode_gb_s: f64,
-    /// With [`BenchOptions::sequences`] > 1: (sequences, tokens per sequence, tokens/s
-    /// over all of them) of the batched decode.
-    pub batch_decode: Option<(usize, usize, f64)>,
+    /// With [`BenchOptions::sequences`] > 1, for every batch size from 2 up to it:
+    /// (sequences, timed steps, tokens/s over all of them) of the batched decode.
+    pub batch_decode: Vec<(usize, usize, f64)>,
 }
 
 impl std::fmt::Display for BenchReport {
@@ -75,7 +75,7 @@ impl std::fmt::Display for BenchReport {
             self.decode_tok_s,
             self.decode_gb_s
         )?;
-        if let Some((n, steps, rate)) = self.batch_decode {
+        for &(n, steps, rate) in &self.batch_decode {
             write!(
                 f,
                 "; {n} sequences together: {steps} steps {rate:.1} tok/s in all ({:.1} each)",
@@ -140,11 +140,9 @@ pub fn bench(rt: &mut LlamaRuntime, opts: &BenchOptions) -> Result<BenchReport, 
             next = step(&[next], prompt_n + i)?;
         }
         let decode = t1.elapsed().as_secs_f64();
-        let batch_decode = if opts.sequences > 1 {
-            Some(batch_rate(model, &prompt, opts.sequences, decode_n)?)
-        } else {
-            None
-        };
+        let batch_decode = (2..=opts.sequences)
+            .map(|n| batch_rate(model, &prompt, n, decode_n))
+            .collect::<Result<Vec<_>, _>>()?;
         let weight_bytes = model.weight_bytes();
         let decode_tok_s = decode_n as f64 / decode.max(1e-9);
         Ok(BenchReport {

@@ -65,8 +65,8 @@ pub struct ChatBench {
     /// decode greedily, so the two do not go together.
     #[arg(long, default_value_t = 0.0, conflicts_with = "anchor")]
     pub temperature: f32,
-    /// CUDA: also decode this many sequences together (2..=4), each after the same
-    /// prompt, and print the tokens/s over all of them.
+    /// CUDA: also decode 2, 3, … up to this many sequences together (2..=4), each
+    /// after the same prompt, and print the tokens/s over all of them for each count.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4))]
     pub sequences: u32,
 }
@@ -243,7 +243,7 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
             )?;
             let rate = (r.prefill_tok_s, r.decode_tok_s);
             row(engine, t, rate, Some(r.decode_gb_s));
-            if let Some((n, steps, all)) = r.batch_decode {
+            for &(n, steps, all) in &r.batch_decode {
                 println!(
                     "{engine:<10} {n} sequences decoded together: {all:.1} tok/s in all, {:.1} per sequence ({steps} steps; one sequence: {:.1})",
                     all / n as f64,
