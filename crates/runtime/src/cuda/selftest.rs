@@ -175,7 +175,9 @@ fn gemv(
         }
         checks.push(Check {
             name: if n == 1 {
-                format!("MX GEMV {name} {rows}×{cols}")
+                // The kernel `Auto` picks here, for a bug report.
+                let k = g.resolve(format, rows.div_ceil(32), layout.data_row_bytes() / 128);
+                format!("MX GEMV {name} {rows}×{cols} ({k:?})")
             } else {
                 format!("MX GEMV {name} {rows}×{cols}, {n} vectors")
             },
