@@ -16,8 +16,8 @@ use favlo_mx::{ElementFormat, MxView};
 use super::bench::{Rng, random_mx};
 use super::{
     AttentionDecode, AttnOut, BlasLt, CudaContext, CudaError, CudaKernels, DeviceSampler, GemvMma,
-    KvCache, MxTiled, SAMPLE_OUT_LEN, SampleParams, WarmReport, XPrep, attn_partials_len, tile_mx,
-    warm_cache,
+    KernelSet, KvCache, MxTiled, SAMPLE_OUT_LEN, SampleParams, WarmReport, XPrep,
+    attn_partials_len, tile_mx, warm_kernels,
 };
 use crate::cpu::{AttnShape, WeightRef, reference};
 use crate::ledger::{Owner, SpanKind};
@@ -73,17 +73,7 @@ fn values(rng: &mut Rng, n: usize, amp: f32) -> Vec<f32> {
 /// Compiles the kernel modules the checks load into the disk cache, side by side, where
 /// it does not hold them yet (a first run on a GPU; the loads then read the cache).
 pub fn warm(ctx: &CudaContext) -> Result<WarmReport, CudaError> {
-    warm_cache(
-        &ctx.arch(),
-        &[
-            super::gemv::MODULE,
-            super::kernels::GEMV_MODULE,
-            super::kernels::OPS_MODULE,
-            super::attention::MODULE,
-            super::attention::ONEPASS_MODULE,
-            super::sample::MODULE,
-        ],
-    )
+    warm_kernels(&ctx.arch(), KernelSet::Selftest)
 }
 
 /// Runs every check on `ctx`'s GPU, calling `progress` after each; the checks' memory

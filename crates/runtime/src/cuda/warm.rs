@@ -25,6 +25,8 @@ pub enum KernelSet {
     Images,
     /// The voice (favlo-vits).
     Voice,
+    /// What `favlo selftest cuda` loads (`cuda::selftest`).
+    Selftest,
     /// Every module of the runtime, benchmarks' included.
     All,
 }
@@ -47,6 +49,14 @@ impl KernelSet {
             KernelSet::Embeddings => vec![encoder::MODULE],
             KernelSet::Images => vec![conv2d::MODULE],
             KernelSet::Voice => vec![conv1d::MODULE, rel_encoder::MODULE, vits_dp::MODULE],
+            KernelSet::Selftest => vec![
+                gemv::MODULE,
+                kernels::GEMV_MODULE,
+                kernels::OPS_MODULE,
+                attention::MODULE,
+                attention::ONEPASS_MODULE,
+                sample::MODULE,
+            ],
             KernelSet::All => {
                 let mut v = chat.to_vec();
                 v.extend([
@@ -100,6 +110,7 @@ mod tests {
             KernelSet::Embeddings,
             KernelSet::Images,
             KernelSet::Voice,
+            KernelSet::Selftest,
         ] {
             for m in set.modules() {
                 assert!(all.contains(&m), "{set:?}: {} missing from All", m.name);
