@@ -343,6 +343,25 @@ pub fn ring_two_blocks(
     2 * (w * d * ring_stage_bytes(format) + RING_STATIC + SMEM_PER_BLOCK_RESERVED) <= lim.per_sm
 }
 
+/// Most warps per block of the batched kernels (`__launch_bounds__(256)` in
+/// gemv_batch.cu).
+pub(super) const BATCH_WARPS: usize = 8;
+
+/// Blocks of 8 warps of each batched kernel that fit one multiprocessor (`batch` ->
+/// `GemvMma::batch_fit`; the kernels' registers decide).
+fn batch_occupancy(batch: &[[CudaFunction; 3]; 2]) -> Result<[[usize; 3]; 2], CudaError> {
+    let mut fit = [[1; 3]; 2];
+    for (row, fns) in fit.iter_mut().zip(batch) {
+        for (b, f) in row.iter_mut().zip(fns) {
+            let n = f
+                .occupancy_max_active_blocks_per_multiprocessor((BATCH_WARPS * 32) as u32, 0, None)
+                .map_err(driver_err("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+            *b = (n as usize).max(1);
+        }
+    }
+    Ok(fit)
+}
+
 /// The tensor-core GEMV kernels of one context.
 pub struct GemvMma {
     ctx: Arc<CudaContext>,
@@ -450,7 +469,19 @@ impl GemvMma {
             .map_err(driver_err("cuFuncSetAttribute"))?;
             Ok(func)
         };
-        let mut g = GemvMma {
+        let batch = [
+            [
+                f("gemv_mxfp4_batch2")?,
+                f("gemv_mxfp4_batch3")?,
+                f("gemv_mxfp4_batch4")?,
+            ],
+            [
+                f("gemv_mxfp8_batch2")?,
+                f("gemv_mxfp8_batch3")?,
+                f("gemv_mxfp8_batch4")?,
+            ],
+        ];
+        Ok(GemvMma {
             ring: [
                 [
                     ring_fn("gemv_mxfp4_ring2")?,
@@ -511,27 +542,14 @@ impl GemvMma {
             norm_parts: f("norm_parts_prep")?,
             rms_prep_z: f("rms_norm_prep_z")?,
             swiglu_prep_z: f("swiglu_prep_z")?,
-            batch_fit: [[1; 3]; 2],
-            batch: [
-                [
-                    f("gemv_mxfp4_batch2")?,
-                    f("gemv_mxfp4_batch3")?,
-                    f("gemv_mxfp4_batch4")?,
-                ],
-                [
-                    f("gemv_mxfp8_batch2")?,
-                    f("gemv_mxfp8_batch3")?,
-                    f("gemv_mxfp8_batch4")?,
-                ],
-            ],
+            batch_fit: batch_occupancy(&batch)?,
+            batch,
             sms: sms.max(1) as usize,
             ctx: Arc::clone(ctx),
             from_cache: m.from_cache,
             l2_prefetch: false,
             persistent: true,
-        };
-        g.batch_fit = g.batch_occupancy()?;
-        Ok(g)
+        })
     }
 
     /// Prepares the first `cols` values of `x` (rounded up to 32; `x` must hold them,

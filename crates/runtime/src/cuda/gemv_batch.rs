@@ -14,15 +14,13 @@ use favlo_mx::ElementFormat;
 
 use super::context::DeviceBuffer;
 use super::gemv::{
-    GemvMma, MxTiled, TILE_ROWS, XPrep, int, scale_tile_bytes, shape, warps_per_block,
+    BATCH_WARPS, GemvMma, MxTiled, TILE_ROWS, XPrep, int, scale_tile_bytes, shape, warps_per_block,
 };
 use super::launch::{arg_ptr, launch_raw};
 use super::{CudaError, driver_err};
 
 /// Most vectors one batched GEMV launch takes (`GEMV_BATCH_MAX` in gemv_batch.cu).
 pub const GEMV_BATCH_MAX: usize = 4;
-/// Most warps per block of the batch kernels (`__launch_bounds__(256)`).
-const BATCH_WARPS: usize = 8;
 
 /// `GemvBatchIo` as the kernels take it: per vector its x planes and its rows.
 #[repr(C)]
@@ -55,24 +53,6 @@ pub(super) fn batch_warps(tiles: usize, chunks: usize, sms: usize, fit8: usize) 
 }
 
 impl GemvMma {
-    /// Blocks of 8 warps per multiprocessor of each batched kernel (`batch_fit`).
-    pub(super) fn batch_occupancy(&self) -> Result<[[usize; 3]; 2], CudaError> {
-        let mut fit = [[1; 3]; 2];
-        for (row, fns) in fit.iter_mut().zip(&self.batch) {
-            for (b, f) in row.iter_mut().zip(fns) {
-                let n = f
-                    .occupancy_max_active_blocks_per_multiprocessor(
-                        (BATCH_WARPS * 32) as u32,
-                        0,
-                        None,
-                    )
-                    .map_err(driver_err("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
-                *b = (n as usize).max(1);
-            }
-        }
-        Ok(fit)
-    }
-
     /// y_b = W·x_b for every b (`accumulate`: y_b += W·x_b), W an MXFP4 or MXFP8
     /// matrix, each x_b prepared over the layout's padded columns. One vector runs the
     /// batch-1 kernel ([`Self::gemv`]); 2..=[`GEMV_BATCH_MAX`] run one batched launch.
