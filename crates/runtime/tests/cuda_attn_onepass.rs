@@ -27,19 +27,10 @@ use half::f16;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use common::rand_vec;
+use common::{max_abs_scaled, rand_vec};
 
 fn setup() -> Option<Arc<CudaContext>> {
     common::cuda::open_or_skip("the CUDA one-pass attention test")
-}
-
-/// max |got − want| / (1 + |want|).
-fn max_abs_scaled(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
-    got.iter().zip(want).fold(0f64, |a, (g, w)| {
-        a.max((*g as f64 - w).abs() / (1.0 + w.abs()))
-    })
 }
 
 #[derive(Clone, Copy, Debug)]

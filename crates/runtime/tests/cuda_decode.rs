@@ -29,26 +29,7 @@ fn setup() -> Option<Arc<CudaContext>> {
     common::cuda::open_or_skip("the CUDA decode test")
 }
 
-use common::{blockwise, rand_vec};
-
-fn max_rel(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
-    let max = want.iter().fold(0f64, |a, b| a.max(b.abs()));
-    let err = got
-        .iter()
-        .zip(want)
-        .fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
-    err / max.max(1e-30)
-}
-
-fn max_abs_scaled(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
-    got.iter().zip(want).fold(0f64, |a, (g, w)| {
-        a.max((*g as f64 - w).abs() / (1.0 + w.abs()))
-    })
-}
+use common::{blockwise, max_abs_scaled, max_rel, rand_vec};
 
 /// x with per-32-block magnitudes spread over 2^-20..2^20, so the per-block scaling
 /// of the hi/lo split is exercised.

@@ -10,6 +10,8 @@
 
 mod common;
 
+use common::{max_abs_scaled, max_rel};
+
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use favlo_mx::{ElementFormat, MxView};
@@ -50,31 +52,6 @@ fn rand_vec(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
     (0..n)
         .map(|_| (rng.random_range(-1.0f32..1.0) + 0.01) * scale)
         .collect()
-}
-
-fn max_rel(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    assert!(
-        got.iter().all(|v| v.is_finite()),
-        "non-finite output (unwritten or NaN)"
-    );
-    let max = want.iter().fold(0f64, |a, b| a.max(b.abs()));
-    let err = got
-        .iter()
-        .zip(want)
-        .fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
-    err / max.max(1e-30)
-}
-
-fn max_abs_scaled(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    assert!(
-        got.iter().all(|v| v.is_finite()),
-        "non-finite output (unwritten or NaN)"
-    );
-    got.iter().zip(want).fold(0f64, |a, (g, w)| {
-        a.max((*g as f64 - w).abs() / (1.0 + w.abs()))
-    })
 }
 
 #[test]

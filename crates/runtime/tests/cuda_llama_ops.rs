@@ -27,28 +27,7 @@ fn setup() -> Option<Arc<CudaContext>> {
     common::cuda::open_or_skip("the CUDA llama-op test")
 }
 
-use common::rand_vec;
-
-/// max |got − want| / (1 + |want|).
-fn max_abs_scaled(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
-    got.iter().zip(want).fold(0f64, |a, (g, w)| {
-        a.max((*g as f64 - w).abs() / (1.0 + w.abs()))
-    })
-}
-
-/// max |got − want| / max |want|.
-fn max_rel(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
-    let max = want.iter().fold(0f64, |a, b| a.max(b.abs()));
-    let err = got
-        .iter()
-        .zip(want)
-        .fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
-    err / max.max(1e-30)
-}
+use common::{max_abs_scaled, max_rel, rand_vec};
 
 #[test]
 fn attention_decode_head_dim_64_and_odd_groups() {

@@ -310,3 +310,22 @@ pub fn top_k(x: &[f32], k: usize) -> Vec<(usize, f32)> {
     v.truncate(k);
     v
 }
+
+/// max |got − want| / max |want|: the error measure of a dot-product kernel (GEMV,
+/// GEMM) against its f64 reference. Equal lengths are the caller's to check.
+pub fn max_rel_err(got: &[f32], want: &[f64]) -> f64 {
+    let max = want.iter().fold(0f64, |a, b| a.max(b.abs()));
+    let err = got
+        .iter()
+        .zip(want)
+        .fold(0f64, |a, (g, w)| a.max((f64::from(*g) - w).abs()));
+    err / max.max(1e-30)
+}
+
+/// max |got − want| / (1 + |want|): the error measure of element-wise f32 kernels
+/// (norms, attention) against their f64 reference.
+pub fn max_abs_scaled_err(got: &[f32], want: &[f64]) -> f64 {
+    got.iter().zip(want).fold(0f64, |a, (g, w)| {
+        a.max((f64::from(*g) - w).abs() / (1.0 + w.abs()))
+    })
+}

@@ -45,25 +45,13 @@ const REL_MAX: &str = "max|err| / max|ref|";
 /// max |got − want| / (1 + |want|): element-wise f32 arithmetic.
 const ABS_SCALED: &str = "max|err| / (1 + |ref|)";
 
-fn max_rel(got: &[f32], want: &[f64]) -> f64 {
+/// `measure` of a finite output of the reference's length, else infinite (a NaN or an
+/// unwritten value fails the check).
+fn checked(got: &[f32], want: &[f64], measure: fn(&[f32], &[f64]) -> f64) -> f64 {
     if got.len() != want.len() || got.iter().any(|v| !v.is_finite()) {
         return f64::INFINITY;
     }
-    let max = want.iter().fold(0f64, |a, b| a.max(b.abs()));
-    let err = got
-        .iter()
-        .zip(want)
-        .fold(0f64, |a, (g, w)| a.max((f64::from(*g) - w).abs()));
-    err / max.max(1e-30)
-}
-
-fn max_abs_scaled(got: &[f32], want: &[f64]) -> f64 {
-    if got.len() != want.len() || got.iter().any(|v| !v.is_finite()) {
-        return f64::INFINITY;
-    }
-    got.iter().zip(want).fold(0f64, |a, (g, w)| {
-        a.max((f64::from(*g) - w).abs() / (1.0 + w.abs()))
-    })
+    measure(got, want)
 }
 
 fn values(rng: &mut Rng, n: usize, amp: f32) -> Vec<f32> {
@@ -161,7 +149,7 @@ fn gemv(
         g.gemv_batch(&w, &xs, &mut yr, false)?;
         let mut error = 0f64;
         for (y, want) in ys[..n].iter().zip(&wants) {
-            error = error.max(max_rel(&ctx.download(y)?, want));
+            error = error.max(checked(&ctx.download(y)?, want, reference::max_rel_err));
         }
         checks.push(Check {
             name: if n == 1 {
@@ -195,7 +183,11 @@ fn rms_norm(
     Ok(Check {
         name: format!("RMSNorm {rows}×{dim}"),
         measure: ABS_SCALED,
-        error: max_abs_scaled(&ctx.download(&od)?, &reference::rms_norm(&x, &w, 1e-6)),
+        error: checked(
+            &ctx.download(&od)?,
+            &reference::rms_norm(&x, &w, 1e-6),
+            reference::max_abs_scaled_err,
+        ),
         bound: 1e-5,
     })
 }
@@ -246,7 +238,7 @@ fn attention(
             if f16_cache { "f16" } else { "f32" }
         ),
         measure: ABS_SCALED,
-        error: max_abs_scaled(&ctx.download(&o)?, &want),
+        error: checked(&ctx.download(&o)?, &want, reference::max_abs_scaled_err),
         bound: 1e-5,
     })
 }

@@ -5,6 +5,7 @@
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
+use favlo_runtime::cpu::reference;
 use rand::Rng;
 use rand::rngs::StdRng;
 
@@ -18,12 +19,27 @@ pub fn rand_vec(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
 /// Largest absolute error relative to the largest reference magnitude.
 pub fn rel_err(got: &[f32], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len());
-    let max = want.iter().fold(0f64, |a, b| a.max(b.abs()));
-    let err = got
-        .iter()
-        .zip(want)
-        .fold(0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
-    err / max.max(1e-30)
+    reference::max_rel_err(got, want)
+}
+
+/// [`rel_err`] of an output that must be finite everywhere (none left unwritten).
+pub fn max_rel(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "non-finite output (unwritten or NaN)"
+    );
+    reference::max_rel_err(got, want)
+}
+
+/// max |got − want| / (1 + |want|) of an output that must be finite everywhere.
+pub fn max_abs_scaled(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "non-finite output (unwritten or NaN)"
+    );
+    reference::max_abs_scaled_err(got, want)
 }
 
 /// `rows × cols` random values whose row magnitudes step over 2^-6..2^6 (so the MX
