@@ -11,6 +11,7 @@
 //! block).
 
 use favlo_mx::{ElementFormat, MxLayout, MxView};
+use favlo_runtime::cuda::bench::format_name;
 use favlo_runtime::cuda::{
     CudaContext, GEMV_BATCH_MAX, GemvMma, MxTiled, XPrep, copy_bandwidth_gbps, tile_mx, time_ms,
 };
@@ -97,10 +98,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let gbs = layout.total_bytes() as f64 / (ms * 1e-3) / 1e9;
                     println!(
                         "{:<6} {:>14} {n:>2} {:>9.2} {gbs:>9.0} {:>6.0}% {:>11.2}× {}",
-                        match format {
-                            ElementFormat::Fp4E2M1 => "MXFP4",
-                            _ => "MXFP8",
-                        },
+                        format_name(format),
                         format!("{name} {rows}×{cols}"),
                         ms * 1e3,
                         100.0 * gbs / copy,
