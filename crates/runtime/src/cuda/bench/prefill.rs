@@ -10,6 +10,11 @@
 //! - the exact-operand GEMM the chat prefill runs (`MxGemm`: weights expanded to bf16,
 //!   activations in two bf16 planes, cuBLASLt).
 //!
+//! The gate|up row times the GEMM the chat's FP8 prefill runs: gate and up rows paired at
+//! open (`tile_gemm_swiglu`) and silu(gate)·up stored by the GEMM (`GemmMx::gemm_swiglu`,
+//! `[m, ff]` f32 out); the plain gate|up GEMM (`[m, 2·ff]` f32 out) is timed beside it
+//! as a row of its own, outside the totals.
+//!
 //! Key design choice: the figures are TFLOP/s of 2·m·n·k against the dense FP8
 //! datasheet rate (the "FP8 tensor-core roofline"), and each path is checked against
 //! an f64 product on a few tokens before it is timed (GemmMx against its own quantized
@@ -22,8 +27,8 @@ use favlo_mx::{ElementFormat, MxView};
 use super::gemv::describe;
 use super::{BenchError, Rng, random_mx};
 use crate::cuda::{
-    CudaContext, GemmActs, GemmMx, GemmWeights, MxGemm, MxTiled, PrefillOps, XPrep, mx_gemm_k,
-    tile_gemm, tile_mx, time_ms,
+    CudaContext, CudaError, DeviceBuffer, GemmActs, GemmMx, GemmWeights, MxGemm, MxTiled,
+    PrefillOps, XPrep, mx_gemm_k, tile_gemm, tile_gemm_swiglu, tile_mx, time_ms,
 };
 use crate::ledger::{Owner, SpanKind};
 
@@ -67,6 +72,9 @@ pub struct PrefillRow {
     /// Max relative error of the checks (GemmMx, MxGemm).
     pub fp8_err: f64,
     pub exact_err: f64,
+    /// Part of the prefill's totals; false for a comparison row (the plain gate|up
+    /// GEMM beside the SwiGLU one the chat runs).
+    pub counted: bool,
 }
 
 /// The figures of one run.
@@ -89,9 +97,9 @@ pub struct PrefillBench {
 }
 
 impl PrefillBench {
-    /// FLOPs of all the GEMMs.
+    /// FLOPs of all the GEMMs of the prefill (the counted rows).
     pub fn flop(&self) -> f64 {
-        self.rows.iter().map(|r| r.flop).sum()
+        self.rows.iter().filter(|r| r.counted).map(|r| r.flop).sum()
     }
 }
 
@@ -109,8 +117,48 @@ struct Mat {
     accumulate: bool,
     /// One `GemmMx` copy per layer.
     fp8: Vec<GemmWeights>,
+    /// gate|up only: the rows paired for `gemm_swiglu`, one copy per layer.
+    swiglu: Vec<GemmWeights>,
+    /// Empty for the comparison row (its exact GEMM is the counted row's).
     exact: Vec<MxTiled>,
     wf: Vec<f32>,
+    layout: favlo_mx::MxLayout,
+    packed: Vec<u8>,
+    counted: bool,
+}
+
+impl Mat {
+    /// The GEMM the chat prefill runs for this matrix.
+    fn run(
+        &self,
+        g: &GemmMx,
+        x: &GemmActs,
+        l: usize,
+        y: &mut DeviceBuffer<f32>,
+    ) -> Result<(), CudaError> {
+        match self.swiglu.get(l) {
+            Some(w) => g.gemm_swiglu(x, w, y),
+            None => g.gemm(x, &self.fp8[l], y, self.accumulate),
+        }
+    }
+}
+
+/// max |y − silu(gate)·up| / max |silu(gate)·up| over the first `toks` rows, from the
+/// plain gate|up GEMM's output `gu` (`[m, 2·ff]`) and the SwiGLU GEMM's `y` (`[m, ff]`).
+fn check_swiglu(gu: &[f32], y: &[f32], ff: usize, toks: usize) -> f64 {
+    let (mut err, mut max) = (0f64, 0f64);
+    for t in 0..toks {
+        for c in 0..ff {
+            let (gate, up) = (
+                f64::from(gu[t * 2 * ff + c]),
+                f64::from(gu[t * 2 * ff + ff + c]),
+            );
+            let want = gate / (1.0 + (-gate).exp()) * up;
+            max = max.max(want.abs());
+            err = err.max((f64::from(y[t * ff + c]) - want).abs());
+        }
+    }
+    err / max.max(1e-30)
 }
 
 /// max |y − ref| / max |ref| over the first `toks` rows, all columns.
@@ -155,28 +203,54 @@ pub fn prefill_bench(
     let ops = PrefillOps::load(ctx)?;
     let mut rng = Rng::new(5);
     let mut mats = Vec::new();
-    for (name, n, k, xin, accumulate) in [
-        ("q|k|v", 6144, 4096, 0, false),
-        ("o", 4096, 4096, 0, true),
-        ("gate|up", 24576, 4096, 0, false),
-        ("down", 4096, 12288, 1, true),
+    // (name, n, k, input, y +=, role): role 0 = as the chat runs it, 1 = the gate|up
+    // GEMM paired for SwiGLU (the chat's), 2 = the plain gate|up GEMM (comparison only).
+    for (name, n, k, xin, accumulate, role) in [
+        ("q|k|v", 6144, 4096, 0, false, 0),
+        ("o", 4096, 4096, 0, true, 0),
+        ("gate|up", 24576, 4096, 0, false, 1),
+        ("down", 4096, 12288, 1, true, 0),
+        ("gate|up plain", 24576, 4096, 0, false, 2),
     ] {
         let scales = if format == ElementFormat::Fp8E4M3 {
             (117, 123)
         } else {
             (121, 127)
         };
-        let (layout, packed) = random_mx(format, n, k, scales, &mut rng);
+        // The plain gate|up row reuses the paired row's random weights.
+        let (layout, packed) = if role == 2 {
+            let Some(prev) = mats.iter().find(|mm: &&Mat| mm.n == n && mm.k == k) else {
+                continue;
+            };
+            (prev.layout, prev.packed.clone())
+        } else {
+            random_mx(format, n, k, scales, &mut rng)
+        };
         let view = MxView::new(layout, &packed)?;
         // Both formats run the FP8 tensor-core GEMM (MXFP4 folded into grouped E4M3).
-        let mut fp8 = vec![GemmWeights::upload(ctx, &owner, &tile_gemm(view)?)?];
-        for _ in 1..layers {
-            fp8.push(fp8[0].duplicate(ctx, &owner)?);
-        }
-        let tiled = tile_mx(view);
-        let exact = (0..layers)
-            .map(|_| MxTiled::upload(ctx, &owner, &tiled))
-            .collect::<Result<Vec<_>, _>>()?;
+        let copies = |host: &crate::cuda::GemmWeightsHost| -> Result<Vec<GemmWeights>, BenchError> {
+            let mut c = vec![GemmWeights::upload(ctx, &owner, host)?];
+            for _ in 1..layers {
+                c.push(c[0].duplicate(ctx, &owner)?);
+            }
+            Ok(c)
+        };
+        let (fp8, swiglu) = if role == 1 {
+            // One plain copy for the check, the paired ones for timing.
+            let plain = vec![GemmWeights::upload(ctx, &owner, &tile_gemm(view)?)?];
+            (plain, copies(&tile_gemm_swiglu(view)?)?)
+        } else {
+            (copies(&tile_gemm(view)?)?, Vec::new())
+        };
+        // The exact path runs the same plain GEMM for both gate|up rows: timed once.
+        let exact = if role == 2 {
+            Vec::new()
+        } else {
+            let tiled = tile_mx(view);
+            (0..layers)
+                .map(|_| MxTiled::upload(ctx, &owner, &tiled))
+                .collect::<Result<Vec<_>, _>>()?
+        };
         mats.push(Mat {
             name,
             n,
@@ -184,13 +258,18 @@ pub fn prefill_bench(
             xin,
             accumulate,
             fp8,
+            swiglu,
             exact,
             wf: view.dequantize(),
+            layout,
+            packed,
+            counted: role != 2,
         });
     }
     let fp8_weight_bytes = mats
         .iter()
-        .flat_map(|mm| mm.fp8.iter().map(GemmWeights::device_bytes))
+        .flat_map(|mm| mm.fp8.iter().chain(&mm.swiglu))
+        .map(GemmWeights::device_bytes)
         .sum();
     let exact_weight_bytes = mats
         .iter()
@@ -206,7 +285,9 @@ pub fn prefill_bench(
         let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-1.0, 1.0) + 0.01).collect();
         let xd = ctx.upload(&owner, SpanKind::Scratch, &x)?;
         // One C per 128 values when the weights are grouped (the grouped kernel).
-        let grouped = mats.iter().all(|mm| mm.fp8.iter().all(|w| w.grouped));
+        let grouped = mats
+            .iter()
+            .all(|mm| mm.fp8.iter().chain(&mm.swiglu).all(|w| w.grouped));
         let mut a = GemmActs::new(ctx, &owner, m, k)?.grouped(grouped);
         g.quantize(&xd, m, k, k, &mut a)?;
         let mut p = XPrep::new(ctx, &owner, m * k)?;
@@ -219,7 +300,7 @@ pub fn prefill_bench(
     let nmax = mats.iter().map(|mm| mm.n).max().unwrap_or(0);
     let wmax = mats
         .iter()
-        .map(|mm| mm.n * mx_gemm_k(&mm.exact[0]))
+        .filter_map(|mm| mm.exact.first().map(|w| mm.n * mx_gemm_k(w)))
         .max()
         .unwrap_or(0);
     let mut exact = MxGemm::new(ctx, &owner, wmax, m * 12288, 2)?;
@@ -233,19 +314,35 @@ pub fn prefill_bench(
             Some(w) => {
                 g.gemm(&acts[mm.xin], w, &mut y, false)?;
                 let xq = acts[mm.xin].values(ctx)?;
-                let e = check(&xq, &mm.wf, &ctx.download(&y)?, mm.n, mm.k, toks);
+                let plain = ctx.download(&y)?;
+                let e = check(&xq, &mm.wf, &plain, mm.n, mm.k, toks);
                 if e.is_nan() || e > 1e-3 {
                     return Err(mismatch(format!("GemmMx {}", mm.name), e, 1e-3));
+                }
+                if let Some(w) = mm.swiglu.first() {
+                    // The SwiGLU epilogue against silu(gate)·up of the plain GEMM just
+                    // checked (they are equal bit for bit on the device; f64 silu here).
+                    g.gemm_swiglu(&acts[mm.xin], w, &mut y)?;
+                    let es = check_swiglu(&plain, &ctx.download(&y)?, mm.n / 2, toks);
+                    if es.is_nan() || es > 1e-5 {
+                        return Err(mismatch(format!("GemmMx {} SwiGLU", mm.name), es, 1e-5));
+                    }
                 }
                 e
             }
             None => f64::NAN,
         };
-        exact.run(&mm.exact[0], &preps[mm.xin], m, mm.k, &mut y, false)?;
-        let ex = check(&xhost[mm.xin], &mm.wf, &ctx.download(&y)?, mm.n, mm.k, toks);
-        if ex.is_nan() || ex > 3e-5 {
-            return Err(mismatch(format!("MxGemm {}", mm.name), ex, 3e-5));
-        }
+        let ex = match mm.exact.first() {
+            Some(w) => {
+                exact.run(w, &preps[mm.xin], m, mm.k, &mut y, false)?;
+                let ex = check(&xhost[mm.xin], &mm.wf, &ctx.download(&y)?, mm.n, mm.k, toks);
+                if ex.is_nan() || ex > 3e-5 {
+                    return Err(mismatch(format!("MxGemm {}", mm.name), ex, 3e-5));
+                }
+                ex
+            }
+            None => f64::NAN,
+        };
         errs.push((e8, ex));
     }
 
@@ -258,25 +355,24 @@ pub fn prefill_bench(
     for mm in &mats {
         let a = &acts[mm.xin];
         fp8_ms.push(time_ms(ctx, warm, reps, || {
-            mm.fp8
-                .iter()
-                .try_for_each(|w| g.gemm(a, w, &mut y, mm.accumulate))
+            (0..layers).try_for_each(|l| mm.run(&g, a, l, &mut y))
         })?);
     }
+    let counted: Vec<&Mat> = mats.iter().filter(|mm| mm.counted).collect();
     let (fp8_total_ms, fp8_quant_total_ms) = {
         let gemms = time_ms(ctx, warm, reps, || {
             for l in 0..layers {
-                for mm in &mats {
-                    g.gemm(&acts[mm.xin], &mm.fp8[l], &mut y, mm.accumulate)?;
+                for mm in &counted {
+                    mm.run(&g, &acts[mm.xin], l, &mut y)?;
                 }
             }
             Ok(())
         })?;
         let with_quant = time_ms(ctx, warm, reps, || {
             for l in 0..layers {
-                for mm in &mats {
+                for mm in &counted {
                     g.quantize(&xs[mm.xin], m, mm.k, mm.k, &mut acts[mm.xin])?;
-                    g.gemm(&acts[mm.xin], &mm.fp8[l], &mut y, mm.accumulate)?;
+                    mm.run(&g, &acts[mm.xin], l, &mut y)?;
                 }
             }
             Ok(())
@@ -286,11 +382,15 @@ pub fn prefill_bench(
     let mut rows = Vec::new();
     for ((mm, (fp8_err, exact_err)), fp8_ms) in mats.iter().zip(errs).zip(fp8_ms) {
         let p = &preps[mm.xin];
-        let exact_ms = time_ms(ctx, warm, reps, || {
-            mm.exact
-                .iter()
-                .try_for_each(|w| exact.run(w, p, m, mm.k, &mut y, mm.accumulate))
-        })?;
+        let exact_ms = if mm.exact.is_empty() {
+            f64::NAN
+        } else {
+            time_ms(ctx, warm, reps, || {
+                mm.exact
+                    .iter()
+                    .try_for_each(|w| exact.run(w, p, m, mm.k, &mut y, mm.accumulate))
+            })?
+        };
         rows.push(PrefillRow {
             name: mm.name,
             n: mm.n,
@@ -300,16 +400,18 @@ pub fn prefill_bench(
             exact_ms,
             fp8_err,
             exact_err,
+            counted: mm.counted,
         });
     }
     let exact_total_ms = time_ms(ctx, warm, reps, || {
         for l in 0..layers {
-            for mm in &mats {
+            for mm in &counted {
                 exact.run(&mm.exact[l], &preps[mm.xin], m, mm.k, &mut y, mm.accumulate)?;
             }
         }
         Ok(())
     })?;
+    drop(counted);
     drop((mats, xs, acts, preps, y, exact));
     ctx.sweep(&owner)?;
     Ok(PrefillBench {
