@@ -13,9 +13,8 @@ use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
 use favlo_mx::ElementFormat;
 
 use super::context::DeviceBuffer;
-use super::gemv::{
-    BATCH_WARPS, GemvMma, MxTiled, TILE_ROWS, XPrep, int, scale_tile_bytes, shape, warps_per_block,
-};
+use super::gemv::{BATCH_WARPS, GemvMma, XPrep, int, shape, warps_per_block};
+use super::gemv_tile::{MxTiled, TILE_ROWS, scale_tile_bytes};
 use super::launch::{arg_ptr, launch_raw};
 use super::{CudaError, driver_err};
 

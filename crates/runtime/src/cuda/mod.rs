@@ -20,9 +20,11 @@ mod decode_batch;
 mod encoder;
 mod gemm;
 mod gemm_fold;
+mod gemm_tile;
 mod gemv;
 mod gemv_batch;
 mod gemv_epi;
+mod gemv_tile;
 mod graph;
 mod kernels;
 mod launch;
@@ -51,16 +53,16 @@ pub use conv2d::{CONV_SPLIT_MAX, ChannelAffine, Conv2dOps, ConvAct};
 pub use decode::DecodeOps;
 pub use decode_batch::{AttnSeq, RopeSeq, SEQ_MAX};
 pub use encoder::{ENC_MAX_HEAD_DIM, ENC_QUERY_TILE, EncAct, EncPool, EncoderOps, attention_tiles};
-pub use gemm::{
-    GEMM_KB, GEMM_TILE, GemmActs, GemmKernel, GemmMx, GemmWeights, GemmWeightsHost, TileStore,
-    tile_gemm, tile_gemm_swiglu, tile_offset,
+pub use gemm::{GemmActs, GemmKernel, GemmMx, TileStore};
+pub use gemm_tile::{
+    GEMM_KB, GEMM_TILE, GemmWeights, GemmWeightsHost, tile_gemm, tile_gemm_swiglu, tile_offset,
 };
 pub use gemv::{
-    GemvKernel, GemvMma, MxTiled, MxTiledHost, SmemLimits, XPrep, ring_config, ring_stage_bytes,
-    tile_mx, warps_per_block,
+    GemvKernel, GemvMma, SmemLimits, XPrep, ring_config, ring_stage_bytes, warps_per_block,
 };
 pub use gemv_batch::GEMV_BATCH_MAX;
 pub use gemv_epi::{EpiOut, Epilogue, NormIn};
+pub use gemv_tile::{MxTiled, MxTiledHost, tile_mx};
 pub use graph::CudaGraph;
 pub use kernels::{CudaKernels, GemvDecode, MxDevice, rope_tables};
 pub use mx_gemm::{MAX_TERMS, MxGemm, mx_gemm_k};

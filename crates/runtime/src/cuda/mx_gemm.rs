@@ -20,7 +20,8 @@ use favlo_mx::ElementFormat;
 use super::blas::BlasLt;
 use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
-use super::gemv::{MxTiled, XPrep};
+use super::gemv::XPrep;
+use super::gemv_tile::MxTiled;
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
