@@ -11,6 +11,8 @@
 //! figure (1979 TFLOP/s, the "FP8 tensor-core roofline"); the probe kernel (same loads
 //! and wgmma steps, no scale promotion) splits the time; every consumer loop
 //! (`GemmKernel::Persistent`, the default, `Wide3`, `Pipelined` and `Serial`) is timed.
+//! `FAVLO_PREFILL_SWIGLU_PROBE=1` only times the gate|up GEMM four ways (plain and
+//! paired tilings through the plain and SwiGLU GEMMs, see `swiglu_probe`).
 //! `FAVLO_PREFILL_PROFILE=1` only runs each matrix's GEMM (default loop, then the
 //! probe) once after the checks, for Nsight Compute. Before timing, 4 tokens of
 //! each matrix are checked against an f64 reference (max|err|/max|ref| ≤ 1e-3).
@@ -22,7 +24,7 @@
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 use favlo_runtime::cuda::{
     CudaContext, CudaError, DeviceBuffer, GemmActs, GemmKernel, GemmMx, GemmWeights, TileStore,
-    copy_bandwidth_gbps, tile_gemm, time_ms,
+    copy_bandwidth_gbps, tile_gemm, tile_gemm_swiglu, time_ms,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
@@ -65,6 +67,9 @@ struct Mat {
     copies: Vec<GemmWeights>,
     /// f32 decoded copy 0 (for the check).
     wf: Vec<f32>,
+    /// The packed MX matrix (the SwiGLU probe re-tiles gate|up from it).
+    layout: MxLayout,
+    packed: Vec<u8>,
 }
 
 /// Median ms of every GEMM of the prefill, layer by layer, as `g` is set.
@@ -84,6 +89,89 @@ fn time_layers(
         }
         Ok(())
     })
+}
+
+/// `FAVLO_PREFILL_SWIGLU_PROBE=1`: where the SwiGLU gate|up GEMM (`gemm_swiglu` over
+/// `tile_gemm_swiglu`, the chat's) loses its time against the plain one. Four runs of
+/// the gate|up GEMM over the layers' copies, timed in turn three times (so drift in the
+/// clock under the power cap falls on all alike):
+/// A plain tiling, plain GEMM; B paired tiling, SwiGLU GEMM; C the paired tiling through
+/// the plain GEMM (same weight bytes as B, plain epilogue); D the plain tiling through
+/// the SwiGLU GEMM (same bytes as A, SwiGLU epilogue; its values are not a SwiGLU).
+/// C near A and D near B put the cost in the epilogue; C near B puts it in the tiling.
+fn swiglu_probe(
+    ctx: &CudaContext,
+    owner: &Owner,
+    g: &GemmMx,
+    mats: &[Mat],
+    acts: &[GemmActs],
+    y: &mut DeviceBuffer<f32>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let Some(mm) = mats.iter().find(|mm| mm.name == "gate|up") else {
+        return Err("no gate|up matrix".into());
+    };
+    let view = MxView::new(mm.layout, &mm.packed)?;
+    let p0 = GemmWeights::upload(ctx, owner, &tile_gemm_swiglu(view)?)?;
+    let mut paired = vec![p0.duplicate(ctx, owner)?];
+    for _ in 2..mm.copies.len() {
+        paired.push(p0.duplicate(ctx, owner)?);
+    }
+    paired.insert(0, p0);
+    // The same device bytes flagged the other way round (each flag only selects the
+    // entry point that accepts the tiling; the kernels read the bytes as they are).
+    let as_plain = |w: &GemmWeights| -> Result<GemmWeights, CudaError> {
+        let mut d = w.duplicate(ctx, owner)?;
+        d.swiglu = !d.swiglu;
+        Ok(d)
+    };
+    let paired_plain = paired.iter().map(as_plain).collect::<Result<Vec<_>, _>>()?;
+    let plain_swiglu = mm
+        .copies
+        .iter()
+        .map(as_plain)
+        .collect::<Result<Vec<_>, _>>()?;
+    let a = &acts[mm.xin];
+    let flop = 2.0 * (a.rows() * mm.n * mm.k) as f64 * mm.copies.len() as f64;
+    let runs: [(&str, &[GemmWeights], bool); 4] = [
+        ("A plain tiling, plain GEMM", &mm.copies, false),
+        ("B paired tiling, SwiGLU GEMM (the chat's)", &paired, true),
+        ("C paired tiling, plain GEMM", &paired_plain, false),
+        ("D plain tiling, SwiGLU GEMM", &plain_swiglu, true),
+    ];
+    let mut ms = vec![Vec::new(); runs.len()];
+    for _ in 0..3 {
+        for (i, (_, ws, swiglu)) in runs.iter().enumerate() {
+            ms[i].push(time_ms(ctx, 2, 7, || {
+                for w in ws.iter() {
+                    if *swiglu {
+                        g.gemm_swiglu(a, w, y)?;
+                    } else {
+                        g.gemm(a, w, y, false)?;
+                    }
+                }
+                Ok(())
+            })?);
+        }
+    }
+    println!(
+        "\n| gate|up {}×{}, {} copies | ms (three turns) | TFLOP/s (best) |",
+        mm.n,
+        mm.k,
+        mm.copies.len()
+    );
+    println!("|---|---|---:|");
+    for ((label, _, _), t) in runs.iter().zip(&ms) {
+        let best = t.iter().copied().fold(f64::INFINITY, f64::min);
+        println!(
+            "| {label} | {} | {:.0} |",
+            t.iter()
+                .map(|v| format!("{v:.3}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            flop / (best * 1e-3) / 1e12
+        );
+    }
+    Ok(())
 }
 
 /// max|y − ref| / max|ref| over the first `toks` tokens, all columns.
@@ -171,6 +259,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             accumulate,
             copies,
             wf: view.dequantize(),
+            layout,
+            packed,
         });
     }
     let wbytes: u64 = mats
@@ -245,6 +335,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         g.desc_swap = false;
         g.kernel = GemmKernel::Persistent;
+    }
+    if std::env::var("FAVLO_PREFILL_SWIGLU_PROBE").is_ok_and(|v| v == "1") {
+        return swiglu_probe(&ctx, &owner, &g, &mats, &acts, &mut y);
     }
     if std::env::var("FAVLO_PREFILL_PROFILE").is_ok_and(|v| v == "1") {
         for mm in &mats {
