@@ -99,49 +99,34 @@ fn tile_gemm_rows(
     let l = view.layout;
     // 128-value k blocks over the real columns (FP4 rows are padded further, to 256).
     let kblocks = l.cols.div_ceil(GEMM_KB).max(1);
-    if l.format == ElementFormat::Fp4E2M1 {
-        let f = fold_fp4(view, kblocks);
-        let width = kblocks * GEMM_KB;
-        let (data, scales) = tile_rows(
-            l.rows,
-            kblocks,
-            |r| {
-                let r = source(r);
-                &f.codes[r * width..(r + 1) * width]
-            },
-            |r| {
-                let r = source(r);
-                &f.scales[r * kblocks * 4..(r + 1) * kblocks * 4]
-            },
-        );
-        return Ok(GemmWeightsHost {
-            format: ElementFormat::Fp8E4M3,
-            grouped: f.grouped,
-            rows: l.rows,
-            cols: l.cols,
-            kblocks,
-            data,
-            scales,
-            swiglu,
-        });
-    }
-    let (drb, srb) = (l.data_row_bytes(), l.scale_row_bytes());
-    let src = view.bytes;
+    // Per source row: its codes (`cs` bytes at `codes[r · cs]`) and its scales (`ss`
+    // bytes at `scales[r · ss]`), from the folded planes (MXFP4) or the matrix itself.
+    let folded;
+    let (format, grouped, (codes, cs), (scales, ss)) = if l.format == ElementFormat::Fp4E2M1 {
+        folded = fold_fp4(view, kblocks);
+        (
+            ElementFormat::Fp8E4M3,
+            folded.grouped,
+            (&folded.codes[..], kblocks * GEMM_KB),
+            (&folded.scales[..], kblocks * 4),
+        )
+    } else {
+        (
+            l.format,
+            false,
+            (view.bytes, l.data_row_bytes()),
+            (&view.bytes[l.scale_offset()..], l.scale_row_bytes()),
+        )
+    };
     let (data, scales) = tile_rows(
         l.rows,
         kblocks,
-        |r| {
-            let r = source(r);
-            &src[r * drb..(r + 1) * drb]
-        },
-        |r| {
-            let r = source(r);
-            &src[l.scale_offset() + r * srb..][..srb]
-        },
+        |r| &codes[source(r) * cs..][..cs],
+        |r| &scales[source(r) * ss..][..ss],
     );
     Ok(GemmWeightsHost {
-        format: l.format,
-        grouped: false,
+        format,
+        grouped,
         rows: l.rows,
         cols: l.cols,
         kblocks,

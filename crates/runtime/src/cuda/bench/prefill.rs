@@ -115,16 +115,13 @@ struct Mat {
     /// 0: k = 4096, 1: k = 12288.
     xin: usize,
     accumulate: bool,
-    /// One `GemmMx` copy per layer.
+    /// One `GemmMx` copy per layer (plain tiling).
     fp8: Vec<GemmWeights>,
-    /// gate|up only: the rows paired for `gemm_swiglu`, one copy per layer.
+    /// gate|up only: the rows paired for `gemm_swiglu`, one copy per layer; the plain
+    /// copies then give the comparison row.
     swiglu: Vec<GemmWeights>,
-    /// Empty for the comparison row (its exact GEMM is the counted row's).
     exact: Vec<MxTiled>,
     wf: Vec<f32>,
-    layout: favlo_mx::MxLayout,
-    packed: Vec<u8>,
-    counted: bool,
 }
 
 impl Mat {
@@ -203,29 +200,19 @@ pub fn prefill_bench(
     let ops = PrefillOps::load(ctx)?;
     let mut rng = Rng::new(5);
     let mut mats = Vec::new();
-    // (name, n, k, input, y +=, role): role 0 = as the chat runs it, 1 = the gate|up
-    // GEMM paired for SwiGLU (the chat's), 2 = the plain gate|up GEMM (comparison only).
-    for (name, n, k, xin, accumulate, role) in [
-        ("q|k|v", 6144, 4096, 0, false, 0),
-        ("o", 4096, 4096, 0, true, 0),
-        ("gate|up", 24576, 4096, 0, false, 1),
-        ("down", 4096, 12288, 1, true, 0),
-        ("gate|up plain", 24576, 4096, 0, false, 2),
+    // (name, n, k, input, y +=, gate|up paired for SwiGLU as the chat runs it)
+    for (name, n, k, xin, accumulate, paired) in [
+        ("q|k|v", 6144, 4096, 0, false, false),
+        ("o", 4096, 4096, 0, true, false),
+        ("gate|up", 24576, 4096, 0, false, true),
+        ("down", 4096, 12288, 1, true, false),
     ] {
         let scales = if format == ElementFormat::Fp8E4M3 {
             (117, 123)
         } else {
             (121, 127)
         };
-        // The plain gate|up row reuses the paired row's random weights.
-        let (layout, packed) = if role == 2 {
-            let Some(prev) = mats.iter().find(|mm: &&Mat| mm.n == n && mm.k == k) else {
-                continue;
-            };
-            (prev.layout, prev.packed.clone())
-        } else {
-            random_mx(format, n, k, scales, &mut rng)
-        };
+        let (layout, packed) = random_mx(format, n, k, scales, &mut rng);
         let view = MxView::new(layout, &packed)?;
         // Both formats run the FP8 tensor-core GEMM (MXFP4 folded into grouped E4M3).
         let copies = |host: &crate::cuda::GemmWeightsHost| -> Result<Vec<GemmWeights>, BenchError> {
@@ -235,22 +222,16 @@ pub fn prefill_bench(
             }
             Ok(c)
         };
-        let (fp8, swiglu) = if role == 1 {
-            // One plain copy for the check, the paired ones for timing.
-            let plain = vec![GemmWeights::upload(ctx, &owner, &tile_gemm(view)?)?];
-            (plain, copies(&tile_gemm_swiglu(view)?)?)
+        let fp8 = copies(&tile_gemm(view)?)?;
+        let swiglu = if paired {
+            copies(&tile_gemm_swiglu(view)?)?
         } else {
-            (copies(&tile_gemm(view)?)?, Vec::new())
-        };
-        // The exact path runs the same plain GEMM for both gate|up rows: timed once.
-        let exact = if role == 2 {
             Vec::new()
-        } else {
-            let tiled = tile_mx(view);
-            (0..layers)
-                .map(|_| MxTiled::upload(ctx, &owner, &tiled))
-                .collect::<Result<Vec<_>, _>>()?
         };
+        let tiled = tile_mx(view);
+        let exact = (0..layers)
+            .map(|_| MxTiled::upload(ctx, &owner, &tiled))
+            .collect::<Result<Vec<_>, _>>()?;
         mats.push(Mat {
             name,
             n,
@@ -261,9 +242,6 @@ pub fn prefill_bench(
             swiglu,
             exact,
             wf: view.dequantize(),
-            layout,
-            packed,
-            counted: role != 2,
         });
     }
     let fp8_weight_bytes = mats
@@ -300,7 +278,7 @@ pub fn prefill_bench(
     let nmax = mats.iter().map(|mm| mm.n).max().unwrap_or(0);
     let wmax = mats
         .iter()
-        .filter_map(|mm| mm.exact.first().map(|w| mm.n * mx_gemm_k(w)))
+        .map(|mm| mm.n * mx_gemm_k(&mm.exact[0]))
         .max()
         .unwrap_or(0);
     let mut exact = MxGemm::new(ctx, &owner, wmax, m * 12288, 2)?;
@@ -310,39 +288,27 @@ pub fn prefill_bench(
     let toks = m.min(4);
     let mut errs = Vec::new();
     for mm in &mats {
-        let e8 = match mm.fp8.first() {
-            Some(w) => {
-                g.gemm(&acts[mm.xin], w, &mut y, false)?;
-                let xq = acts[mm.xin].values(ctx)?;
-                let plain = ctx.download(&y)?;
-                let e = check(&xq, &mm.wf, &plain, mm.n, mm.k, toks);
-                if e.is_nan() || e > 1e-3 {
-                    return Err(mismatch(format!("GemmMx {}", mm.name), e, 1e-3));
-                }
-                if let Some(w) = mm.swiglu.first() {
-                    // The SwiGLU epilogue against silu(gate)·up of the plain GEMM just
-                    // checked (they are equal bit for bit on the device; f64 silu here).
-                    g.gemm_swiglu(&acts[mm.xin], w, &mut y)?;
-                    let es = check_swiglu(&plain, &ctx.download(&y)?, mm.n / 2, toks);
-                    if es.is_nan() || es > 1e-5 {
-                        return Err(mismatch(format!("GemmMx {} SwiGLU", mm.name), es, 1e-5));
-                    }
-                }
-                e
+        g.gemm(&acts[mm.xin], &mm.fp8[0], &mut y, false)?;
+        let xq = acts[mm.xin].values(ctx)?;
+        let plain = ctx.download(&y)?;
+        let e8 = check(&xq, &mm.wf, &plain, mm.n, mm.k, toks);
+        if e8.is_nan() || e8 > 1e-3 {
+            return Err(mismatch(format!("GemmMx {}", mm.name), e8, 1e-3));
+        }
+        if let Some(w) = mm.swiglu.first() {
+            // The SwiGLU epilogue against silu(gate)·up of the plain GEMM just checked
+            // (they are equal bit for bit on the device; f64 silu here).
+            g.gemm_swiglu(&acts[mm.xin], w, &mut y)?;
+            let es = check_swiglu(&plain, &ctx.download(&y)?, mm.n / 2, toks);
+            if es.is_nan() || es > 1e-5 {
+                return Err(mismatch(format!("GemmMx {} SwiGLU", mm.name), es, 1e-5));
             }
-            None => f64::NAN,
-        };
-        let ex = match mm.exact.first() {
-            Some(w) => {
-                exact.run(w, &preps[mm.xin], m, mm.k, &mut y, false)?;
-                let ex = check(&xhost[mm.xin], &mm.wf, &ctx.download(&y)?, mm.n, mm.k, toks);
-                if ex.is_nan() || ex > 3e-5 {
-                    return Err(mismatch(format!("MxGemm {}", mm.name), ex, 3e-5));
-                }
-                ex
-            }
-            None => f64::NAN,
-        };
+        }
+        exact.run(&mm.exact[0], &preps[mm.xin], m, mm.k, &mut y, false)?;
+        let ex = check(&xhost[mm.xin], &mm.wf, &ctx.download(&y)?, mm.n, mm.k, toks);
+        if ex.is_nan() || ex > 3e-5 {
+            return Err(mismatch(format!("MxGemm {}", mm.name), ex, 3e-5));
+        }
         errs.push((e8, ex));
     }
 
@@ -358,11 +324,23 @@ pub fn prefill_bench(
             (0..layers).try_for_each(|l| mm.run(&g, a, l, &mut y))
         })?);
     }
-    let counted: Vec<&Mat> = mats.iter().filter(|mm| mm.counted).collect();
+    // The plain GEMM of the paired matrix (gate|up), a comparison row after the others.
+    let plain = match mats.iter().zip(&errs).find(|(mm, _)| !mm.swiglu.is_empty()) {
+        Some((mm, &(e8, _))) => {
+            let a = &acts[mm.xin];
+            let ms = time_ms(ctx, warm, reps, || {
+                mm.fp8
+                    .iter()
+                    .try_for_each(|w| g.gemm(a, w, &mut y, mm.accumulate))
+            })?;
+            Some((mm, ms, e8))
+        }
+        None => None,
+    };
     let (fp8_total_ms, fp8_quant_total_ms) = {
         let gemms = time_ms(ctx, warm, reps, || {
             for l in 0..layers {
-                for mm in &counted {
+                for mm in &mats {
                     mm.run(&g, &acts[mm.xin], l, &mut y)?;
                 }
             }
@@ -370,7 +348,7 @@ pub fn prefill_bench(
         })?;
         let with_quant = time_ms(ctx, warm, reps, || {
             for l in 0..layers {
-                for mm in &counted {
+                for mm in &mats {
                     g.quantize(&xs[mm.xin], m, mm.k, mm.k, &mut acts[mm.xin])?;
                     mm.run(&g, &acts[mm.xin], l, &mut y)?;
                 }
@@ -379,39 +357,49 @@ pub fn prefill_bench(
         })?;
         (gemms, with_quant)
     };
+    let flop = |mm: &Mat| 2.0 * (m * mm.n * mm.k) as f64 * layers as f64;
     let mut rows = Vec::new();
-    for ((mm, (fp8_err, exact_err)), fp8_ms) in mats.iter().zip(errs).zip(fp8_ms) {
+    for ((mm, (fp8_err, exact_err)), fp8_ms) in mats.iter().zip(&errs).zip(fp8_ms) {
         let p = &preps[mm.xin];
-        let exact_ms = if mm.exact.is_empty() {
-            f64::NAN
-        } else {
-            time_ms(ctx, warm, reps, || {
-                mm.exact
-                    .iter()
-                    .try_for_each(|w| exact.run(w, p, m, mm.k, &mut y, mm.accumulate))
-            })?
-        };
+        let exact_ms = time_ms(ctx, warm, reps, || {
+            mm.exact
+                .iter()
+                .try_for_each(|w| exact.run(w, p, m, mm.k, &mut y, mm.accumulate))
+        })?;
         rows.push(PrefillRow {
             name: mm.name,
             n: mm.n,
             k: mm.k,
-            flop: 2.0 * (m * mm.n * mm.k) as f64 * layers as f64,
+            flop: flop(mm),
             fp8_ms,
             exact_ms,
+            fp8_err: *fp8_err,
+            exact_err: *exact_err,
+            counted: true,
+        });
+    }
+    if let Some((mm, fp8_ms, fp8_err)) = plain {
+        // Its exact GEMM is the gate|up row's (the chat's exact path has no SwiGLU GEMM).
+        rows.push(PrefillRow {
+            name: "gate|up plain",
+            n: mm.n,
+            k: mm.k,
+            flop: flop(mm),
+            fp8_ms,
+            exact_ms: f64::NAN,
             fp8_err,
-            exact_err,
-            counted: mm.counted,
+            exact_err: f64::NAN,
+            counted: false,
         });
     }
     let exact_total_ms = time_ms(ctx, warm, reps, || {
         for l in 0..layers {
-            for mm in &counted {
+            for mm in &mats {
                 exact.run(&mm.exact[l], &preps[mm.xin], m, mm.k, &mut y, mm.accumulate)?;
             }
         }
         Ok(())
     })?;
-    drop(counted);
     drop((mats, xs, acts, preps, y, exact));
     ctx.sweep(&owner)?;
     Ok(PrefillBench {
