@@ -227,6 +227,32 @@ __device__ __forceinline__ void gm_named_sync(int id) {
     asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
+// silu(g) = g / (1 + e^-g), bit for bit the IEEE quotient the SwiGLU rows kernel
+// computes, without the division's called special-case path for large negative g
+// (which otherwise takes most of the extra time of the SwiGLU GEMM on large values):
+// * d = 1 + e^-g overflows below g ~ -88.7: the quotient g / inf is g * 0 (-0; NaN for
+//   g = -inf), selected; the division meanwhile sees a finite divisor;
+// * d >= 2^120 (g in [-88.7, -83.2]): both operands scaled by 2^-8, exactly (g is
+//   normal there and the quotient unchanged), so the divisor's reciprocal stays normal
+//   and the clamp that keeps inf from the division (2^120) changes no finite divisor.
+__device__ __forceinline__ float gm_silu(float g) {
+    const float d = 1.0f + expf(-g);
+    const float s = d < 0x1p120f ? 1.0f : 0x1p-8f;
+    const float q = (g * s) / fminf(d * s, 0x1p120f);
+    return d == __int_as_float(0x7f800000) ? g * 0.0f : q;
+}
+
+// dst = xr[tok], or 0 past the last token (a zero-filling 4-byte cp.async: no byte is
+// read then), in the background; `cp.async.wait_all` waits for it.
+__device__ __forceinline__ void gm_rs_fetch(float* dst, const float* __restrict__ xr, int tok,
+                                            int m) {
+    const float* src = xr + (tok < m ? tok : 0);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(gm_smem(dst)),
+                 "l"(src), "r"(tok < m ? 4 : 0)
+                 : "memory");
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
 // Both consumer warpgroups (256 threads; the SwiGLU epilogue).
 __device__ __forceinline__ void gm_pair_sync() { asm volatile("bar.sync 3, 256;" ::: "memory"); }
 
@@ -238,7 +264,7 @@ __device__ __forceinline__ void gm_pair_sync() { asm volatile("bar.sync 3, 256;"
 // y[token, 64 nt + col] (ldy = n / 2; plain results only).
 template <int EPI>
 __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
-                                                   const float* __restrict__ xr, int m, int n,
+                                                   const float* rs, int m, int n,
                                                    int ldy, int accumulate, int mt, int nt,
                                                    int c, int wq, int g, int t, int lane,
                                                    float* stg) {
@@ -257,6 +283,9 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
         // or by the copy engine (lanes of warp 0 issued it; each waits for its own bulk
         // groups first).
         if (!threads && wq == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        // This thread's copy of a row scale (gm_rs_fetch) has landed; the barrier below
+        // makes every thread's visible.
+        if (hf == 0) asm volatile("cp.async.wait_all;" ::: "memory");
         if (EPI == 4)
             gm_pair_sync();  // both warpgroups read both stagings last round
         else
@@ -267,8 +296,7 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int tl = 8 * jj + 2 * t + e;  // token within the round
-                const int tok = mt * GM_TILE + HT * hf + tl;
-                const float r = tok < m ? xr[tok] : 0.f;
+                const float r = rs[HT * hf + tl];
                 stg[tl * GM_STG_LD + lr] = acc[4 * j + e] * r;
                 stg[tl * GM_STG_LD + lr + 8] = acc[4 * j + 2 + e] * r;
             }
@@ -287,9 +315,9 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
                 if (tok < m && oc < n / 2) {
                     const float4 gv = *reinterpret_cast<const float4*>(sg + tl * GM_STG_LD + col);
                     const float4 uv = *reinterpret_cast<const float4*>(su + tl * GM_STG_LD + col);
-                    *reinterpret_cast<float4*>(y + (size_t)tok * ldy + oc) = make_float4(
-                        gv.x / (1.0f + expf(-gv.x)) * uv.x, gv.y / (1.0f + expf(-gv.y)) * uv.y,
-                        gv.z / (1.0f + expf(-gv.z)) * uv.z, gv.w / (1.0f + expf(-gv.w)) * uv.w);
+                    *reinterpret_cast<float4*>(y + (size_t)tok * ldy + oc) =
+                        make_float4(gm_silu(gv.x) * uv.x, gm_silu(gv.y) * uv.y,
+                                    gm_silu(gv.z) * uv.z, gm_silu(gv.w) * uv.w);
                 }
             }
             continue;  // the next round's first barrier orders these reads before its writes
@@ -663,8 +691,14 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
             tb[i] = 0.f;
         }
         int it = 0;
+        // The staged epilogue reads the tile's row scales from shared memory: each
+        // warpgroup copies them in (one per thread, cp.async) as its tile starts, so
+        // their latency falls under the main loop, not on the epilogue's first multiply.
+        __shared__ float gm_rs[2][GM_TILE];
+        const bool staged = EPI == 4 || (EPI && (n & 3) == 0 && (ldy & 3) == 0);
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
             const int mt = tile % m_tiles, nt = tile / m_tiles;
+            if (staged) gm_rs_fetch(&gm_rs[c][32 * wq + lane], xr, mt * GM_TILE + 32 * wq + lane, m);
 #pragma unroll
             for (int i = 0; i < 64; ++i) acc[i] = 0.f;
             constexpr int U = GROUP ? GROUP : NST;  // stages per call
@@ -676,9 +710,9 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                 gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
                                               lane);
             it += kblocks;
-            if (EPI == 4 || (EPI && (n & 3) == 0 && (ldy & 3) == 0))
+            if (staged)
                 gm_epilogue_staged<EPI>(
-                    acc, y, xr, m, n, ldy, accumulate, mt, nt, c, wq, g, t, lane,
+                    acc, y, gm_rs[c], m, n, ldy, accumulate, mt, nt, c, wq, g, t, lane,
                     stg0 + c * (GM_STG_BYTES / 4));
             else
                 gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
