@@ -4,6 +4,9 @@
 // while Chat and Studio stay mounted (hidden) once visited, so a reply keeps
 // streaming and media jobs keep being followed across tab switches. The API
 // key prompt sits outside the shell, which is inert while the prompt is open.
+// A tab's click shows its panel at once (the hash follows by the link's default
+// action): waiting for the asynchronous `hashchange` left a key pressed right after
+// the click, such as Enter in the chat box, going to a still hidden view.
 import { useEffect, useState } from 'preact/hooks';
 import { gate } from './auth';
 import { ApiKeyButton, ApiKeyDialog, useGate } from './components/api-key';
@@ -52,6 +55,10 @@ export function App() {
                   href={`#${t.id}`}
                   aria-selected={tab === t.id}
                   aria-controls={`panel-${t.id}`}
+                  onClick={(e) => {
+                    // A plain click (a modified one opens the link elsewhere).
+                    if (e.button === 0 && !(e.metaKey || e.ctrlKey || e.shiftKey || e.altKey)) setTab(t.id);
+                  }}
                   class={tab === t.id ? 'tab active' : 'tab'}
                 >
                   {t.label}
@@ -66,7 +73,7 @@ export function App() {
         <section id="panel-chat" role="tabpanel" aria-labelledby="tab-chat" hidden={tab !== 'chat'} class="panel">
           <ChatView active={tab === 'chat'} />
         </section>
-        {studioSeen && (
+        {(studioSeen || tab === 'studio') && (
           <section id="panel-studio" role="tabpanel" aria-labelledby="tab-studio" hidden={tab !== 'studio'} class="panel">
             <StudioView />
           </section>
