@@ -253,6 +253,33 @@ __device__ __forceinline__ void gm_rs_fetch(float* dst, const float* __restrict_
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
+// `y +=` with the threads' epilogue (EPI 3): the first round's residual pieces (tokens
+// 0..63 of the tile, this warpgroup's 64 rows) copied into the warpgroup's staging by
+// 16-byte cp.async while the tile's last stages are still on the tensor cores, so the
+// epilogue adds them from shared memory instead of waiting on their loads. The staging
+// is [token][row] as the epilogue's fragment writes; pieces past the last token or row
+// are not copied (nor stored). A barrier first: every thread of the warpgroup is done
+// with the staging of its previous tile.
+__device__ __forceinline__ void gm_res_fetch(float* stg, const float* __restrict__ y, int m,
+                                             int n, int ldy, int mt, int nt, int c, int tid) {
+    constexpr int PIECES = GM_STG_TOKENS * 16 / 128;
+    const int row0 = nt * GM_TILE + 64 * c;
+    const int rows = min(64, n - row0);
+    asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
+#pragma unroll
+    for (int u = 0; u < PIECES; ++u) {
+        const int q = tid + 128 * u;
+        const int tl = q >> 4, col = 4 * (q & 15);
+        const int tok = mt * GM_TILE + tl;
+        if (tok < m && col < rows)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                             gm_smem(stg + tl * GM_STG_LD + col)),
+                         "l"(y + (size_t)tok * ldy + row0 + col)
+                         : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
 // Both consumer warpgroups (256 threads; the SwiGLU epilogue).
 __device__ __forceinline__ void gm_pair_sync() { asm volatile("bar.sync 3, 256;" ::: "memory"); }
 
@@ -277,6 +304,20 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
     const bool threads = EPI >= 3 || (EPI == 2 && !accumulate);
     const u32 bytes = rows > 0 ? (u32)rows * 4u : 0u;
     const u32 sbase = gm_smem(stg);
+    const int tid = 32 * wq + lane;
+    // Piece u of this thread in round hf: token tl of the round, columns col .. col + 3;
+    // its place in y, or null past the last token or row.
+    auto piece = [&](int hf, int u, int& tl, int& col) -> float* {
+        const int q = tid + 128 * u;
+        tl = q >> 4;
+        col = 4 * (q & 15);
+        const int tok = mt * GM_TILE + HT * hf + tl;
+        return (tok < m && col < rows) ? y + (size_t)tok * ldy + row0 + col : nullptr;
+    };
+    // `y +=` (EPI 3): the first round's residuals are in the staging already
+    // (gm_res_fetch); the second round's are loaded after its products are staged
+    // (earlier, they would need registers the main loop's temporaries hold).
+    const bool add = EPI == 3 && accumulate;
 #pragma unroll
     for (int hf = 0; hf < GM_TILE / HT; ++hf) {
         // What this warpgroup staged last has been read: by its threads (this barrier),
@@ -297,8 +338,14 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
             for (int e = 0; e < 2; ++e) {
                 const int tl = 8 * jj + 2 * t + e;  // token within the round
                 const float r = rs[HT * hf + tl];
-                stg[tl * GM_STG_LD + lr] = acc[4 * j + e] * r;
-                stg[tl * GM_STG_LD + lr + 8] = acc[4 * j + 2 + e] * r;
+                float* s0 = stg + tl * GM_STG_LD + lr;
+                if (add && hf == 0) {  // the residual staged by gm_res_fetch, plus the product
+                    s0[0] = __fadd_rn(__fmul_rn(acc[4 * j + e], r), s0[0]);
+                    s0[8] = __fadd_rn(__fmul_rn(acc[4 * j + 2 + e], r), s0[8]);
+                } else {
+                    s0[0] = acc[4 * j + e] * r;
+                    s0[8] = acc[4 * j + 2 + e] * r;
+                }
             }
         }
         if (EPI == 4) {
@@ -324,30 +371,20 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
         }
         if (threads) {
             gm_named_sync(1 + c);
-            const int tid = 32 * wq + lane;
-            // Piece u of this thread: token tl of the round, columns col .. col + 3; its
-            // place in y, or null past the last token or row.
-            auto piece = [&](int u, int& tl, int& col) -> float* {
-                const int q = tid + 128 * u;
-                tl = q >> 4;
-                col = 4 * (q & 15);
-                const int tok = mt * GM_TILE + HT * hf + tl;
-                return (tok < m && col < rows) ? y + (size_t)tok * ldy + row0 + col : nullptr;
-            };
-            if (EPI == 3 && accumulate) {
-                // `y +=`: every residual piece of the round loaded before any store.
+            if (add && hf == 1) {
+                // `y +=`, second round: every residual piece loaded before any store.
                 float4 res[PIECES];
 #pragma unroll
                 for (int u = 0; u < PIECES; ++u) {
                     int tl, col;
-                    const float* p = piece(u, tl, col);
+                    const float* p = piece(hf, u, tl, col);
                     res[u] = p ? *reinterpret_cast<const float4*>(p)
                                : make_float4(0.f, 0.f, 0.f, 0.f);
                 }
 #pragma unroll
                 for (int u = 0; u < PIECES; ++u) {
                     int tl, col;
-                    float* p = piece(u, tl, col);
+                    float* p = piece(hf, u, tl, col);
                     const float4 v = *reinterpret_cast<const float4*>(stg + tl * GM_STG_LD + col);
                     if (p)
                         *reinterpret_cast<float4*>(p) = make_float4(
@@ -357,7 +394,7 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
 #pragma unroll
                 for (int u = 0; u < PIECES; ++u) {
                     int tl, col;
-                    float* p = piece(u, tl, col);
+                    float* p = piece(hf, u, tl, col);
                     if (p)
                         *reinterpret_cast<float4*>(p) =
                             *reinterpret_cast<const float4*>(stg + tl * GM_STG_LD + col);
@@ -702,18 +739,31 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
 #pragma unroll
             for (int i = 0; i < 64; ++i) acc[i] = 0.f;
             constexpr int U = GROUP ? GROUP : NST;  // stages per call
+            // `y +=` by the threads: the first round's residuals are fetched into the
+            // staging before the call that runs any of the tile's last U stages.
+            bool fetch = EPI == 3 && staged && accumulate;
+            float* const stg = stg0 + c * (GM_STG_BYTES / 4);
             int kb = 0;
-            for (; kb + U <= kblocks; kb += U)
+            for (; kb + U <= kblocks; kb += U) {
+                if (fetch && kb + U > kblocks - U) {
+                    gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
+                    fetch = false;
+                }
                 gm_stages<WFMT, U, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
                                               lane);
-            for (; kb < kblocks; ++kb)
+            }
+            for (; kb < kblocks; ++kb) {
+                if (fetch) {
+                    gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
+                    fetch = false;
+                }
                 gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
                                               lane);
+            }
             it += kblocks;
             if (staged)
-                gm_epilogue_staged<EPI>(
-                    acc, y, gm_rs[c], m, n, ldy, accumulate, mt, nt, c, wq, g, t, lane,
-                    stg0 + c * (GM_STG_BYTES / 4));
+                gm_epilogue_staged<EPI>(acc, y, gm_rs[c], m, n, ldy, accumulate, mt, nt, c, wq,
+                                        g, t, lane, stg);
             else
                 gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
         }
