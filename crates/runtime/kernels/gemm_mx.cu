@@ -284,8 +284,9 @@ __device__ __forceinline__ void gm_res_fetch(float* stg, const float* __restrict
 __device__ __forceinline__ void gm_pair_sync() { asm volatile("bar.sync 3, 256;" ::: "memory"); }
 
 // EPI (as in gemm_persist_body): 1 = the copy engine for everything; 2 = plain results
-// by thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=`: a round's
-// residual pieces loaded first, then added and stored); 4 = SwiGLU: the weight rows
+// by thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=`: the first
+// round's residual pieces already in the staging (gm_res_fetch), the product added to
+// them; the second round's loaded first, then added and stored); 4 = SwiGLU: the weight rows
 // are gate | up pairs per tile (rows 64 nt .. 64 nt + 63 of gate for warpgroup 0, of
 // up for warpgroup 1), and both warpgroups' 256 threads write silu(gate) * up to
 // y[token, 64 nt + col] (ldy = n / 2; plain results only).
