@@ -253,6 +253,15 @@ __device__ __forceinline__ void gm_rs_fetch(float* dst, const float* __restrict_
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
+// Piece u (of GM_STG_TOKENS * 16 / 128) of thread tid of a warpgroup in a staged round:
+// token tl of the round and columns col .. col + 3 of the warpgroup's 64 rows (16 threads
+// cover one token's 256 bytes).
+__device__ __forceinline__ void gm_piece(int tid, int u, int& tl, int& col) {
+    const int q = tid + 128 * u;
+    tl = q >> 4;
+    col = 4 * (q & 15);
+}
+
 // `y +=` with the threads' epilogue (EPI 3): the first round's residual pieces (tokens
 // 0..63 of the tile, this warpgroup's 64 rows) copied into the warpgroup's staging by
 // 16-byte cp.async while the tile's last stages are still on the tensor cores, so the
@@ -265,11 +274,11 @@ __device__ __forceinline__ void gm_res_fetch(float* stg, const float* __restrict
     constexpr int PIECES = GM_STG_TOKENS * 16 / 128;
     const int row0 = nt * GM_TILE + 64 * c;
     const int rows = min(64, n - row0);
-    asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory");
+    gm_named_sync(1 + c);
 #pragma unroll
     for (int u = 0; u < PIECES; ++u) {
-        const int q = tid + 128 * u;
-        const int tl = q >> 4, col = 4 * (q & 15);
+        int tl, col;
+        gm_piece(tid, u, tl, col);
         const int tok = mt * GM_TILE + tl;
         if (tok < m && col < rows)
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
@@ -309,9 +318,7 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
     // Piece u of this thread in round hf: token tl of the round, columns col .. col + 3;
     // its place in y, or null past the last token or row.
     auto piece = [&](int hf, int u, int& tl, int& col) -> float* {
-        const int q = tid + 128 * u;
-        tl = q >> 4;
-        col = 4 * (q & 15);
+        gm_piece(tid, u, tl, col);
         const int tok = mt * GM_TILE + HT * hf + tl;
         return (tok < m && col < rows) ? y + (size_t)tok * ldy + row0 + col : nullptr;
     };
