@@ -13,6 +13,8 @@
 //! (`GemmKernel::Persistent`, the default, `Wide3`, `Pipelined` and `Serial`) is timed.
 //! `FAVLO_PREFILL_SWIGLU_PROBE=1` only times the gate|up GEMM four ways (plain and
 //! paired tilings through the plain and SwiGLU GEMMs, see `swiglu_probe`).
+//! `FAVLO_PREFILL_ORDER_PROBE=1` only times every launch of the whole prefill's GEMMs in
+//! two orders, matrix by matrix and layer by layer (see `order_probe`).
 //! `FAVLO_PREFILL_PROFILE=1` only runs each matrix's GEMM (default loop, then the
 //! probe) once after the checks, for Nsight Compute. Before timing, 4 tokens of
 //! each matrix are checked against an f64 reference (max|err|/max|ref| ≤ 1e-3).
@@ -89,6 +91,115 @@ fn time_layers(
         }
         Ok(())
     })
+}
+
+/// `FAVLO_PREFILL_ORDER_PROBE=1`: where the whole prefill's GEMMs lose time against the
+/// per-matrix loops. Each launch is followed by an event, so every launch's time (with
+/// any gap before it) is known, in two orders: each matrix's 36 copies in a row (as the
+/// per-matrix rows), and layer by layer (as the prefill runs them). Per matrix: the
+/// median over 7 repetitions of the sum of its launches, in both orders.
+fn order_probe(
+    ctx: &CudaContext,
+    g: &GemmMx,
+    mats: &[Mat],
+    acts: &[GemmActs],
+    y: &mut DeviceBuffer<f32>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use cudarc::driver::sys::CUevent_flags;
+    let raw = ctx.stream().context();
+    let launches = mats.len() * LAYERS;
+    let events = (0..=launches)
+        .map(|_| raw.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)))
+        .collect::<Result<Vec<_>, _>>()?;
+    // One repetition in the given order of (matrix, layer) pairs: per matrix, the sum
+    // of its launches' times.
+    let run = |order: &[(usize, usize)],
+               y: &mut DeviceBuffer<f32>|
+     -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+        events[0].record(ctx.stream())?;
+        for (i, &(mi, l)) in order.iter().enumerate() {
+            let mm = &mats[mi];
+            g.gemm(&acts[mm.xin], &mm.copies[l], y, mm.accumulate)?;
+            events[i + 1].record(ctx.stream())?;
+        }
+        events[launches].synchronize()?;
+        let mut sums = vec![0.0; mats.len()];
+        for (i, &(mi, _)) in order.iter().enumerate() {
+            sums[mi] += f64::from(events[i].elapsed_ms(&events[i + 1])?);
+        }
+        Ok(sums)
+    };
+    let by_matrix: Vec<(usize, usize)> = (0..mats.len())
+        .flat_map(|mi| (0..LAYERS).map(move |l| (mi, l)))
+        .collect();
+    let by_layer: Vec<(usize, usize)> = (0..LAYERS)
+        .flat_map(|l| (0..mats.len()).map(move |mi| (mi, l)))
+        .collect();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (mut a, mut b) = (vec![Vec::new(); mats.len()], vec![Vec::new(); mats.len()]);
+    // The same launches with no event between them: each matrix's loop and the layer by
+    // layer loop timed whole.
+    let (mut plain_a, mut plain_b) = (vec![Vec::new(); mats.len()], Vec::new());
+    for rep in 0..9 {
+        // Alternating orders, so clock drift falls on both alike; 2 warm-ups.
+        let sa = run(&by_matrix, y)?;
+        let sb = run(&by_layer, y)?;
+        let pa = mats
+            .iter()
+            .map(|mm| {
+                time_ms(ctx, 0, 1, || {
+                    mm.copies
+                        .iter()
+                        .try_for_each(|w| g.gemm(&acts[mm.xin], w, y, mm.accumulate))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let pb = time_ms(ctx, 0, 1, || {
+            by_layer.iter().try_for_each(|&(mi, l)| {
+                let mm = &mats[mi];
+                g.gemm(&acts[mm.xin], &mm.copies[l], y, mm.accumulate)
+            })
+        })?;
+        if rep >= 2 {
+            for mi in 0..mats.len() {
+                a[mi].push(sa[mi]);
+                b[mi].push(sb[mi]);
+                plain_a[mi].push(pa[mi]);
+            }
+            plain_b.push(pb);
+        }
+    }
+    println!(
+        "order probe: per matrix, the sum of its {LAYERS} launches (event after each launch), median of 7"
+    );
+    println!(
+        "{:<10} {:>14} {:>14} {:>8}",
+        "GEMM", "by matrix ms", "by layer ms", "ratio"
+    );
+    let (mut ta, mut tb) = (0.0, 0.0);
+    for (mi, mm) in mats.iter().enumerate() {
+        let (x, z) = (median(a[mi].clone()), median(b[mi].clone()));
+        ta += x;
+        tb += z;
+        println!("{:<10} {x:>14.3} {z:>14.3} {:>8.3}", mm.name, z / x);
+    }
+    println!("{:<10} {ta:>14.3} {tb:>14.3} {:>8.3}", "all", tb / ta);
+    println!("the same launches with no events between them, median of 7:");
+    let mut sum = 0.0;
+    for (mi, mm) in mats.iter().enumerate() {
+        let x = median(plain_a[mi].clone());
+        sum += x;
+        println!("{:<10} {x:>14.3} (by matrix)", mm.name);
+    }
+    println!(
+        "{:<10} {sum:>14.3} (by matrix) {:>14.3} (by layer)",
+        "all",
+        median(plain_b)
+    );
+    Ok(())
 }
 
 /// `FAVLO_PREFILL_SWIGLU_PROBE=1`: where the SwiGLU gate|up GEMM (`gemm_swiglu` over
@@ -338,6 +449,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if std::env::var("FAVLO_PREFILL_SWIGLU_PROBE").is_ok_and(|v| v == "1") {
         return swiglu_probe(&ctx, &owner, &g, &mats, &acts, &mut y);
+    }
+    if std::env::var("FAVLO_PREFILL_ORDER_PROBE").is_ok_and(|v| v == "1") {
+        return order_probe(&ctx, &g, &mats, &acts, &mut y);
     }
     if std::env::var("FAVLO_PREFILL_PROFILE").is_ok_and(|v| v == "1") {
         for mm in &mats {
