@@ -556,8 +556,8 @@ extern "C" __global__ void __launch_bounds__(256) rows_rms_norm_f32(
 }
 
 // silu(gate)·up over t rows of fused gate|up (row stride ldgu; gate n values then up n
-// values) as f32 rows of n values (stride ldy), and with rs their row scales. Grid t,
-// 256 threads.
+// values) as f32 rows of n values (stride ldy), and with rs their row scales; the FP8
+// prompt path's silu (silu_fp8.cuh), as the SwiGLU GEMM's. Grid t, 256 threads.
 extern "C" __global__ void __launch_bounds__(256) rows_swiglu_f32(
     const float* __restrict__ gu, int ldgu, int n, float* __restrict__ y, int ldy,
     float* __restrict__ rs) {
@@ -569,7 +569,7 @@ extern "C" __global__ void __launch_bounds__(256) rows_swiglu_f32(
     unsigned amax = 0u;
     for (int i = threadIdx.x; i < n; i += 256) {
         const float g = r[i];
-        const float v = g / (1.0f + expf(-g)) * r[n + i];
+        const float v = silu_fp8(g) * r[n + i];
         yr[i] = v;
         amax = max(amax, __float_as_uint(v) & 0x7fffffffu);
     }

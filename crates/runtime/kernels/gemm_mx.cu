@@ -227,21 +227,6 @@ __device__ __forceinline__ void gm_named_sync(int id) {
     asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
-// silu(g) = g / (1 + e^-g), bit for bit the IEEE quotient the SwiGLU rows kernel
-// computes, without the division's called special-case path for large negative g
-// (which otherwise takes most of the extra time of the SwiGLU GEMM on large values):
-// * d = 1 + e^-g overflows below g ~ -88.7: the quotient g / inf is g * 0 (-0; NaN for
-//   g = -inf), selected; the division meanwhile sees a finite divisor;
-// * d >= 2^120 (g in [-88.7, -83.2]): both operands scaled by 2^-8, exactly (g is
-//   normal there and the quotient unchanged), so the divisor's reciprocal stays normal
-//   and the clamp that keeps inf from the division (2^120) changes no finite divisor.
-__device__ __forceinline__ float gm_silu(float g) {
-    const float d = 1.0f + expf(-g);
-    const float s = d < 0x1p120f ? 1.0f : 0x1p-8f;
-    const float q = (g * s) / fminf(d * s, 0x1p120f);
-    return d == __int_as_float(0x7f800000) ? g * 0.0f : q;
-}
-
 // dst = xr[tok], or 0 past the last token (a zero-filling 4-byte cp.async: no byte is
 // read then), in the background; `cp.async.wait_all` waits for it.
 __device__ __forceinline__ void gm_rs_fetch(float* dst, const float* __restrict__ xr, int tok,
@@ -371,8 +356,8 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
                     const float4 gv = *reinterpret_cast<const float4*>(sg + tl * GM_STG_LD + col);
                     const float4 uv = *reinterpret_cast<const float4*>(su + tl * GM_STG_LD + col);
                     *reinterpret_cast<float4*>(y + (size_t)tok * ldy + oc) =
-                        make_float4(gm_silu(gv.x) * uv.x, gm_silu(gv.y) * uv.y,
-                                    gm_silu(gv.z) * uv.z, gm_silu(gv.w) * uv.w);
+                        make_float4(silu_fp8(gv.x) * uv.x, silu_fp8(gv.y) * uv.y,
+                                    silu_fp8(gv.z) * uv.z, silu_fp8(gv.w) * uv.w);
                 }
             }
             continue;  // the next round's first barrier orders these reads before its writes

@@ -535,11 +535,12 @@ fn gemm_mxfp4_grouped_matches_f64_reference() {
 }
 
 /// The SwiGLU GEMM (`gemm_swiglu` over `tile_gemm_swiglu` weights) against the plain
-/// GEMM followed by the SwiGLU rows kernel (bit for bit: the same f32 products, and the
-/// epilogue's silu gives the rows kernel's IEEE quotient, also where it avoids the
-/// division's special-case path),
-/// and against f64 silu(x·gateᵀ)·(x·upᵀ) from the quantized x and the weights
-/// (≤ 1e-3, as the GEMM's own bound), MXFP8 and grouped MXFP4, ragged tokens and k.
+/// GEMM followed by the SwiGLU rows kernel (bit for bit: the same f32 products and the
+/// same `silu_fp8`); each element against f64 silu(gate)·up of the plain GEMM's f32 gate
+/// and up (≤ 1.5e-5 of the value, `silu_fp8`'s bound; where gate ≤ -83.18, at most
+/// |gate · up| · 2^-119 in size, as `silu_fp8` clamps there); and against f64
+/// silu(x·gateᵀ)·(x·upᵀ) from the quantized x and the weights (≤ 1e-3, as the GEMM's own
+/// bound), MXFP8 and grouped MXFP4, ragged tokens and k.
 #[test]
 fn gemm_swiglu_matches_gemm_then_swiglu() {
     let Some((ctx, mut g)) = setup() else { return };
@@ -589,16 +590,32 @@ fn gemm_swiglu_matches_gemm_then_swiglu() {
                 .iter()
                 .zip(&want)
                 .fold(0f32, |a, (p, q)| a.max((p - q).abs()));
-            // How many gate values fall where the epilogue's silu leaves the plain IEEE
-            // division: e^-g overflowed (g * 0 selected), and 1 + e^-g ≥ 2^120 (operands
-            // scaled by 2^-8).
+            // Every element against f64 silu of the f32 gate times the f32 up, and how
+            // many gates lie where silu_fp8 clamps (g ≤ -83.18).
             let gates = ctx.download(&gu).unwrap();
-            let (mut inf, mut scaled) = (0usize, 0usize);
-            for row in gates.chunks(2 * ff) {
-                for &gv in &row[..ff] {
-                    let d = 1.0 + (-gv).exp();
-                    inf += usize::from(d.is_infinite());
-                    scaled += usize::from(d.is_finite() && d >= 2f32.powi(120));
+            let (mut clamped, mut worst) = (0usize, 0f64);
+            for (tok, row) in gates.chunks(2 * ff).enumerate() {
+                for j in 0..ff {
+                    let (gv, uv) = (f64::from(row[j]), f64::from(row[ff + j]));
+                    let v = f64::from(got[tok * ff + j]);
+                    // silu_fp8 clamps where its f32 product g · -log2 e reaches 120.
+                    if row[j] * -std::f32::consts::LOG2_E >= 120.0 {
+                        clamped += 1;
+                        assert!(
+                            v.abs() <= (gv * uv).abs() * 2f64.powi(-119) + 1e-44,
+                            "{what}: token {tok} column {j}: gate {gv:e} up {uv:e}: got {v:e}"
+                        );
+                        continue;
+                    }
+                    let r = gv / (1.0 + (-gv).exp()) * uv;
+                    let d = (v - r).abs();
+                    assert!(
+                        d <= 1.5e-5 * r.abs() + 1e-44,
+                        "{what}: token {tok} column {j}: gate {gv:e} up {uv:e}: got {v:e}, f64 {r:e}"
+                    );
+                    if r != 0.0 {
+                        worst = worst.max(d / r.abs());
+                    }
                 }
             }
             // Every element whose bits differ, with its gate and up value.
@@ -619,8 +636,8 @@ fn gemm_swiglu_matches_gemm_then_swiglu() {
             }
             let same = differing == 0;
             eprintln!(
-                "gemm_swiglu {what}: vs gemm + SwiGLU rows {:.3e} (bit-identical {same}; \
-                 gates with e^-g overflowed {inf}, 1 + e^-g ≥ 2^120 {scaled})",
+                "gemm_swiglu {what}: vs gemm + SwiGLU rows {:.3e} (bit-identical {same}); \
+                 per element vs f64 silu·up ≤ {worst:.2e}; gates ≤ -83.18 {clamped}",
                 diff / max
             );
             assert!(

@@ -23,6 +23,7 @@ use super::{CudaError, driver_err};
 
 const SRC: &str = concat!(
     include_str!("../../kernels/prep32.cuh"),
+    include_str!("../../kernels/silu_fp8.cuh"),
     include_str!("../../kernels/attn_prefill.cu")
 );
 /// This family's kernel module (see [`super::warm`]).

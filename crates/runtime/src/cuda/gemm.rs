@@ -26,7 +26,10 @@ use super::gemm_tile::{GEMM_KB, GEMM_TILE, GemmWeights, TILE_BYTES, tile_offset}
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
-const SRC: &str = include_str!("../../kernels/gemm_mx.cu");
+const SRC: &str = concat!(
+    include_str!("../../kernels/silu_fp8.cuh"),
+    include_str!("../../kernels/gemm_mx.cu")
+);
 /// This family's kernel module (see [`super::warm`]).
 pub(crate) const MODULE: Module = Module {
     name: "gemm_mx",
