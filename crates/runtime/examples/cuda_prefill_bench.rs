@@ -111,15 +111,18 @@ fn order_probe(
     let events = (0..=launches)
         .map(|_| raw.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)))
         .collect::<Result<Vec<_>, _>>()?;
-    // One repetition in the given order of (matrix, layer) pairs: per matrix, the sum
-    // of its launches' times.
-    let run = |order: &[(usize, usize)],
-               y: &mut DeviceBuffer<f32>|
+    let launch = |(mi, l): (usize, usize), y: &mut DeviceBuffer<f32>| {
+        let mm: &Mat = &mats[mi];
+        g.gemm(&acts[mm.xin], &mm.copies[l], y, mm.accumulate)
+    };
+    // One repetition in the given order of (matrix, layer) pairs, an event after each
+    // launch: per matrix, the sum of its launches' times.
+    let evented = |order: &[(usize, usize)],
+                   y: &mut DeviceBuffer<f32>|
      -> Result<Vec<f64>, Box<dyn std::error::Error>> {
         events[0].record(ctx.stream())?;
-        for (i, &(mi, l)) in order.iter().enumerate() {
-            let mm = &mats[mi];
-            g.gemm(&acts[mm.xin], &mm.copies[l], y, mm.accumulate)?;
+        for (i, &p) in order.iter().enumerate() {
+            launch(p, y)?;
             events[i + 1].record(ctx.stream())?;
         }
         events[launches].synchronize()?;
@@ -135,69 +138,55 @@ fn order_probe(
     let by_layer: Vec<(usize, usize)> = (0..LAYERS)
         .flat_map(|l| (0..mats.len()).map(move |mi| (mi, l)))
         .collect();
-    let median = |mut v: Vec<f64>| {
+    // Per repetition after 2 warm-ups, alternating the orders so clock drift falls on
+    // both alike: [evented by matrix, evented by layer, no events by matrix] per matrix,
+    // and the layer-by-layer loop with no events timed whole.
+    let mut per_matrix: Vec<[Vec<f64>; 3]> = vec![Default::default(); mats.len()];
+    let mut whole = Vec::new();
+    for rep in 0..9 {
+        let sa = evented(&by_matrix, y)?;
+        let sb = evented(&by_layer, y)?;
+        let pa = by_matrix
+            .chunks(LAYERS)
+            .map(|c| time_ms(ctx, 0, 1, || c.iter().try_for_each(|&p| launch(p, y))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let pb = time_layers(ctx, g, mats, acts, y, (0, 1))?;
+        if rep >= 2 {
+            for (mi, v) in per_matrix.iter_mut().enumerate() {
+                v[0].push(sa[mi]);
+                v[1].push(sb[mi]);
+                v[2].push(pa[mi]);
+            }
+            whole.push(pb);
+        }
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (mut a, mut b) = (vec![Vec::new(); mats.len()], vec![Vec::new(); mats.len()]);
-    // The same launches with no event between them: each matrix's loop and the layer by
-    // layer loop timed whole.
-    let (mut plain_a, mut plain_b) = (vec![Vec::new(); mats.len()], Vec::new());
-    for rep in 0..9 {
-        // Alternating orders, so clock drift falls on both alike; 2 warm-ups.
-        let sa = run(&by_matrix, y)?;
-        let sb = run(&by_layer, y)?;
-        let pa = mats
-            .iter()
-            .map(|mm| {
-                time_ms(ctx, 0, 1, || {
-                    mm.copies
-                        .iter()
-                        .try_for_each(|w| g.gemm(&acts[mm.xin], w, y, mm.accumulate))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let pb = time_ms(ctx, 0, 1, || {
-            by_layer.iter().try_for_each(|&(mi, l)| {
-                let mm = &mats[mi];
-                g.gemm(&acts[mm.xin], &mm.copies[l], y, mm.accumulate)
-            })
-        })?;
-        if rep >= 2 {
-            for mi in 0..mats.len() {
-                a[mi].push(sa[mi]);
-                b[mi].push(sb[mi]);
-                plain_a[mi].push(pa[mi]);
-            }
-            plain_b.push(pb);
-        }
-    }
     println!(
-        "order probe: per matrix, the sum of its {LAYERS} launches (event after each launch), median of 7"
+        "order probe: per matrix, the sum of its {LAYERS} launches, median of 7 (event after each launch; none)"
     );
     println!(
-        "{:<10} {:>14} {:>14} {:>8}",
-        "GEMM", "by matrix ms", "by layer ms", "ratio"
+        "{:<10} {:>14} {:>14} {:>8} {:>14}",
+        "GEMM", "by matrix ms", "by layer ms", "ratio", "no events ms"
     );
-    let (mut ta, mut tb) = (0.0, 0.0);
-    for (mi, mm) in mats.iter().enumerate() {
-        let (x, z) = (median(a[mi].clone()), median(b[mi].clone()));
-        ta += x;
-        tb += z;
-        println!("{:<10} {x:>14.3} {z:>14.3} {:>8.3}", mm.name, z / x);
+    let mut total = [0.0; 3];
+    for (mm, v) in mats.iter().zip(&per_matrix) {
+        let [x, z, p] = [median(&v[0]), median(&v[1]), median(&v[2])];
+        total = [total[0] + x, total[1] + z, total[2] + p];
+        println!(
+            "{:<10} {x:>14.3} {z:>14.3} {:>8.3} {p:>14.3}",
+            mm.name,
+            z / x
+        );
     }
-    println!("{:<10} {ta:>14.3} {tb:>14.3} {:>8.3}", "all", tb / ta);
-    println!("the same launches with no events between them, median of 7:");
-    let mut sum = 0.0;
-    for (mi, mm) in mats.iter().enumerate() {
-        let x = median(plain_a[mi].clone());
-        sum += x;
-        println!("{:<10} {x:>14.3} (by matrix)", mm.name);
-    }
+    let [x, z, p] = total;
+    println!("{:<10} {x:>14.3} {z:>14.3} {:>8.3} {p:>14.3}", "all", z / x);
     println!(
-        "{:<10} {sum:>14.3} (by matrix) {:>14.3} (by layer)",
-        "all",
-        median(plain_b)
+        "the layer-by-layer loop with no events, timed whole: {:.3} ms",
+        median(&whole)
     );
     Ok(())
 }

@@ -183,6 +183,22 @@ fn mismatch(what: String, rel_err: f64, tolerance: f64) -> BenchError {
     }
 }
 
+/// Every FP8 GEMM of the prefill, layer by layer, as the chat runs them.
+fn all_layers(
+    g: &GemmMx,
+    mats: &[Mat],
+    acts: &[GemmActs],
+    y: &mut DeviceBuffer<f32>,
+) -> Result<(), CudaError> {
+    let layers = mats.first().map_or(0, |mm| mm.fp8.len());
+    for l in 0..layers {
+        for mm in mats {
+            mm.run(g, &acts[mm.xin], l, y)?;
+        }
+    }
+    Ok(())
+}
+
 /// Runs the prefill GEMM benchmark on `ctx`.
 pub fn prefill_bench(
     ctx: &Arc<CudaContext>,
@@ -323,11 +339,7 @@ pub fn prefill_bench(
     // two builds alternated; the all-GEMMs line, timed after the rows, was not flattered).
     let t0 = std::time::Instant::now();
     while t0.elapsed() < std::time::Duration::from_secs(1) {
-        for l in 0..layers {
-            for mm in &mats {
-                mm.run(&g, &acts[mm.xin], l, &mut y)?;
-            }
-        }
+        all_layers(&g, &mats, &acts, &mut y)?;
         ctx.synchronize()?;
     }
     let mut fp8_ms = Vec::new();
@@ -351,14 +363,7 @@ pub fn prefill_bench(
         None => None,
     };
     let (fp8_total_ms, fp8_quant_total_ms) = {
-        let gemms = time_ms(ctx, warm, reps, || {
-            for l in 0..layers {
-                for mm in &mats {
-                    mm.run(&g, &acts[mm.xin], l, &mut y)?;
-                }
-            }
-            Ok(())
-        })?;
+        let gemms = time_ms(ctx, warm, reps, || all_layers(&g, &mats, &acts, &mut y))?;
         let with_quant = time_ms(ctx, warm, reps, || {
             for l in 0..layers {
                 for mm in &mats {
