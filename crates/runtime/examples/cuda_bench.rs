@@ -70,8 +70,6 @@ fn cases() -> Vec<GemvCase> {
     for (m, what) in [(1, "no decode"), (2, "no mma"), (3, "loads only")] {
         c.push(probe(&format!("probe 8x2 {what}"), (8, 2), m));
     }
-    c.push(GemvCase::q8(4));
-    c.push(GemvCase::q8(2));
     c.push(GemvCase {
         name: "F16x2 CUDA-core".into(),
         variant: GemvVariant::CudaCore(GemvDecode::F16x2),

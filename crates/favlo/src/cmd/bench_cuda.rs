@@ -121,9 +121,6 @@ mod with_cuda {
         }
         println!("* max |y − ref| / max |ref| over the first 64 rows, ref = CPU f64");
         println!(
-            "E4M3 xN (Hopper, MXFP4): x carried as N E4M3 terms into FP8 wgmma, an opt-in numerical contract (bound 1e-2 for 2 terms, 1e-3 for 4); the default kernels keep ~22 bits of x"
-        );
-        println!(
             "† the same back-to-back GEMVs over distinct weights launched with programmatic dependent launch, as the decode step chains them: each GEMV requests its first weights before it waits for the one before (output checked again)"
         );
         Ok(ExitCode::SUCCESS)

@@ -29,8 +29,7 @@ const SRC: &str = concat!(
     include_str!("../../kernels/prep32.cuh"),
     include_str!("../../kernels/fp8_sw.cuh"),
     include_str!("../../kernels/gemv_mma.cu"),
-    include_str!("../../kernels/gemv_batch.cu"),
-    include_str!("../../kernels/gemv_q8.cu")
+    include_str!("../../kernels/gemv_batch.cu")
 );
 /// This family's kernel module (see [`super::warm`]).
 pub(crate) const MODULE: Module = Module {
@@ -175,14 +174,6 @@ fn batch_occupancy(batch: &[[CudaFunction; 3]; 2]) -> Result<[[usize; 3]; 2], Cu
     Ok(fit)
 }
 
-/// The E4M3 route's kernels ([`GemvMma::gemv_q8`]): 2 and 4 terms of x, and the x
-/// preparation.
-pub(super) struct Q8Fns {
-    pub(super) t2: CudaFunction,
-    pub(super) t4: CudaFunction,
-    pub(super) prep: CudaFunction,
-}
-
 /// The tensor-core GEMV kernels of one context.
 pub struct GemvMma {
     ctx: Arc<CudaContext>,
@@ -213,8 +204,6 @@ pub struct GemvMma {
     pub(super) rms_prep_z: CudaFunction,
     pub(super) swiglu_prep_z: CudaFunction,
     pub(super) sms: usize,
-    /// The E4M3 route's kernels (`gemv_q8.rs`).
-    pub(super) q8: Q8Fns,
     smem: SmemLimits,
     /// The kernel [`Self::gemv`] launches (default [`GemvKernel::Ring`]).
     pub kernel: GemvKernel,
@@ -368,11 +357,6 @@ impl GemvMma {
             batch_fit: batch_occupancy(&batch)?,
             batch,
             sms: sms.max(1) as usize,
-            q8: Q8Fns {
-                t2: ring_fn("gemv_mxfp4_q8t2")?,
-                t4: ring_fn("gemv_mxfp4_q8t4")?,
-                prep: f("gemv_prep_x8")?,
-            },
             ctx: Arc::clone(ctx),
             from_cache: m.from_cache,
             l2_prefetch: false,

@@ -24,7 +24,6 @@ mod gemm_tile;
 mod gemv;
 mod gemv_batch;
 mod gemv_epi;
-mod gemv_q8;
 mod gemv_tile;
 mod graph;
 mod kernels;
@@ -63,7 +62,6 @@ pub use gemv::{
 };
 pub use gemv_batch::GEMV_BATCH_MAX;
 pub use gemv_epi::{EpiOut, Epilogue, NormIn};
-pub use gemv_q8::{MxQ8, MxQ8Host, Q8_CHUNK, Q8_ROWS, XPrep8, tile_mx_q8};
 pub use gemv_tile::{MxTiled, MxTiledHost, tile_mx};
 pub use graph::CudaGraph;
 pub use kernels::{CudaKernels, GemvDecode, MxDevice, rope_tables};

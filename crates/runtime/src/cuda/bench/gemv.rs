@@ -15,8 +15,8 @@ use favlo_mx::{ElementFormat, MxLayout, MxView};
 use super::{BenchError, Rng, random_mx};
 use crate::cpu::{WeightRef, reference};
 use crate::cuda::{
-    CudaContext, CudaKernels, DeviceBuffer, GemvDecode, GemvKernel, GemvMma, MxDevice, MxQ8,
-    MxTiled, XPrep, XPrep8, copy_bandwidth_gbps, tile_mx, tile_mx_q8, time_ms,
+    CudaContext, CudaKernels, DeviceBuffer, GemvDecode, GemvKernel, GemvMma, MxDevice, MxTiled,
+    XPrep, copy_bandwidth_gbps, tile_mx, time_ms,
 };
 use crate::ledger::{Owner, SpanKind};
 
@@ -44,16 +44,6 @@ pub enum GemvVariant {
     },
     /// The CUDA-core GEMV on the favlo-mx layout.
     CudaCore(GemvDecode),
-    /// The MXFP4 GEMV with x as this many E4M3 terms ([`GemvMma::gemv_q8`]; MXFP4
-    /// shapes only), checked against its own, looser bound ([`q8_tolerance`]).
-    Q8 { terms: usize },
-}
-
-/// Largest max|y − ref| / max|ref| of the E4M3 route with `terms` terms of x: x itself
-/// carries ~2^-8 (2 terms) or ~2^-16 (4 terms) of relative error per value and the
-/// tensor core sums with a 13-bit mantissa.
-pub fn q8_tolerance(terms: usize) -> f64 {
-    if terms >= 4 { 1e-3 } else { 1e-2 }
 }
 
 /// One named case of the table.
@@ -64,15 +54,6 @@ pub struct GemvCase {
 }
 
 impl GemvCase {
-    /// The MXFP4 GEMV with x as `terms` E4M3 terms (Hopper; other shapes and GPUs skip
-    /// it).
-    pub fn q8(terms: usize) -> GemvCase {
-        GemvCase {
-            name: format!("E4M3 x{terms}"),
-            variant: GemvVariant::Q8 { terms },
-        }
-    }
-
     /// The default tensor-core kernel ([`GemvKernel::Auto`]).
     pub fn auto() -> GemvCase {
         GemvCase {
@@ -113,7 +94,7 @@ impl Default for GemvBenchOptions {
         }
         GemvBenchOptions {
             shapes,
-            cases: vec![GemvCase::auto(), GemvCase::q8(4), GemvCase::q8(2)],
+            cases: vec![GemvCase::auto()],
             one_copy: false,
             prep_x: false,
             pdl_chain: true,
@@ -195,18 +176,10 @@ pub fn gemv_bench(
         mma.prep_x(&shape.x, shape.layout.padded_cols(), &mut shape.prep)?;
         let mut first: Option<Vec<f32>> = None;
         for case in &opts.cases {
-            if matches!(case.variant, GemvVariant::Q8 { .. }) && format != ElementFormat::Fp4E2M1 {
-                continue; // the E4M3 route takes MXFP4 weights only
-            }
             match shape.run_case(ctx, &kernels, &mut mma, case, opts, &mut first)? {
                 Ok(mut row) => {
                     row.of_copy = 100.0 * row.gbps / copy_gbps;
-                    if opts.pdl_chain
-                        && matches!(
-                            case.variant,
-                            GemvVariant::Mma { .. } | GemvVariant::Q8 { .. }
-                        )
-                    {
+                    if opts.pdl_chain && matches!(case.variant, GemvVariant::Mma { .. }) {
                         // The same launches chained with PDL, as the decode step runs
                         // them (checked again: the output must not change).
                         mma.pdl = true;
@@ -244,9 +217,6 @@ struct Shape {
     tiled: Vec<MxTiled>,
     /// favlo-mx layout copies for the CUDA-core kernel (only when a case needs them).
     plain: Vec<MxDevice>,
-    /// E4M3-route copies and x (MXFP4 shapes, only when a case needs them).
-    q8: Vec<MxQ8>,
-    prep8: Option<XPrep8>,
     /// f64 reference of the first rows, and its max |value|.
     want: Vec<f64>,
     want_max: f64,
@@ -274,20 +244,6 @@ impl Shape {
         } else {
             Vec::new()
         };
-        let want_q8 = format == ElementFormat::Fp4E2M1
-            && ctx.arch() == "sm_90a"
-            && opts
-                .cases
-                .iter()
-                .any(|c| matches!(c.variant, GemvVariant::Q8 { .. }));
-        let q8 = if want_q8 {
-            let host = tile_mx_q8(view)?;
-            (0..copies)
-                .map(|_| MxQ8::upload(ctx, owner, &host))
-                .collect::<Result<_, _>>()?
-        } else {
-            Vec::new()
-        };
         let tiled_host = tile_mx(view);
         let tiled = (0..copies)
             .map(|_| MxTiled::upload(ctx, owner, &tiled_host))
@@ -300,13 +256,6 @@ impl Shape {
         )?;
         let y = ctx.alloc::<f32>(owner, SpanKind::Scratch, n)?;
         let prep = XPrep::new(ctx, owner, layout.padded_cols())?;
-        let prep8 = if want_q8 {
-            let mut p = XPrep8::new(ctx, owner, layout.padded_cols())?;
-            GemvMma::load(ctx)?.prep_x8(&x, layout.padded_cols(), &mut p)?;
-            Some(p)
-        } else {
-            None
-        };
 
         // The first rows as a matrix of their own: their data rows, then their scales.
         let m = n.min(REF_ROWS);
@@ -329,8 +278,6 @@ impl Shape {
             prep,
             tiled,
             plain,
-            q8,
-            prep8,
             want,
             want_max,
         })
@@ -354,7 +301,7 @@ impl Shape {
                 pp_prefetch,
             } => (kernel, ring, pp_prefetch, None),
             GemvVariant::Probe { ring, mode } => (GemvKernel::Ring, ring, 0, Some(mode)),
-            GemvVariant::CudaCore(_) | GemvVariant::Q8 { .. } => (GemvKernel::Auto, None, 0, None),
+            GemvVariant::CudaCore(_) => (GemvKernel::Auto, None, 0, None),
         };
         mma.kernel = kernel;
         mma.ring_override = ring;
@@ -363,27 +310,17 @@ impl Shape {
         let Shape {
             tiled,
             plain,
-            q8,
-            prep8,
             x,
             y,
             prep,
             ..
         } = self;
-        let n_copies = tiled.len();
         let run = |i: usize, y: &mut DeviceBuffer<f32>| match (case.variant, probe) {
             (GemvVariant::CudaCore(decode), _) => match plain.get(i).or(plain.last()) {
                 Some(w) => kernels.gemv_mx_with(w, x, y, decode),
                 None => Err(crate::cuda::CudaError::Shape {
                     op: "gemv bench",
                     detail: "no favlo-mx copy uploaded".into(),
-                }),
-            },
-            (GemvVariant::Q8 { terms }, _) => match (q8.get(i), prep8.as_ref()) {
-                (Some(w), Some(p)) => mma.gemv_q8(w, p, y, false, terms),
-                _ => Err(crate::cuda::CudaError::Shape {
-                    op: "gemv bench",
-                    detail: "the E4M3 route takes MXFP4 shapes".into(),
                 }),
             },
             (_, Some(mode)) => mma.gemv_probe(mode, &tiled[i], prep, y),
@@ -414,22 +351,18 @@ impl Shape {
             }
         };
         let what = format!("{} {}×{}", case.name, layout.rows, layout.cols);
-        let tolerance = match case.variant {
-            GemvVariant::Q8 { terms } => q8_tolerance(terms),
-            _ => TOLERANCE,
-        };
         if probe.is_none() {
             for e in [rel_err, rel_err_all] {
-                if e.is_nan() || e > tolerance {
+                if e.is_nan() || e > TOLERANCE {
                     return Err(BenchError::Mismatch {
                         what,
                         rel_err: e,
-                        tolerance,
+                        tolerance: TOLERANCE,
                     });
                 }
             }
         }
-        let n = n_copies;
+        let n = tiled.len();
         let ms = time_ms(ctx, 2, 15, || (0..n).try_for_each(|i| run(i, y)))? / n as f64;
         let us_one_copy = if opts.one_copy {
             Some(1e3 * time_ms(ctx, 2, 15, || (0..n).try_for_each(|_| run(0, y)))? / n as f64)
@@ -439,7 +372,7 @@ impl Shape {
         let bytes = layout.total_bytes() as f64 + (layout.padded_cols() * 4) as f64;
         let gbps = bytes / (ms * 1e-3) / 1e9;
         let resolved = match case.variant {
-            GemvVariant::CudaCore(_) | GemvVariant::Q8 { .. } => None,
+            GemvVariant::CudaCore(_) => None,
             _ => Some(mma.resolve(
                 layout.format,
                 layout.rows.div_ceil(32),
