@@ -253,22 +253,6 @@ pub fn warps_per_block(tiles: usize, chunks: usize, sms: usize) -> usize {
     w
 }
 
-/// Warps per block of the ping-pong kernel: [`warps_per_block`], doubled where that
-/// leaves each warp 8 or more chunks and the grid stays within two waves. Then every
-/// warp streams half as many chunks and twice as many stream at once: on the H200 the
-/// decode's gate|up (24576×4096: 768 tiles, 16 chunks) ran 20.2 against 20.7 µs alone
-/// and 18.1 against 19.0 µs chained under PDL with 4 warps per block instead of 2; no
-/// other shape of the decode or the benchmark gets 8 chunks per warp from the one-wave
-/// rule with room for a second wave.
-pub fn pp_warps(tiles: usize, chunks: usize, sms: usize) -> usize {
-    let w = warps_per_block(tiles, chunks, sms);
-    if w < MAX_WARPS && chunks >= 8 * w && tiles * w * 2 <= 2 * sms * 16 {
-        2 * w
-    } else {
-        w
-    }
-}
-
 impl GemvMma {
     /// Compiles (or reads from the cache) and loads the module for `ctx`'s arch.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<GemvMma, CudaError> {
@@ -672,7 +656,7 @@ impl GemvMma {
             }
             (GemvKernel::PingPong, None) => {
                 let w = self.ring_override.map_or_else(
-                    || pp_warps(tiles, chunks, self.sms),
+                    || warps_per_block(tiles, chunks, self.sms),
                     |o| o.0.clamp(1, MAX_WARPS),
                 );
                 let f = match self.pp_prefetch {
@@ -836,23 +820,5 @@ mod tests {
         // Few chunks cap the warps; many tiles give one warp per block.
         assert_eq!(warps_per_block(8, 2, 132), 2);
         assert_eq!(warps_per_block(4748, 16, 132), 1);
-    }
-
-    #[test]
-    fn ping_pong_doubles_only_long_streams() {
-        use super::pp_warps;
-        // gate|up of a Qwen3-8B layer: 2 warps of 8 chunks each → 4 warps.
-        assert_eq!(warps_per_block(768, 16, 132), 2);
-        assert_eq!(pp_warps(768, 16, 132), 4);
-        // The other decode and benchmark shapes keep the one-wave choice.
-        for (tiles, chunks) in [(192, 16), (128, 16), (128, 48), (256, 32), (128, 56)] {
-            assert_eq!(
-                pp_warps(tiles, chunks, 132),
-                warps_per_block(tiles, chunks, 132),
-                "{tiles} tiles × {chunks} chunks"
-            );
-        }
-        // The lm_head (4748 tiles) would need more than two waves.
-        assert_eq!(pp_warps(4748, 16, 132), 1);
     }
 }

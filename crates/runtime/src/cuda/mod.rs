@@ -58,8 +58,7 @@ pub use gemm_tile::{
     GEMM_KB, GEMM_TILE, GemmWeights, GemmWeightsHost, tile_gemm, tile_gemm_swiglu, tile_offset,
 };
 pub use gemv::{
-    GemvKernel, GemvMma, SmemLimits, XPrep, pp_warps, ring_config, ring_stage_bytes,
-    warps_per_block,
+    GemvKernel, GemvMma, SmemLimits, XPrep, ring_config, ring_stage_bytes, warps_per_block,
 };
 pub use gemv_batch::GEMV_BATCH_MAX;
 pub use gemv_epi::{EpiOut, Epilogue, NormIn};
