@@ -4,9 +4,10 @@
 //! against the device-to-device copy bandwidth measured in the same run.
 //!
 //! Run: `cargo run --release -p favlo-runtime --features cuda --example cuda_bench`
-//! (`FAVLO_BENCH_FIRST=1`: the first shape only; `FAVLO_BENCH_ONLY=Auto,Halves`: the
-//! variants whose names start with one of these; `FAVLO_BENCH_PDL=1`: also each
-//! kernel chained under programmatic dependent launch, as in decode).
+//! (`FAVLO_BENCH_FIRST=1`: the first shape only; `FAVLO_BENCH_ONLY=Auto,=PingPong`:
+//! the variants whose names start with one of these, or are exactly one marked `=`;
+//! `FAVLO_BENCH_PDL=1`: also each kernel chained under programmatic dependent launch,
+//! as in decode; `FAVLO_BENCH_SHAPES=fp4:8192x2048,fp8:8192x8192`: these shapes).
 
 use favlo_mx::ElementFormat;
 use favlo_runtime::cuda::bench::{
@@ -70,11 +71,36 @@ fn cases() -> Vec<GemvCase> {
     for (m, what) in [(1, "no decode"), (2, "no mma"), (3, "loads only")] {
         c.push(probe(&format!("probe 8x2 {what}"), (8, 2), m));
     }
+    c.push(probe("probe read ceiling", (8, 2), 5));
+    for (m, what) in [(6, "no decode"), (7, "no mma"), (8, "loads only")] {
+        c.push(probe(&format!("probe PingPong {what}"), (8, 2), m));
+    }
     c.push(GemvCase {
         name: "F16x2 CUDA-core".into(),
         variant: GemvVariant::CudaCore(GemvDecode::F16x2),
     });
     c
+}
+
+/// `fp4:8192x2048,fp8:8192x8192` → (format, N, K) per entry.
+fn parse_shapes(list: &str) -> Result<Vec<(ElementFormat, usize, usize)>, String> {
+    list.split(',')
+        .map(|item| {
+            let bad = || format!("FAVLO_BENCH_SHAPES: {item:?} is not fp4|fp8:NxK");
+            let (fmt, dims) = item.trim().split_once(':').ok_or_else(bad)?;
+            let (n, k) = dims.split_once('x').ok_or_else(bad)?;
+            let format = match fmt {
+                "fp4" => ElementFormat::Fp4E2M1,
+                "fp8" => ElementFormat::Fp8E4M3,
+                _ => return Err(bad()),
+            };
+            Ok((
+                format,
+                n.parse().map_err(|_| bad())?,
+                k.parse().map_err(|_| bad())?,
+            ))
+        })
+        .collect()
 }
 
 fn line(r: &GemvRow) -> String {
@@ -116,13 +142,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (n, k) in [(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288)] {
         shapes.push((ElementFormat::Fp4E2M1, n, k));
     }
+    if let Ok(list) = std::env::var("FAVLO_BENCH_SHAPES") {
+        shapes = parse_shapes(&list)?;
+    }
     if std::env::var_os("FAVLO_BENCH_FIRST").is_some() {
         shapes.truncate(1);
     }
     let mut cases = cases();
     if let Ok(only) = std::env::var("FAVLO_BENCH_ONLY") {
         let keep: Vec<&str> = only.split(',').map(str::trim).collect();
-        cases.retain(|c| keep.iter().any(|k| c.name.starts_with(k)));
+        cases.retain(|c| {
+            keep.iter().any(|k| match k.strip_prefix('=') {
+                Some(exact) => c.name == exact,
+                None => c.name.starts_with(k),
+            })
+        });
     }
     let opts = GemvBenchOptions {
         shapes,

@@ -393,8 +393,10 @@ __device__ __forceinline__ float e8m0_sel(unsigned s);
 // a warp had nothing in flight while it waited; here the chunk after next is already
 // requested when a warp waits for the next one.
 
-// The partial sums of one chunk (pieces q, scales sc, x slice xb) into acc.
-template <int FMT>
+// The partial sums of one chunk (pieces q, scales sc, x slice xb) into acc. MODE
+// (timing probes only, results meaningless unless 0): 1 = raw words as A fragments (no
+// decode), 2 = decode but fragments folded by XOR instead of the mma.
+template <int FMT, int MODE = 0>
 __device__ __forceinline__ void chunk_mma(const uint4 (&q)[8], uint2 sc,
                                           const unsigned char* xb, int t, int h, bool act,
                                           float (&acc)[4]) {
@@ -416,12 +418,28 @@ __device__ __forceinline__ void chunk_mma(const uint4 (&q)[8], uint2 sc,
 #pragma unroll
         for (int st = 0; st < STEPS; ++st) {
             unsigned a0, a2, a1, a3, e0, e2, e1, e3;
-            a_frag<FMT>(q[0 * 2 + j], st, a0, a2);
-            a_frag<FMT>(q[1 * 2 + j], st, a1, a3);
-            a_frag<FMT>(q[2 * 2 + j], st, e0, e2);
-            a_frag<FMT>(q[3 * 2 + j], st, e1, e3);
-            mma16816(d0, a0, a1, a2, a3, bw[2 * st], bw[2 * st + 1]);
-            mma16816(d1, e0, e1, e2, e3, bw[2 * st], bw[2 * st + 1]);
+            if (MODE == 1) {
+                const unsigned* r0 = reinterpret_cast<const unsigned*>(&q[0 * 2 + j]);
+                const unsigned* r1 = reinterpret_cast<const unsigned*>(&q[1 * 2 + j]);
+                const unsigned* r2 = reinterpret_cast<const unsigned*>(&q[2 * 2 + j]);
+                const unsigned* r3 = reinterpret_cast<const unsigned*>(&q[3 * 2 + j]);
+                a0 = r0[st & 3]; a2 = r0[(st + 1) & 3];
+                a1 = r1[st & 3]; a3 = r1[(st + 1) & 3];
+                e0 = r2[st & 3]; e2 = r2[(st + 1) & 3];
+                e1 = r3[st & 3]; e3 = r3[(st + 1) & 3];
+            } else {
+                a_frag<FMT>(q[0 * 2 + j], st, a0, a2);
+                a_frag<FMT>(q[1 * 2 + j], st, a1, a3);
+                a_frag<FMT>(q[2 * 2 + j], st, e0, e2);
+                a_frag<FMT>(q[3 * 2 + j], st, e1, e3);
+            }
+            if (MODE == 2) {
+                d0[st & 3] = __uint_as_float(__float_as_uint(d0[st & 3]) ^ a0 ^ a1 ^ a2 ^ a3 ^ bw[2 * st]);
+                d1[st & 3] = __uint_as_float(__float_as_uint(d1[st & 3]) ^ e0 ^ e1 ^ e2 ^ e3 ^ bw[2 * st + 1]);
+            } else {
+                mma16816(d0, a0, a1, a2, a3, bw[2 * st], bw[2 * st + 1]);
+                mma16816(d1, e0, e1, e2, e3, bw[2 * st], bw[2 * st + 1]);
+            }
         }
         const unsigned lo = sc.x, hi = sc.y;
         acc[0] = fmaf(d0[0] + d0[1], e8m0_sel((lo >> (8 * j)) & 0xffu) * f, acc[0]);
@@ -431,10 +449,22 @@ __device__ __forceinline__ void chunk_mma(const uint4 (&q)[8], uint2 sc,
     }
 }
 
+// Timing probe of the ping-pong loop (MODE 3 below): every loaded word and one word of
+// the chunk's x slice are folded into acc with two instructions per word, so the loads
+// stay live but nothing is decoded or multiplied.
+__device__ __forceinline__ void chunk_touch(const uint4 (&q)[8], uint2 sc,
+                                            const unsigned char* xb, float (&acc)[4]) {
+    unsigned s = sc.x ^ sc.y ^ reinterpret_cast<const unsigned*>(xb)[threadIdx.x & 31];
+#pragma unroll
+    for (int p = 0; p < 8; ++p) s ^= q[p].x ^ q[p].y ^ q[p].z ^ q[p].w;
+    acc[0] += __int_as_float(s & 0x007fffffu);
+}
+
 // PD > 0: when a chunk's loads are issued, the chunk PD loop steps later is prefetched
 // into L2 (one 128-byte line per lane covers its 4 KB), so more of the warp's stream is
-// in flight without holding registers.
-template <int FMT, int PD = 0>
+// in flight without holding registers. MODE: `chunk_mma`'s timing probes, and 3 = loads
+// only (`chunk_touch`).
+template <int FMT, int PD = 0, int MODE = 0>
 __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ wd,
                                              const unsigned char* __restrict__ ws,
                                              const unsigned short* __restrict__ xhl,
@@ -494,7 +524,8 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
         cp_async_commit();
         cp_async_wait1();
         __syncwarp();
-        chunk_mma<FMT>(qa, sa, xst[warp][0], t, h, act, acc);
+        if (MODE == 3) chunk_touch(qa, sa, xst[warp][0], acc);
+        else chunk_mma<FMT, MODE>(qa, sa, xst[warp][0], t, h, act, acc);
         __syncwarp();
         if (c1 >= chunks) break;
         if (c2 < chunks) {
@@ -504,7 +535,8 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
         cp_async_commit();
         cp_async_wait1();
         __syncwarp();
-        chunk_mma<FMT>(qb, sb, xst[warp][1], t, h, act, acc);
+        if (MODE == 3) chunk_touch(qb, sb, xst[warp][1], acc);
+        else chunk_mma<FMT, MODE>(qb, sb, xst[warp][1], t, h, act, acc);
         __syncwarp();
     }
     gemv_finish(acc, y, rows, e, blockIdx.x, 0);
@@ -535,6 +567,73 @@ GEMV_PP_PF(gemv_mxfp4_pp_pf2, 4, 2)
 GEMV_PP_PF(gemv_mxfp4_pp_pf3, 4, 3)
 GEMV_PP_PF(gemv_mxfp8_pp_pf2, 8, 2)
 GEMV_PP_PF(gemv_mxfp8_pp_pf3, 8, 3)
+
+// Timing probes, results meaningless: the ping-pong loop without decode (1), without
+// mma (2), with loads only (3).
+#define GEMV_PP_PROBE(NAME, FMT, MODE)                                                       \
+    extern "C" __global__ void __launch_bounds__(512) NAME(                                 \
+        const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,         \
+        const unsigned short* __restrict__ xhl, const float* __restrict__ xs,               \
+        float* __restrict__ y, int rows, int chunks, const GemvEpi e) {                      \
+        gemv_pp_body<FMT, 0, MODE>(wd, ws, xhl, xs, y, rows, chunks, e);                    \
+    }
+GEMV_PP_PROBE(gemv_mxfp4_pp_probe1, 4, 1)
+GEMV_PP_PROBE(gemv_mxfp4_pp_probe2, 4, 2)
+GEMV_PP_PROBE(gemv_mxfp4_pp_probe3, 4, 3)
+GEMV_PP_PROBE(gemv_mxfp8_pp_probe1, 8, 1)
+GEMV_PP_PROBE(gemv_mxfp8_pp_probe2, 8, 2)
+GEMV_PP_PROBE(gemv_mxfp8_pp_probe3, 8, 3)
+
+// Timing probe, the read ceiling of a GEMV's bytes: the data plane, the scale plane and
+// the x preparation of a tiles x chunks matrix streamed by a grid-stride loop with U
+// 16-byte loads in flight per thread and nothing else, so any kernel that reads these
+// bytes once takes at least this long. One word per block is written, and only when
+// the loads fold to a value they never do, so the loads stay live.
+// Folds n 16-byte words of src, grid-stride with U loads in flight per thread, into s.
+__device__ __forceinline__ unsigned read_fold(const uint4* __restrict__ src, long long n,
+                                              unsigned s) {
+    constexpr int U = 4;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + (U - 1) * stride < n; i += U * stride) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = ld_stream(src + i + u * stride);
+#pragma unroll
+        for (int u = 0; u < U; ++u) s ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (; i < n; i += stride) {
+        const uint4 v = ld_stream(src + i);
+        s ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    return s;
+}
+
+template <int FMT>
+__device__ __forceinline__ void read_probe_body(const unsigned char* __restrict__ wd,
+                                                const unsigned char* __restrict__ ws,
+                                                const unsigned short* __restrict__ xhl,
+                                                float* __restrict__ y, int rows, int chunks) {
+    constexpr int SB = (FMT == 4) ? 256 : 128;
+    constexpr int XB = (FMT == 4) ? 8 : 4;
+    const long long tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;
+    pdl_trigger();
+    unsigned s = read_fold(reinterpret_cast<const uint4*>(wd), tiles * chunks * 256, 0u);
+    s = read_fold(reinterpret_cast<const uint4*>(ws), tiles * chunks * SB / 16, s);
+    s = read_fold(reinterpret_cast<const uint4*>(xhl), (long long)chunks * XB * 8, s);
+    pdl_wait();
+    if (s == 0x9e3779b9u && blockIdx.x < rows) y[blockIdx.x] = __int_as_float(s);
+}
+
+#define READ_PROBE(NAME, FMT)                                                                \
+    extern "C" __global__ void __launch_bounds__(512) NAME(                                 \
+        const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,         \
+        const unsigned short* __restrict__ xhl, const float* __restrict__ xs,               \
+        float* __restrict__ y, int rows, int chunks, const GemvEpi e) {                      \
+        read_probe_body<FMT>(wd, ws, xhl, y, rows, chunks);                                 \
+    }
+READ_PROBE(gemv_mxfp4_read_probe, 4)
+READ_PROBE(gemv_mxfp8_read_probe, 8)
 
 // ---------------------------------------------------------------------------------
 // Ring variant: the same tiles, fragments and arithmetic, but every warp streams its

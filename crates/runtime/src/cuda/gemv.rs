@@ -188,9 +188,11 @@ pub struct GemvMma {
     ring: [[CudaFunction; 3]; 2],
     /// Bulk-copy ring kernels, [FP4, FP8] × depth 2, 3, 4.
     tma: [[CudaFunction; 3]; 2],
-    /// Timing probes of the depth-2 ring ([FP4, FP8] × mode 1..=3, see gemv_mma.cu)
-    /// and (mode 4) of the depth-3 bulk-copy ring, loads only.
-    probe: [[CudaFunction; 4]; 2],
+    /// Timing probes of the depth-2 ring ([FP4, FP8] × mode 1..=3, see gemv_mma.cu),
+    /// (mode 4) of the depth-3 bulk-copy ring, loads only, (mode 5) the read ceiling of
+    /// the GEMV's bytes and (modes 6..=8) the ping-pong loop without decode, without
+    /// mma, with loads only.
+    probe: [[CudaFunction; 8]; 2],
     prep: CudaFunction,
     rms_prep: CudaFunction,
     swiglu_prep: CudaFunction,
@@ -324,12 +326,20 @@ impl GemvMma {
                     ring_fn("gemv_mxfp4_probe2")?,
                     ring_fn("gemv_mxfp4_probe3")?,
                     ring_fn("gemv_mxfp4_tmaprobe3")?,
+                    f("gemv_mxfp4_read_probe")?,
+                    f("gemv_mxfp4_pp_probe1")?,
+                    f("gemv_mxfp4_pp_probe2")?,
+                    f("gemv_mxfp4_pp_probe3")?,
                 ],
                 [
                     ring_fn("gemv_mxfp8_probe1")?,
                     ring_fn("gemv_mxfp8_probe2")?,
                     ring_fn("gemv_mxfp8_probe3")?,
                     ring_fn("gemv_mxfp8_tmaprobe3")?,
+                    f("gemv_mxfp8_read_probe")?,
+                    f("gemv_mxfp8_pp_probe1")?,
+                    f("gemv_mxfp8_pp_probe2")?,
+                    f("gemv_mxfp8_pp_probe3")?,
                 ],
             ],
             smem,
@@ -572,7 +582,9 @@ impl GemvMma {
 
     /// A timing probe of the depth-2 ring kernel with `ring_override`'s warps (default
     /// 8): mode 1 skips the weight decode, 2 the mma, 3 both (loads only); mode 4 is
-    /// the depth-3 bulk-copy ring, loads only. The output is meaningless; benchmarks
+    /// the depth-3 bulk-copy ring, loads only; mode 5 streams the same bytes with a
+    /// plain grid-stride read (the ceiling of any kernel that reads them once), modes
+    /// 6, 7, 8 are the ping-pong loop without decode, without mma, with loads only. The output is meaningless; benchmarks
     /// use it to split the kernel's time.
     pub fn gemv_probe(
         &self,
@@ -643,6 +655,14 @@ impl GemvMma {
         }
         let fi = usize::from(l.format != ElementFormat::Fp4E2M1);
         let (f, warps, smem) = match (kernel, probe) {
+            (_, Some(mode @ 5..=8)) => {
+                let w = if mode == 5 {
+                    MAX_WARPS
+                } else {
+                    warps_per_block(tiles, chunks, self.sms)
+                };
+                (&self.probe[fi][mode - 1], w, 0)
+            }
             (_, Some(mode)) => {
                 let w = self.ring_override.map_or(8, |o| o.0).clamp(1, MAX_WARPS);
                 let f = self.probe[fi]
@@ -689,7 +709,10 @@ impl GemvMma {
             }
         };
         // The ring kernels loop over tiles: one wave of blocks streams the matrix.
-        let blocks = if matches!(kernel, GemvKernel::Ring | GemvKernel::Tma)
+        let blocks = if probe == Some(5) {
+            // The read ceiling: two 16-warp blocks per multiprocessor.
+            self.sms * 2
+        } else if matches!(kernel, GemvKernel::Ring | GemvKernel::Tma)
             && probe.is_none()
             && self.persistent
         {

@@ -179,7 +179,12 @@ pub fn gemv_bench(
             match shape.run_case(ctx, &kernels, &mut mma, case, opts, &mut first)? {
                 Ok(mut row) => {
                     row.of_copy = 100.0 * row.gbps / copy_gbps;
-                    if opts.pdl_chain && matches!(case.variant, GemvVariant::Mma { .. }) {
+                    if opts.pdl_chain
+                        && matches!(
+                            case.variant,
+                            GemvVariant::Mma { .. } | GemvVariant::Probe { mode: 5..=8, .. }
+                        )
+                    {
                         // The same launches chained with PDL, as the decode step runs
                         // them (checked again: the output must not change).
                         mma.pdl = true;
