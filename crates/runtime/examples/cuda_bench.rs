@@ -22,20 +22,6 @@ fn mma(name: &str, kernel: GemvKernel, ring: Option<(usize, usize)>, pp: u8) -> 
             kernel,
             ring,
             pp_prefetch: pp,
-            warm: false,
-        },
-    }
-}
-
-/// The ping-pong kernel warming L2 with the next launch's first round.
-fn warm(name: &str, ring: Option<(usize, usize)>) -> GemvCase {
-    GemvCase {
-        name: name.into(),
-        variant: GemvVariant::Mma {
-            kernel: GemvKernel::PingPong,
-            ring,
-            pp_prefetch: 0,
-            warm: true,
         },
     }
 }
@@ -58,7 +44,6 @@ fn cases() -> Vec<GemvCase> {
         mma("Ring auto", GemvKernel::Ring, None, 0),
         mma("PingPong", GemvKernel::PingPong, None, 0),
         mma("Auto", GemvKernel::Auto, None, 0),
-        warm("PingPong warm next", None),
     ];
     for (w, d) in [(8, 2), (16, 2), (4, 3), (8, 3)] {
         c.push(mma(

@@ -176,45 +176,7 @@ struct GemvEpi {
     float eps;
     int half_tiles;
     int pad_;
-    // - pf_d, a warm-up of the next GEMV (null: off): once a warp has requested its
-    //   last chunk, the warps together ask L2 for the next GEMV's first round, chunks
-    //   0 .. pf_first of each of its pf_tiles tiles (pf_chunks per tile; pf_sb scale
-    //   bytes per chunk in pf_s), so DRAM keeps streaming through this kernel's tail
-    //   and the next kernel's first loads find L2. Its weights never depend on this
-    //   kernel, so the hint may run at any time.
-    const unsigned char* pf_d;
-    const unsigned char* pf_s;
-    long long pf_chunks;
-    int pf_tiles;
-    int pf_first;
-    int pf_sb;
-    int pad2_;
 };
-
-// The warm-up of `GemvEpi::pf_d` by this warp (its share of the chunks).
-__device__ __forceinline__ void warm_next(const GemvEpi& e) {
-    const int lane = threadIdx.x & 31;
-    const int nw = blockDim.x >> 5;
-    const long long tw = (long long)gridDim.x * nw;
-    const long long units = (long long)e.pf_tiles * e.pf_first;
-    for (long long u = (long long)blockIdx.x * nw + (threadIdx.x >> 5); u < units; u += tw) {
-        const long long tile = u / e.pf_first;
-        const long long i = tile * e.pf_chunks + (u - tile * e.pf_first);
-#if __CUDA_ARCH__ >= 900
-        if (lane == 0) {
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], 4096;" ::"l"(e.pf_d + i * 4096)
-                         : "memory");
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(e.pf_s + i * e.pf_sb),
-                         "r"(e.pf_sb)
-                         : "memory");
-        }
-#else
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(e.pf_d + i * 4096 + lane * 128));
-        if (lane * 128 < e.pf_sb)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(e.pf_s + i * e.pf_sb + lane * 128));
-#endif
-    }
-}
 
 // A load that skips L1 (another block's rows, published with a fence and a counter).
 __device__ __forceinline__ float ld_cg(const float* p) {
@@ -550,19 +512,6 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
         for (int k = 1; k < PD; ++k) prefetch(c + k * nwarps);
     }
     if (c < chunks) load(c, qa, sa);
-    // The next GEMV's warm-up goes out once this warp's last chunk has arrived, while
-    // it computes that chunk (DRAM would idle then), not while its loads are queued.
-    bool warm = e.pf_d != nullptr;
-    if (warm && c >= chunks) {
-        warm_next(e);
-        warm = false;
-    }
-    auto warm_after = [&](const uint4 (&q)[8]) {
-        unsigned arrived;
-        asm volatile("mov.b32 %0, %1;" : "=r"(arrived) : "r"(q[7].w));  // waits for the load
-        warm_next(e);
-        warm = false;
-    };
     pdl_wait();
     if (c < chunks) stage_x(c, 0);
     cp_async_commit();
@@ -575,7 +524,6 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
         cp_async_commit();
         cp_async_wait1();
         __syncwarp();
-        if (warm && c1 >= chunks) warm_after(qa);
         if (MODE == 3) chunk_touch(qa, sa, xst[warp][0], acc);
         else chunk_mma<FMT, MODE>(qa, sa, xst[warp][0], t, h, act, acc);
         __syncwarp();
@@ -587,7 +535,6 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
         cp_async_commit();
         cp_async_wait1();
         __syncwarp();
-        if (warm && c2 >= chunks) warm_after(qb);
         if (MODE == 3) chunk_touch(qb, sb, xst[warp][1], acc);
         else chunk_mma<FMT, MODE>(qb, sb, xst[warp][1], t, h, act, acc);
         __syncwarp();

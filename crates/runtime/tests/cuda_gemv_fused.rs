@@ -286,7 +286,6 @@ fn fused_epilogue_shape_errors() -> R {
                 prep: &mut prep,
                 pairs: &mut pairs,
             },
-            next: None,
         },
     ));
     // A norm over 512 values for a matrix of 256 columns.

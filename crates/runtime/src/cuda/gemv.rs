@@ -739,27 +739,8 @@ impl GemvMma {
         }
         use cudarc::driver::{DevicePtr, DevicePtrMut};
         let s = self.ctx.stream();
-        let next = epi.next;
         let mut guards = Vec::new();
-        let mut e = epi.raw(l.rows, l.cols, s, &mut guards)?;
-        let mut next_guards = Vec::new();
-        if let Some(n) = next {
-            // The next GEMV's first round: the chunks its warps request first.
-            let nl = n.layout;
-            let (tiles, chunks) = (nl.rows.div_ceil(TILE_ROWS), nl.data_row_bytes() / 128);
-            let first = warps_per_block(tiles, chunks, self.sms).min(chunks);
-            if n.data.len() == tiles * chunks * 4096 && first > 0 {
-                let (pd, g0) = n.data.slice.device_ptr(s);
-                let (ps, g1) = n.scales.slice.device_ptr(s);
-                next_guards.extend([g0, g1]);
-                e.pf_d = pd;
-                e.pf_s = ps;
-                e.pf_chunks = chunks as i64;
-                e.pf_tiles = int(tiles, op)?;
-                e.pf_first = int(first, op)?;
-                e.pf_sb = int(scale_tile_bytes(nl.format), op)?;
-            }
-        }
+        let e = epi.raw(l.rows, l.cols, s, &mut guards)?;
         let (wd, _g0) = w.data.slice.device_ptr(s);
         let (wsc, _g1) = w.scales.slice.device_ptr(s);
         let (xh, _g2) = x.hl.slice.device_ptr(s);

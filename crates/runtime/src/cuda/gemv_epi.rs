@@ -13,7 +13,6 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, SyncOnDr
 
 use super::context::DeviceBuffer;
 use super::gemv::{GemvMma, XPrep, shape};
-use super::gemv_tile::MxTiled;
 use super::launch::{arg_ptr, launch_raw};
 use super::{CudaError, driver_err};
 
@@ -54,11 +53,6 @@ pub struct Epilogue<'a> {
     /// by an [`EpiOut::Norm`] or [`GemvMma::norm_parts_prep`]).
     pub norm_in: Option<NormIn<'a>>,
     pub out: EpiOut<'a>,
-    /// The GEMV that runs next (its weights never depend on this one): once a warp has
-    /// requested its last chunk, the kernel asks L2 for that matrix's first round of
-    /// chunks, so DRAM keeps streaming through this kernel's tail and the next
-    /// kernel's first loads hit L2 (ping-pong kernel only; a hint, never a result).
-    pub next: Option<&'a MxTiled>,
 }
 
 impl<'a> Epilogue<'a> {
@@ -68,7 +62,6 @@ impl<'a> Epilogue<'a> {
             accumulate,
             norm_in: None,
             out: EpiOut::None,
-            next: None,
         }
     }
 
@@ -78,7 +71,6 @@ impl<'a> Epilogue<'a> {
             accumulate: false,
             norm_in: Some(norm),
             out: EpiOut::None,
-            next: None,
         }
     }
 
@@ -92,7 +84,6 @@ impl<'a> Epilogue<'a> {
             accumulate: false,
             norm_in: Some(norm),
             out: EpiOut::Swiglu { prep, pairs },
-            next: None,
         }
     }
 
@@ -111,17 +102,10 @@ impl<'a> Epilogue<'a> {
                 prep,
                 parts,
             },
-            next: None,
         }
     }
 
-    /// The same, warming L2 with `next`'s first round of chunks ([`Self::next`]).
-    pub fn warm(mut self, next: &'a MxTiled) -> Self {
-        self.next = Some(next);
-        self
-    }
-
-    /// Nothing but y = W·x or y += W·x (a warm-up changes no result).
+    /// Nothing but y = W·x or y += W·x.
     pub(crate) fn is_plain(&self) -> bool {
         self.norm_in.is_none() && matches!(self.out, EpiOut::None)
     }
@@ -143,13 +127,6 @@ pub(crate) struct EpiRaw {
     eps: f32,
     half_tiles: i32,
     pad: i32,
-    pub(crate) pf_d: u64,
-    pub(crate) pf_s: u64,
-    pub(crate) pf_chunks: i64,
-    pub(crate) pf_tiles: i32,
-    pub(crate) pf_first: i32,
-    pub(crate) pf_sb: i32,
-    pad2: i32,
 }
 
 fn ptr<'a, T>(b: &'a DeviceBuffer<T>, s: &'a CudaStream, g: &mut Vec<SyncOnDrop<'a>>) -> u64 {

@@ -117,9 +117,6 @@ pub struct DecodeBenchOptions {
     pub skip: u8,
     /// The ring GEMVs loop over tiles in one wave of blocks (`GemvMma::persistent`).
     pub persistent: bool,
-    /// Each GEMV of the fused step warms L2 with the next GEMV's first round of
-    /// chunks (`Epilogue::warm`).
-    pub warm: bool,
 }
 
 /// The parts [`DecodeBenchOptions::skip`] can leave out, bit i = name i.
@@ -147,7 +144,6 @@ impl Default for DecodeBenchOptions {
             fused: true,
             skip: 0,
             persistent: true,
-            warm: false,
         }
     }
 }
@@ -255,8 +251,6 @@ pub(super) struct Kernels {
     pub(super) fused: bool,
     /// [`DecodeBenchOptions::skip`].
     pub(super) skip: u8,
-    /// [`DecodeBenchOptions::warm`].
-    pub(super) warm: bool,
 }
 
 impl Kernels {
@@ -332,7 +326,6 @@ pub fn decode_bench(
         mode: opts.attn,
         fused: false,
         skip: 0,
-        warm: opts.warm,
     };
     if let Some(mk) = opts.attn_min_keys {
         k.attn.min_keys = mk;

@@ -10,7 +10,7 @@
 
 use super::BenchError;
 use super::decode::{EPS, HD, HIDDEN, Kernels, Model, agree, attention, step_logits};
-use crate::cuda::{CudaContext, CudaError, DeviceBuffer, Epilogue, MxTiled, NormIn};
+use crate::cuda::{CudaContext, CudaError, DeviceBuffer, Epilogue, NormIn};
 
 /// The consumer side of the model's RMSNorm over `parts`.
 fn norm_in(parts: &DeviceBuffer<f32>) -> NormIn<'_> {
@@ -19,11 +19,6 @@ fn norm_in(parts: &DeviceBuffer<f32>) -> NormIn<'_> {
         dim: HIDDEN,
         eps: EPS,
     }
-}
-
-/// `e`, warming L2 with `next`'s first round when the bench asks for it.
-fn warm<'a>(k: &Kernels, e: Epilogue<'a>, next: &'a MxTiled) -> Epilogue<'a> {
-    if k.warm { e.warm(next) } else { e }
 }
 
 /// One fused decode step (all layers + lm_head), then `*pos += 1`.
@@ -38,7 +33,7 @@ pub(super) fn step_fused(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
         let (done, rest) = m.layers.split_at_mut(i + 1);
         let Some(l) = done.last_mut() else { break };
         if k.skip & 1 == 0 {
-            let qkv = warm(k, Epilogue::normed(norm_in(&b.ss)), &l.o);
+            let qkv = Epilogue::normed(norm_in(&b.ss));
             k.gemv.gemv_fused(&l.qkv, &b.prep_n, &mut b.qkv, qkv)?;
         }
         if k.skip & 2 == 0 {
@@ -46,19 +41,16 @@ pub(super) fn step_fused(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
         }
         if k.skip & 4 == 0 {
             let o = Epilogue::residual_norm(&l.mlp_norm, &mut b.prep_n, &mut b.ss);
-            let o = warm(k, o, &l.gate_up);
             k.gemv.gemv_fused(&l.o, &b.prep, &mut b.h, o)?;
         }
         if k.skip & 8 == 0 {
             let gate_up = Epilogue::normed_swiglu(norm_in(&b.ss), &mut b.prep_f, &mut b.pairs);
-            let gate_up = warm(k, gate_up, &l.down);
             k.gemv
                 .gemv_fused(&l.gate_up, &b.prep_n, &mut b.gu, gate_up)?;
         }
         if k.skip & 16 == 0 {
             let next_norm = rest.first().map_or(&b.final_norm, |n| &n.attn_norm);
             let down = Epilogue::residual_norm(next_norm, &mut b.prep_n, &mut b.ss);
-            let down = warm(k, down, rest.first().map_or(&m.lm_head, |n| &n.qkv));
             k.gemv.gemv_fused(&l.down, &b.prep_f, &mut b.h, down)?;
         }
     }

@@ -15,8 +15,8 @@ use favlo_mx::{ElementFormat, MxLayout, MxView};
 use super::{BenchError, Rng, random_mx};
 use crate::cpu::{WeightRef, reference};
 use crate::cuda::{
-    CudaContext, CudaKernels, DeviceBuffer, Epilogue, GemvDecode, GemvKernel, GemvMma, MxDevice,
-    MxTiled, XPrep, copy_bandwidth_gbps, tile_mx, time_ms,
+    CudaContext, CudaKernels, DeviceBuffer, GemvDecode, GemvKernel, GemvMma, MxDevice, MxTiled,
+    XPrep, copy_bandwidth_gbps, tile_mx, time_ms,
 };
 use crate::ledger::{Owner, SpanKind};
 
@@ -35,8 +35,6 @@ pub enum GemvVariant {
         ring: Option<(usize, usize)>,
         /// Ping-pong L2 prefetch distance (0 = off).
         pp_prefetch: u8,
-        /// Each launch warms L2 with the next copy's first round ([`Epilogue::next`]).
-        warm: bool,
     },
     /// A timing probe of the ring kernels ([`GemvMma::gemv_probe`] mode); its output is
     /// not checked.
@@ -64,7 +62,6 @@ impl GemvCase {
                 kernel: GemvKernel::Auto,
                 ring: None,
                 pp_prefetch: 0,
-                warm: false,
             },
         }
     }
@@ -307,7 +304,6 @@ impl Shape {
                 kernel,
                 ring,
                 pp_prefetch,
-                ..
             } => (kernel, ring, pp_prefetch, None),
             GemvVariant::Probe { ring, mode } => (GemvKernel::Ring, ring, 0, Some(mode)),
             GemvVariant::CudaCore(_) => (GemvKernel::Auto, None, 0, None),
@@ -333,10 +329,6 @@ impl Shape {
                 }),
             },
             (_, Some(mode)) => mma.gemv_probe(mode, &tiled[i], prep, y),
-            (GemvVariant::Mma { warm: true, .. }, _) => {
-                let next = &tiled[(i + 1) % tiled.len()];
-                mma.gemv_fused(&tiled[i], prep, y, Epilogue::plain(false).warm(next))
-            }
             _ => mma.gemv(&tiled[i], prep, y, false),
         };
         match run(0, y) {
