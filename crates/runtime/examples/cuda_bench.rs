@@ -7,11 +7,13 @@
 //! (`FAVLO_BENCH_FIRST=1`: the first shape only; `FAVLO_BENCH_ONLY=Auto,=PingPong`:
 //! the variants whose names start with one of these, or are exactly one marked `=`;
 //! `FAVLO_BENCH_PDL=1`: also each kernel chained under programmatic dependent launch,
-//! as in decode; `FAVLO_BENCH_SHAPES=fp4:8192x2048,fp8:8192x8192`: these shapes).
+//! as in decode; `FAVLO_BENCH_SHAPES=fp4:8192x2048,fp8:8192x8192`: these shapes;
+//! `FAVLO_BENCH_CHAIN=fp4:8192x8192`: chains of dependent N×N GEMVs instead, one launch
+//! per stage against one launch for all).
 
 use favlo_mx::ElementFormat;
 use favlo_runtime::cuda::bench::{
-    GemvBenchOptions, GemvCase, GemvRow, GemvVariant, format_name, gemv_bench,
+    GemvBenchOptions, GemvCase, GemvRow, GemvVariant, chain_bench, format_name, gemv_bench,
 };
 use favlo_runtime::cuda::{CudaContext, GemvDecode, GemvKernel};
 
@@ -133,6 +135,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::process::exit(2);
         }
     };
+    if let Ok(list) = std::env::var("FAVLO_BENCH_CHAIN") {
+        // Chains of dependent N×N GEMVs: one launch per stage against one launch.
+        let copy = favlo_runtime::cuda::copy_bandwidth_gbps(&ctx, 1 << 30, 20)?;
+        println!("copy bandwidth {copy:.0} GB/s");
+        println!(
+            "| format | N | stages | MB/stage | separate µs (% of copy) | separate, PDL | one launch | x prep µs | max diff |"
+        );
+        for (format, n, _) in parse_shapes(&list)? {
+            let r = chain_bench(&ctx, format, n)?;
+            let pct = |us: f64| 100.0 * r.bytes / (us * 1e-6) / 1e9 / copy;
+            println!(
+                "| {} | {n} | {} | {:.1} | {:.2} ({:.0}%) | {:.2} ({:.0}%) | {:.2} ({:.0}%) | {:.2} | {} |",
+                format_name(format),
+                r.stages,
+                r.bytes / 1e6,
+                r.us_separate,
+                pct(r.us_separate),
+                r.us_separate_pdl,
+                pct(r.us_separate_pdl),
+                r.us_chain,
+                pct(r.us_chain),
+                r.us_prep,
+                r.max_diff
+            );
+        }
+        return Ok(());
+    }
     let mut shapes = Vec::new();
     for (n, k) in [(8192, 8192), (4096, 14336)] {
         shapes.push((ElementFormat::Fp4E2M1, n, k));

@@ -217,7 +217,7 @@ __device__ __forceinline__ void gemv_finish(float (&acc)[4], float* __restrict__
     for (int v = 0; v < nwarps; ++v) sum += part[pb][v][lane];
     if (e.ss_in) {
         float ss = 0.f;
-        for (int i = lane; i < e.ss_n; i += 32) ss += e.ss_in[i];
+        for (int i = lane; i < e.ss_n; i += 32) ss += ld_cg(e.ss_in + i);
         ss = warp_sum(ss);  // the same value in every lane
         sum *= 1.0f / sqrtf(ss / e.dim + e.eps);
     }

@@ -29,7 +29,8 @@ const SRC: &str = concat!(
     include_str!("../../kernels/prep32.cuh"),
     include_str!("../../kernels/fp8_sw.cuh"),
     include_str!("../../kernels/gemv_mma.cu"),
-    include_str!("../../kernels/gemv_batch.cu")
+    include_str!("../../kernels/gemv_batch.cu"),
+    include_str!("../../kernels/gemv_chain.cu")
 );
 /// This family's kernel module (see [`super::warm`]).
 pub(crate) const MODULE: Module = Module {
@@ -202,6 +203,8 @@ pub struct GemvMma {
     /// Blocks of 8 warps of each batched kernel that fit one multiprocessor (its
     /// registers decide), as `batch`.
     pub(super) batch_fit: [[usize; 3]; 2],
+    /// Chains of dependent GEMVs in one launch ([FP4, FP8], `gemv_chain.rs`).
+    pub(super) chain: [CudaFunction; 2],
     /// RMSNorm and SwiGLU preparations over several sequences (`decode_batch.rs`).
     pub(super) rms_prep_z: CudaFunction,
     pub(super) swiglu_prep_z: CudaFunction,
@@ -365,6 +368,7 @@ impl GemvMma {
             rms_prep_z: f("rms_norm_prep_z")?,
             swiglu_prep_z: f("swiglu_prep_z")?,
             batch_fit: batch_occupancy(&batch)?,
+            chain: [f("gemv_mxfp4_chain")?, f("gemv_mxfp8_chain")?],
             batch,
             sms: sms.max(1) as usize,
             ctx: Arc::clone(ctx),
@@ -552,6 +556,14 @@ impl GemvMma {
 
     pub(crate) fn ctx(&self) -> &Arc<CudaContext> {
         &self.ctx
+    }
+
+    pub(super) fn sms_count(&self) -> usize {
+        self.sms
+    }
+
+    pub(super) fn smem_per_sm(&self) -> usize {
+        self.smem.per_sm
     }
 
     pub(crate) fn norm_parts_fn(&self) -> &CudaFunction {

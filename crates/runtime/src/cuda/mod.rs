@@ -23,6 +23,7 @@ mod gemm_fold;
 mod gemm_tile;
 mod gemv;
 mod gemv_batch;
+mod gemv_chain;
 mod gemv_epi;
 mod gemv_tile;
 mod graph;
@@ -61,6 +62,7 @@ pub use gemv::{
     GemvKernel, GemvMma, SmemLimits, XPrep, ring_config, ring_stage_bytes, warps_per_block,
 };
 pub use gemv_batch::GEMV_BATCH_MAX;
+pub use gemv_chain::{ChainIo, GemvChain};
 pub use gemv_epi::{EpiOut, Epilogue, NormIn};
 pub use gemv_tile::{MxTiled, MxTiledHost, tile_mx};
 pub use graph::CudaGraph;

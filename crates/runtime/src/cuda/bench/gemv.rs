@@ -54,6 +54,19 @@ pub struct GemvCase {
 }
 
 impl GemvCase {
+    /// The read ceiling ([`GemvMma::gemv_probe`] mode 5): the same bytes streamed by a
+    /// plain grid-stride read, nothing computed; no kernel that reads them once in one
+    /// launch is faster.
+    pub fn read_ceiling() -> GemvCase {
+        GemvCase {
+            name: "read ceiling".into(),
+            variant: GemvVariant::Probe {
+                ring: None,
+                mode: 5,
+            },
+        }
+    }
+
     /// The default tensor-core kernel ([`GemvKernel::Auto`]).
     pub fn auto() -> GemvCase {
         GemvCase {
@@ -85,7 +98,7 @@ pub struct GemvBenchOptions {
 
 impl Default for GemvBenchOptions {
     /// `favlo bench kernels --device cuda`: MXFP8 and MXFP4 at 8192×8192 and
-    /// 4096×14336, the default (`Auto`) kernel.
+    /// 4096×14336, the default (`Auto`) kernel and the read ceiling of its bytes.
     fn default() -> Self {
         let mut shapes = Vec::new();
         for format in [ElementFormat::Fp8E4M3, ElementFormat::Fp4E2M1] {
@@ -94,7 +107,7 @@ impl Default for GemvBenchOptions {
         }
         GemvBenchOptions {
             shapes,
-            cases: vec![GemvCase::auto()],
+            cases: vec![GemvCase::auto(), GemvCase::read_ceiling()],
             one_copy: false,
             prep_x: false,
             pdl_chain: true,
@@ -118,7 +131,8 @@ pub struct GemvRow {
     pub gbps: f64,
     /// Percent of the run's copy bandwidth.
     pub of_copy: f64,
-    /// max |y − ref| / max |ref| over the first 64 rows (f64 CPU reference).
+    /// max |y − ref| / max |ref| over the first 64 rows (f64 CPU reference); NaN for a
+    /// timing probe, whose output means nothing.
     pub rel_err: f64,
     /// The same over all rows against the shape's first case.
     pub rel_err_all: f64,
@@ -376,8 +390,13 @@ impl Shape {
         };
         let bytes = layout.total_bytes() as f64 + (layout.padded_cols() * 4) as f64;
         let gbps = bytes / (ms * 1e-3) / 1e9;
+        let (rel_err, rel_err_all) = if probe.is_some() {
+            (f64::NAN, f64::NAN)
+        } else {
+            (rel_err, rel_err_all)
+        };
         let resolved = match case.variant {
-            GemvVariant::CudaCore(_) => None,
+            GemvVariant::CudaCore(_) | GemvVariant::Probe { .. } => None,
             _ => Some(mma.resolve(
                 layout.format,
                 layout.rows.div_ceil(32),
@@ -420,4 +439,108 @@ impl Shape {
         })?;
         Ok(1e3 * ms / xs.len() as f64)
     }
+}
+
+/// One row of [`chain_bench`]: a chain of dependent N×N GEMVs (each stage's input the
+/// RMSNorm preparation of the previous stage's rows), µs per stage.
+#[derive(Clone, Debug)]
+pub struct ChainRow {
+    pub format: ElementFormat,
+    pub n: usize,
+    pub stages: usize,
+    /// Bytes read per stage (data + scales + x).
+    pub bytes: f64,
+    /// One launch per stage, plain / under programmatic dependent launch.
+    pub us_separate: f64,
+    pub us_separate_pdl: f64,
+    /// All stages in one launch with grid barriers ([`GemvMma::gemv_chain`]).
+    pub us_chain: f64,
+    /// The x preparation of stage 0, included once per chain in each time above.
+    pub us_prep: f64,
+    /// max |y_chain − y_separate| (must be 0: the same arithmetic).
+    pub max_diff: f32,
+}
+
+/// Times a chain of dependent GEMVs over distinct copies (≥ 512 MB) both ways.
+pub fn chain_bench(
+    ctx: &Arc<CudaContext>,
+    format: ElementFormat,
+    n: usize,
+) -> Result<ChainRow, BenchError> {
+    use crate::cuda::ChainIo;
+    let owner = Owner::mint("cuda-bench-chain");
+    let mut mma = GemvMma::load(ctx)?;
+    let mut rng = Rng::new(7);
+    let (layout, host) = random_mx(format, n, n, (119, 133), &mut rng);
+    let stages = (512usize << 20).div_ceil(layout.total_bytes()).max(2);
+    let tiled_host = tile_mx(MxView::new(layout, &host)?);
+    let ws = (0..stages)
+        .map(|_| MxTiled::upload(ctx, &owner, &tiled_host))
+        .collect::<Result<Vec<_>, _>>()?;
+    let refs: Vec<&MxTiled> = ws.iter().collect();
+    let x_host: Vec<f32> = (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect();
+    let nw_host: Vec<f32> = (0..n).map(|_| rng.uniform(0.5, 1.5)).collect();
+    let x = ctx.upload(&owner, SpanKind::Scratch, &x_host)?;
+    let nw = ctx.upload(&owner, SpanKind::Scratch, &nw_host)?;
+    let mut p0 = XPrep::new(ctx, &owner, n)?;
+    let mut p1 = XPrep::new(ctx, &owner, n)?;
+    let mut s0 = ctx.alloc::<f32>(&owner, SpanKind::Scratch, n / 32)?;
+    let mut s1 = ctx.alloc::<f32>(&owner, SpanKind::Scratch, n / 32)?;
+    let mut y = ctx.alloc::<f32>(&owner, SpanKind::Scratch, n)?;
+    let plan = mma.chain_plan(&owner, &refs)?;
+    let eps = 1e-6;
+    let mut run = |mma: &GemvMma,
+                   one: bool,
+                   y: &mut DeviceBuffer<f32>|
+     -> Result<(), crate::cuda::CudaError> {
+        mma.prep_x(&x, n, &mut p0)?;
+        let io = ChainIo {
+            preps: [&mut p0, &mut p1],
+            ss: [&mut s0, &mut s1],
+            nw: &nw,
+            eps,
+            y,
+        };
+        if one {
+            mma.gemv_chain(&plan, io)
+        } else {
+            mma.chain_separate(&refs, io)
+        }
+    };
+    run(&mma, false, &mut y)?;
+    let want = ctx.download(&y)?;
+    run(&mma, true, &mut y)?;
+    let got = ctx.download(&y)?;
+    let max_diff = want
+        .iter()
+        .zip(&got)
+        .fold(0f32, |a, (p, q)| a.max((p - q).abs()));
+    if !(max_diff == 0.0) || want.iter().any(|v| !v.is_finite()) {
+        return Err(BenchError::Mismatch {
+            what: format!("GEMV chain {n}×{n}, one launch vs one per stage"),
+            rel_err: f64::from(max_diff),
+            tolerance: 0.0,
+        });
+    }
+    let per = |ms: f64| 1e3 * ms / stages as f64;
+    let us_separate = per(time_ms(ctx, 2, 15, || run(&mma, false, &mut y))?);
+    mma.pdl = true;
+    let us_separate_pdl = per(time_ms(ctx, 2, 15, || run(&mma, false, &mut y))?);
+    mma.pdl = false;
+    let us_chain = per(time_ms(ctx, 2, 15, || run(&mma, true, &mut y))?);
+    let us_prep = 1e3 * time_ms(ctx, 2, 15, || mma.prep_x(&x, n, &mut p0))?;
+    drop((plan, refs));
+    drop((ws, x, nw, p0, p1, s0, s1, y));
+    ctx.sweep(&owner)?;
+    Ok(ChainRow {
+        format,
+        n,
+        stages,
+        bytes: layout.total_bytes() as f64 + (layout.padded_cols() * 4) as f64,
+        us_separate,
+        us_separate_pdl,
+        us_chain,
+        us_prep,
+        max_diff,
+    })
 }

@@ -18,7 +18,9 @@ mod prefill;
 
 pub use decode::{AttnMode, DecodeBench, DecodeBenchOptions, SKIP_PARTS, decode_bench};
 pub use decode_parts::{DecodeParts, PartRow};
-pub use gemv::{GemvBench, GemvBenchOptions, GemvCase, GemvRow, GemvVariant, gemv_bench};
+pub use gemv::{
+    ChainRow, GemvBench, GemvBenchOptions, GemvCase, GemvRow, GemvVariant, chain_bench, gemv_bench,
+};
 pub use prefill::{
     FP8_PEAK_TFLOPS, PrefillBench, PrefillBenchOptions, PrefillRow, prefill_bench, tflops,
 };
