@@ -470,6 +470,9 @@ pub fn chain_bench(
     use crate::cuda::ChainIo;
     let owner = Owner::mint("cuda-bench-chain");
     let mut mma = GemvMma::load(ctx)?;
+    // The chain runs the ping-pong loop; the separate launches must too (another
+    // kernel splits the chunks over the warps otherwise and sums in another order).
+    mma.kernel = GemvKernel::PingPong;
     let mut rng = Rng::new(7);
     let (layout, host) = random_mx(format, n, n, (119, 133), &mut rng);
     let stages = (512usize << 20).div_ceil(layout.total_bytes()).max(2);
