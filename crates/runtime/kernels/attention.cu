@@ -394,45 +394,42 @@ ATTN_GROUPS(128, )
 ATTN_GROUPS(64, _hd64)
 
 // out[h][d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s. Grid: n_heads; block: HD.
-// The split weights are computed once per head in shared memory (threads over splits),
-// then each thread sums its dim over the splits that hold keys, with many loads in
-// flight.
+// Each thread reads every split's (max, sum) itself (the block's threads read the same
+// words: one broadcast request) together with its own dim of the split's output, 32
+// splits per round, and merges them with a running max (online softmax): one dependent
+// L2 round trip per 32 splits, no barrier. Empty splits (max -inf, partial 0) weigh 0.
+#define COMBINE_ROUND 32
 template <int HD>
 __device__ __forceinline__ float combine_head(const float* __restrict__ part, int nsplit) {
-    constexpr int NW = HD / 32;
-    __shared__ float cw[1024];
-    __shared__ float red[NW];
-    const int h = blockIdx.x, d = threadIdx.x, lane = d & 31, warp = d >> 5;
+    const int h = blockIdx.x, d = threadIdx.x;
     const float* p = part + (long long)h * nsplit * (HD + 4);
-    float mx = __int_as_float(0xff800000);
-    for (int s = d; s < nsplit; s += HD) mx = fmaxf(mx, p[s * (HD + 4) + HD]);
+    const float ninf = __int_as_float(0xff800000);
+    float M = ninf, L = 0.f, O = 0.f;
+    for (int s0 = 0; s0 < nsplit; s0 += COMBINE_ROUND) {
+        float m[COMBINE_ROUND], l[COMBINE_ROUND], o[COMBINE_ROUND];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (lane == 0) red[warp] = mx;
-    __syncthreads();
-    mx = red[0];
+        for (int u = 0; u < COMBINE_ROUND; ++u) {
+            const float* q = p + (long long)min(s0 + u, nsplit - 1) * (HD + 4);
+            const bool in = s0 + u < nsplit;
+            m[u] = in ? q[HD] : ninf;
+            l[u] = q[HD + 1];
+            o[u] = q[d];
+        }
+        float mx = M;
 #pragma unroll
-    for (int w = 1; w < NW; ++w) mx = fmaxf(mx, red[w]);
-    __syncthreads();
-    float L = 0.f;
-    for (int s = d; s < nsplit; s += HD) {
-        const float c = expf(p[s * (HD + 4) + HD] - mx);  // 0 for an empty split
-        cw[s] = c;
-        L = fmaf(p[s * (HD + 4) + HD + 1], c, L);
+        for (int u = 0; u < COMBINE_ROUND; ++u) mx = fmaxf(mx, m[u]);
+        if (mx == ninf) continue;  // nothing but empty splits so far (same in every thread)
+        const float c0 = expf(M - mx);  // 0 while M is -inf
+        L *= c0;
+        O *= c0;
+#pragma unroll
+        for (int u = 0; u < COMBINE_ROUND; ++u) {
+            const float c = expf(m[u] - mx);  // 0 for an empty split or past nsplit
+            L = fmaf(l[u], c, L);
+            O = fmaf(o[u], c, O);
+        }
+        M = mx;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
-    if (lane == 0) red[warp] = L;
-    __syncthreads();
-    L = red[0];
-#pragma unroll
-    for (int w = 1; w < NW; ++w) L += red[w];
-    float O = 0.f;
-    // Splits past the keys (weight 0, partial 0) are skipped: the same sum, half the
-    // loads at 1024 keys in a 2048-key cache (the barrier above ordered every cw write).
-#pragma unroll 16
-    for (int s = 0; s < nsplit; ++s)
-        if (cw[s] != 0.f) O = fmaf(p[s * (HD + 4) + d], cw[s], O);
     return O / L;
 }
 
