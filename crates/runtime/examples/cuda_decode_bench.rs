@@ -4,7 +4,7 @@
 //!
 //! Run: `cuda_decode_bench [--layers 36] [--ctx 1024] [--steps 32] [--f32-kv] [--mxfp8]
 //! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
-//! [--attn auto|two|two-qkv|one|fused|light] [--compare-attn] [--min-keys N] [--unfused] [--no-persist]
+//! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--unfused] [--no-persist]
 //! [--skip qkv,attn,o,gate_up,down,head,rope]` (`--unfused`: the RMSNorm and SwiGLU
 //! preparations as kernels of their own; `--skip`: leave parts out of the fused step, to
 //! see what each costs on the step's critical path; the logits are then meaningless).
@@ -53,7 +53,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         parts: true,
         attn: match arg(&argv, "--attn").as_deref() {
             Some("two") => AttnMode::TwoPass,
-            Some("two-qkv") => AttnMode::TwoPassQkv,
             Some("one") => AttnMode::OnePass,
             Some("fused") => AttnMode::Fused,
             Some("light") => AttnMode::FusedLight,

@@ -17,13 +17,6 @@
 // online softmax in f32 (precise expf). The block writes (max, sum, unnormalized
 // out[HD]) per query head; `attn_decode_combine` merges the splits (one block per
 // query head, one thread per dim).
-//
-// The `attn_decode_qkv_*` split kernels take the fused q|k|v projection instead of q:
-// each warp builds its G q heads itself (+ bias, per-head RMSNorm, RoPE at *pos), and
-// the one warp whose 8 keys hold position *pos also builds that key and value, stores
-// them in cache row *pos and uses them from registers. That is the work of
-// `qk_norm_rope_store` / `bias_rope_store`, done in the split's prologue while its K/V
-// rows are in flight: one launch fewer per layer.
 
 #define KEYS_PER_BLOCK 32
 #define KEYS_PER_WARP 8
@@ -51,123 +44,11 @@ __device__ __forceinline__ void load_row(const float* p, RowV<2>& r) {
     r.v[0] = t.x; r.v[1] = t.y;
 }
 
-// What the fused split kernels build q, k and v from (see the header). qw / kw null: no
-// q/k norm; bias null: none. kst / vst: the cache again, writable (T*).
-struct QkvArgs {
-    const float* qkv;
-    const float* bias;
-    const float* qw;
-    const float* kw;
-    const float* cos_t;
-    const float* sin_t;
-    void* kst;
-    void* vst;
-    float eps;
-    int nh;
-    int interleaved;
-};
-
-// This lane's P dims (lane * P ..) of head `head` of the q|k|v projection, + bias.
-template <int HD>
-__device__ __forceinline__ RowV<HD / 32> qkv_load(const QkvArgs& a, int head, int lane) {
-    constexpr int P = HD / 32;
-    RowV<P> r;
-    load_row(a.qkv + head * HD + lane * P, r);
-    if (a.bias != nullptr) {
-        RowV<P> b;
-        load_row(a.bias + head * HD + lane * P, b);
-#pragma unroll
-        for (int e = 0; e < P; ++e) r.v[e] += b.v[e];
-    }
-    return r;
-}
-
-// The RoPE angles of this lane's P dims at row `pos` of the tables: NeoX pairs (i, i +
-// HD/2) sit in lanes l and l ^ 16 at the same element, interleaved pairs (2i, 2i + 1)
-// in one lane.
-template <int HD>
-__device__ __forceinline__ void rope_angles(const QkvArgs& a, int pos, int lane,
-                                            RowV<HD / 32>& c, RowV<HD / 32>& s) {
-    constexpr int P = HD / 32, half = HD / 2;
-    const float* ct = a.cos_t + (long long)pos * half;
-    const float* st = a.sin_t + (long long)pos * half;
-#pragma unroll
-    for (int e = 0; e < P; ++e) {
-        const int i = a.interleaved ? (lane * P + e) >> 1 : (lane & 15) * P + e;
-        c.v[e] = ct[i];
-        s.v[e] = st[i];
-    }
-}
-
-// RMSNorm over the head when `norm` (x * (1 / rms) * w, as qk_norm_rope_store), then
-// RoPE with the angles (c, s). Every lane of the warp must call it.
-template <int HD>
-__device__ __forceinline__ void norm_rope(RowV<HD / 32>& r, bool norm, const RowV<HD / 32>& w,
-                                          const RowV<HD / 32>& c, const RowV<HD / 32>& s,
-                                          float eps, int interleaved, int lane) {
-    constexpr int P = HD / 32;
-    if (norm) {
-        float ss = 0.f;
-#pragma unroll
-        for (int e = 0; e < P; ++e) ss = fmaf(r.v[e], r.v[e], ss);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        const float inv = 1.0f / sqrtf(ss / (float)HD + eps);
-#pragma unroll
-        for (int e = 0; e < P; ++e) r.v[e] = r.v[e] * inv * w.v[e];
-    }
-    if (interleaved) {
-#pragma unroll
-        for (int e = 0; e < P; e += 2) {
-            const float x0 = r.v[e], x1 = r.v[e + 1];
-            r.v[e] = x0 * c.v[e] - x1 * s.v[e];
-            r.v[e + 1] = x0 * s.v[e] + x1 * c.v[e];
-        }
-    } else {
-        const bool first = lane < 16;
-#pragma unroll
-        for (int e = 0; e < P; ++e) {
-            const float p = __shfl_xor_sync(0xffffffffu, r.v[e], 16);
-            const float x0 = first ? r.v[e] : p, x1 = first ? p : r.v[e];
-            r.v[e] = first ? x0 * c.v[e] - x1 * s.v[e] : x0 * s.v[e] + x1 * c.v[e];
-        }
-    }
-}
-
-// Stores this lane's P values of a cache row and leaves r as stored (f16-rounded).
-__device__ __forceinline__ void store_row(unsigned short* p, RowV<4>& r) {
-    unsigned short h[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h[e]) : "f"(r.v[e]));
-        asm("cvt.f32.f16 %0, %1;" : "=f"(r.v[e]) : "h"(h[e]));
-    }
-    *reinterpret_cast<uint2*>(p) = make_uint2((unsigned)h[0] | ((unsigned)h[1] << 16),
-                                              (unsigned)h[2] | ((unsigned)h[3] << 16));
-}
-__device__ __forceinline__ void store_row(unsigned short* p, RowV<2>& r) {
-    unsigned short h[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h[e]) : "f"(r.v[e]));
-        asm("cvt.f32.f16 %0, %1;" : "=f"(r.v[e]) : "h"(h[e]));
-    }
-    *reinterpret_cast<unsigned*>(p) = (unsigned)h[0] | ((unsigned)h[1] << 16);
-}
-__device__ __forceinline__ void store_row(float* p, RowV<4>& r) {
-    *reinterpret_cast<float4*>(p) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
-}
-__device__ __forceinline__ void store_row(float* p, RowV<2>& r) {
-    *reinterpret_cast<float2*>(p) = make_float2(r.v[0], r.v[1]);
-}
-
-// FUSED: q, the new key and value come from `qa` (see the header); `lenp` is then the
-// position (len_add must be 1) and `q` is unused.
-template <int HD, int G, typename T, bool FUSED>
+template <int HD, int G, typename T>
 __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T* __restrict__ kc,
                                            const T* __restrict__ vc, float* __restrict__ part,
                                            const int* __restrict__ lenp, int len_add, int cap,
-                                           int n_kv, float scale, const QkvArgs& qa) {
+                                           int n_kv, float scale) {
     constexpr int P = HD / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int s = blockIdx.x, g = blockIdx.y;
@@ -192,8 +73,14 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
         }
     }
     pdl_wait();  // q, the cache row and *lenp come from earlier kernels
-    const int pos = *lenp + len_add - 1;  // FUSED: the new key's position
-    const int len = max(1, min(pos + 1, cap));  // never past the cache
+    const int len = max(1, min(*lenp + len_add, cap));  // never past the cache
+    RowV<P> qv[G];
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        load_row(q + (g * G + i) * HD + lane * P, qv[i]);
+#pragma unroll
+        for (int e = 0; e < P; ++e) qv[i].v[e] *= scale;
+    }
     const int j0 = s * KEYS_PER_BLOCK + warp * KEYS_PER_WARP;
     RowV<P> kr[KEYS_PER_WARP], vr[KEYS_PER_WARP];
 #pragma unroll
@@ -202,50 +89,6 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
         const long long off = ((long long)j * n_kv + g) * HD + lane * P;
         load_row(kc + off, kr[u]);
         load_row(vc + off, vr[u]);
-    }
-    RowV<P> qv[G];
-    RowV<P> kn, vn;  // FUSED: the new key and value
-    if constexpr (FUSED) {
-        // Every load first (q heads, the new k and v, norm weights, angles), then the
-        // arithmetic: one round trip, with the G + 1 norms' shuffles interleaved. Every
-        // warp builds k and v (a uniform path); the one holding `pos` stores them.
-        RowV<P> qwv, kwv, c, sn;
-        const bool norm = qa.qw != nullptr;
-        if (norm) {
-            load_row(qa.qw + lane * P, qwv);
-            load_row(qa.kw + lane * P, kwv);
-        }
-        rope_angles<HD>(qa, min(pos, cap - 1), lane, c, sn);
-#pragma unroll
-        for (int i = 0; i < G; ++i) qv[i] = qkv_load<HD>(qa, g * G + i, lane);
-        kn = qkv_load<HD>(qa, qa.nh + g, lane);
-        vn = qkv_load<HD>(qa, qa.nh + n_kv + g, lane);
-#pragma unroll
-        for (int i = 0; i < G; ++i) norm_rope<HD>(qv[i], norm, qwv, c, sn, qa.eps, qa.interleaved, lane);
-        norm_rope<HD>(kn, norm, kwv, c, sn, qa.eps, qa.interleaved, lane);
-    } else {
-#pragma unroll
-        for (int i = 0; i < G; ++i) load_row(q + (g * G + i) * HD + lane * P, qv[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < G; ++i)
-#pragma unroll
-        for (int e = 0; e < P; ++e) qv[i].v[e] *= scale;
-    if constexpr (FUSED) {
-        // The warp holding key `pos` stores it and uses it as stored; its slots past
-        // `pos` (clamped to it above) take the same row. A position past the capacity
-        // stores nothing (the attention covers the capacity's keys).
-        if (pos < cap && pos >= j0 && pos < j0 + KEYS_PER_WARP) {
-            const long long off = ((long long)pos * n_kv + g) * HD + lane * P;
-            store_row(static_cast<T*>(qa.kst) + off, kn);
-            store_row(static_cast<T*>(qa.vst) + off, vn);
-#pragma unroll
-            for (int u = 0; u < KEYS_PER_WARP; ++u)
-                if (j0 + u >= pos) {
-                    kr[u] = kn;
-                    vr[u] = vn;
-                }
-        }
     }
     // All 8 x G dot products first (independent butterfly reductions: ILP), then one
     // max, exp and weighted sum per head.
@@ -337,47 +180,28 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
         attn_decode_f16_g##G##SUF(const float* q, const unsigned short* k,                     \
                                   const unsigned short* v, float* part, const int* lenp,       \
                                   int len_add, int cap, int n_kv, float scale) {                \
-        attn_split<HD, G, unsigned short, false>(q, k, v, part, lenp, len_add, cap, n_kv,       \
-                                                 scale, QkvArgs{});                             \
+        attn_split<HD, G, unsigned short>(q, k, v, part, lenp, len_add, cap, n_kv, scale);      \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         attn_decode_f32_g##G##SUF(const float* q, const float* k, const float* v, float* part, \
                                   const int* lenp, int len_add, int cap, int n_kv,             \
                                   float scale) {                                                \
-        attn_split<HD, G, float, false>(q, k, v, part, lenp, len_add, cap, n_kv, scale,         \
-                                        QkvArgs{});                                             \
-    }                                                                                           \
-    extern "C" __global__ void __launch_bounds__(128) attn_decode_qkv_f16_g##G##SUF(             \
-        const float* qkv, const float* bias, const float* qw, const float* kw,                  \
-        const float* cos_t, const float* sin_t, unsigned short* k, unsigned short* v,           \
-        float* part, const int* posp, int cap, int n_kv, int nh, float scale, float eps,        \
-        int interleaved) {                                                                      \
-        const QkvArgs qa{qkv, bias, qw, kw, cos_t, sin_t, k, v, eps, nh, interleaved};          \
-        attn_split<HD, G, unsigned short, true>(nullptr, k, v, part, posp, 1, cap, n_kv, scale, \
-                                                qa);                                            \
-    }                                                                                           \
-    extern "C" __global__ void __launch_bounds__(128) attn_decode_qkv_f32_g##G##SUF(             \
-        const float* qkv, const float* bias, const float* qw, const float* kw,                  \
-        const float* cos_t, const float* sin_t, float* k, float* v, float* part,                \
-        const int* posp, int cap, int n_kv, int nh, float scale, float eps, int interleaved) {  \
-        const QkvArgs qa{qkv, bias, qw, kw, cos_t, sin_t, k, v, eps, nh, interleaved};          \
-        attn_split<HD, G, float, true>(nullptr, k, v, part, posp, 1, cap, n_kv, scale, qa);     \
+        attn_split<HD, G, float>(q, k, v, part, lenp, len_add, cap, n_kv, scale);               \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128) attn_decode_f16_g##G##SUF##_z(             \
         const SeqArgs a, int len_add, int cap, int n_kv, float scale) {                         \
         const int z = blockIdx.z;                                                               \
-        attn_split<HD, G, unsigned short, false>(                                               \
+        attn_split<HD, G, unsigned short>(                                                      \
             (const float*)a.p[0][z], (const unsigned short*)a.p[1][z],                          \
             (const unsigned short*)a.p[2][z], (float*)a.p[3][z], (const int*)a.p[4][z],         \
-            len_add, cap, n_kv, scale, QkvArgs{});                                              \
+            len_add, cap, n_kv, scale);                                                         \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128) attn_decode_f32_g##G##SUF##_z(             \
         const SeqArgs a, int len_add, int cap, int n_kv, float scale) {                         \
         const int z = blockIdx.z;                                                               \
-        attn_split<HD, G, float, false>((const float*)a.p[0][z], (const float*)a.p[1][z],       \
-                                        (const float*)a.p[2][z], (float*)a.p[3][z],             \
-                                        (const int*)a.p[4][z], len_add, cap, n_kv, scale,       \
-                                        QkvArgs{});                                             \
+        attn_split<HD, G, float>((const float*)a.p[0][z], (const float*)a.p[1][z],              \
+                                 (const float*)a.p[2][z], (float*)a.p[3][z],                    \
+                                 (const int*)a.p[4][z], len_add, cap, n_kv, scale);             \
     }
 
 #define ATTN_GROUPS(HD, SUF) \
@@ -394,40 +218,43 @@ ATTN_GROUPS(128, )
 ATTN_GROUPS(64, _hd64)
 
 // out[h][d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s. Grid: n_heads; block: HD.
-// Each thread reads every split's (max, sum) itself (the block's threads read the same
-// words: one broadcast request) together with its own dim of the split's output, 32
-// splits per round, and merges them with a running max (online softmax): one dependent
-// L2 round trip per 32 splits, no barrier. Empty splits (max -inf, partial 0) weigh 0.
-#define COMBINE_ROUND 32
+// 64 splits per round, one L2 round trip each and no barrier: every thread reads its own
+// dim of the 64 outputs, and lane j of each warp the (max, sum) of splits j and j + 32;
+// the warp's shuffles give the round's max, sum and weights (each thread takes split
+// s's weight from the lane that read it), merged with a running max (online softmax).
+// Empty splits (max -inf, partial 0) weigh 0.
 template <int HD>
 __device__ __forceinline__ float combine_head(const float* __restrict__ part, int nsplit) {
-    const int h = blockIdx.x, d = threadIdx.x;
+    constexpr int R = 64;
+    const int h = blockIdx.x, d = threadIdx.x, lane = d & 31;
     const float* p = part + (long long)h * nsplit * (HD + 4);
     const float ninf = __int_as_float(0xff800000);
     float M = ninf, L = 0.f, O = 0.f;
-    for (int s0 = 0; s0 < nsplit; s0 += COMBINE_ROUND) {
-        float m[COMBINE_ROUND], l[COMBINE_ROUND], o[COMBINE_ROUND];
+    for (int s0 = 0; s0 < nsplit; s0 += R) {
+        float o[R];
 #pragma unroll
-        for (int u = 0; u < COMBINE_ROUND; ++u) {
-            const float* q = p + (long long)min(s0 + u, nsplit - 1) * (HD + 4);
-            const bool in = s0 + u < nsplit;
-            m[u] = in ? q[HD] : ninf;
-            l[u] = q[HD + 1];
-            o[u] = q[d];
-        }
-        float mx = M;
+        for (int u = 0; u < R; ++u) o[u] = p[(long long)min(s0 + u, nsplit - 1) * (HD + 4) + d];
+        const int sa = s0 + lane, sb = s0 + 32 + lane;
+        const float* qa = p + (long long)min(sa, nsplit - 1) * (HD + 4);
+        const float* qb = p + (long long)min(sb, nsplit - 1) * (HD + 4);
+        const float ma = sa < nsplit ? qa[HD] : ninf, la = qa[HD + 1];
+        const float mb = sb < nsplit ? qb[HD] : ninf, lb = qb[HD + 1];
+        float mx = fmaxf(ma, mb);
 #pragma unroll
-        for (int u = 0; u < COMBINE_ROUND; ++u) mx = fmaxf(mx, m[u]);
+        for (int x = 16; x > 0; x >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
+        mx = fmaxf(mx, M);
         if (mx == ninf) continue;  // nothing but empty splits so far (same in every thread)
+        const float ca = expf(ma - mx), cb = expf(mb - mx);  // 0 when empty or past nsplit
+        float ls = fmaf(lb, cb, la * ca);
+#pragma unroll
+        for (int x = 16; x > 0; x >>= 1) ls += __shfl_xor_sync(0xffffffffu, ls, x);
         const float c0 = expf(M - mx);  // 0 while M is -inf
-        L *= c0;
+        L = fmaf(L, c0, ls);
         O *= c0;
 #pragma unroll
-        for (int u = 0; u < COMBINE_ROUND; ++u) {
-            const float c = expf(m[u] - mx);  // 0 for an empty split or past nsplit
-            L = fmaf(l[u], c, L);
-            O = fmaf(o[u], c, O);
-        }
+        for (int u = 0; u < 32; ++u) O = fmaf(o[u], __shfl_sync(0xffffffffu, ca, u), O);
+#pragma unroll
+        for (int u = 0; u < 32; ++u) O = fmaf(o[32 + u], __shfl_sync(0xffffffffu, cb, u), O);
         M = mx;
     }
     return O / L;

@@ -17,12 +17,11 @@ use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
 use super::gemv::XPrep;
-use super::launch::{arg_ptr, launch_ex, launch_raw};
+use super::launch::{arg_ptr, launch_ex};
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
 mod onepass;
-mod split_qkv;
 
 pub use onepass::QkvRope;
 
@@ -59,9 +58,10 @@ pub(super) const MAX_SPLITS: usize = 1024;
 /// u32 counters (one per kv head) at the end of the partials buffer, for `OnePass`.
 const COUNTERS: usize = 256;
 
-/// Capacities above which [`AttnKernel::Auto`] picks `OnePass` (H200, 2026-11-30: the
-/// one-pass step was 4% slower per decode token at 1024 keys and 2-4% faster at 4096).
-pub const ATTN_ONEPASS_MIN_CAPACITY: usize = 2048;
+/// Capacities above which [`AttnKernel::Auto`] picks `OnePass` (H200, 2026-12-03, with
+/// the one-round combine: the two-pass decode step was 4% faster than the fused
+/// one-pass step at a 2320-key capacity and 4% slower at 4368; the line sits between).
+pub const ATTN_ONEPASS_MIN_CAPACITY: usize = 3072;
 
 /// Which attention decode kernel [`AttentionDecode`] launches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -222,9 +222,6 @@ pub struct AttentionDecode {
     one: onepass::OnePass,
     /// [head dim 64?][f16?][group - 1] split kernels.
     split: [[[CudaFunction; 8]; 2]; 2],
-    /// The same with q, k and v built from the q|k|v projection in their prologue
-    /// ([`Self::decode_qkv`] with `TwoPass`).
-    split_qkv: [[[CudaFunction; 8]; 2]; 2],
     /// [head dim 64?] combine kernels (f32 out, x-prep out).
     combine: [CudaFunction; 2],
     combine_prep: [CudaFunction; 2],
@@ -273,10 +270,6 @@ impl AttentionDecode {
             split: [
                 [set("f32", "")?, set("f16", "")?],
                 [set("f32", "_hd64")?, set("f16", "_hd64")?],
-            ],
-            split_qkv: [
-                [set("qkv_f32", "")?, set("qkv_f16", "")?],
-                [set("qkv_f32", "_hd64")?, set("qkv_f16", "_hd64")?],
             ],
             combine: [
                 f("attn_decode_combine".into())?,
@@ -486,6 +479,7 @@ impl AttentionDecode {
         hi: usize,
     ) -> Result<(), CudaError> {
         use cudarc::driver::{DevicePtr, DevicePtrMut};
+        let hd = ATTN_HEAD_DIMS[hi];
         let s = self.ctx.stream();
         let (qp, _g0) = q.slice.device_ptr(s);
         let ((kp, _g1), (vp, _g2)) = match cache {
@@ -509,23 +503,6 @@ impl AttentionDecode {
         // SAFETY: the split kernel's parameters in order (checked shapes, see `decode`).
         unsafe { launch_ex(s, split, cfg, &mut args) }
             .map_err(driver_err("cuLaunchKernelEx(attn_decode)"))?;
-        self.combine_launch(pp, ns, out, n_heads, hi, true)
-    }
-
-    /// The combine launch after a split launch: `pp` the partials' device address, `ns`
-    /// splits; plain stream order, or programmatic dependent launch when `pdl`.
-    pub(super) fn combine_launch(
-        &self,
-        pp: u64,
-        ns: i32,
-        out: AttnOut<'_>,
-        n_heads: usize,
-        hi: usize,
-        pdl: bool,
-    ) -> Result<(), CudaError> {
-        use cudarc::driver::DevicePtrMut;
-        let hd = ATTN_HEAD_DIMS[hi];
-        let s = self.ctx.stream();
         let cfg = LaunchConfig {
             grid_dim: (n_heads as u32, 1, 1),
             block_dim: (hd as u32, 1, 1),
@@ -535,17 +512,16 @@ impl AttentionDecode {
             AttnOut::F32(o) => {
                 let (op, _g5) = o.slice.device_ptr_mut(s);
                 let mut args = [arg_ptr(&pp), arg_ptr(&op), arg_ptr(&ns)];
-                // SAFETY: the kernel's parameters in order; the partials hold n_heads ·
-                // ns · (hd + 4) values and out n_heads · hd (checked by the callers).
-                unsafe { launch_raw(s, &self.combine[hi], cfg, &mut args, pdl) }
+                // SAFETY: as in `decode`.
+                unsafe { launch_ex(s, &self.combine[hi], cfg, &mut args) }
                     .map_err(driver_err("cuLaunchKernelEx(attn_decode_combine)"))
             }
             AttnOut::Prep(p) => {
                 let (hp, _g5) = p.hl.slice.device_ptr_mut(s);
                 let (xp, _g6) = p.xs.slice.device_ptr_mut(s);
                 let mut args = [arg_ptr(&pp), arg_ptr(&ns), arg_ptr(&hp), arg_ptr(&xp)];
-                // SAFETY: as above; n_heads · hd / 32 blocks of the x prep (checked).
-                unsafe { launch_raw(s, &self.combine_prep[hi], cfg, &mut args, pdl) }
+                // SAFETY: as in `decode`.
+                unsafe { launch_ex(s, &self.combine_prep[hi], cfg, &mut args) }
                     .map_err(driver_err("cuLaunchKernelEx(attn_decode_combine_prep)"))
             }
         }

@@ -34,9 +34,9 @@ use std::sync::Arc;
 
 use favlo_runtime::cpu::RopeLayout;
 use favlo_runtime::cuda::{
-    AttentionDecode, AttnKernel, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps,
-    DeviceBuffer, DeviceSampler, Epilogue, GEMV_BATCH_MAX, GemmMx, GemvMma, KernelSet, KvCache,
-    MxTiled, NormIn, PrefillOps, QkvRope, RopeStore, SAMPLE_OUT_LEN, SampleParams, warm_kernels,
+    AttentionDecode, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps, DeviceBuffer,
+    DeviceSampler, Epilogue, GEMV_BATCH_MAX, GemmMx, GemvMma, KernelSet, KvCache, MxTiled, NormIn,
+    PrefillOps, RopeStore, SAMPLE_OUT_LEN, SampleParams, warm_kernels,
 };
 use favlo_runtime::ledger::{self, Owner, SpanKind};
 
@@ -584,36 +584,48 @@ fn step(
         let Some(l) = done.last() else { break };
         let qkv = Epilogue::normed(norm_in(&sh.ss, d));
         k.gemv.gemv_fused(&l.qkv, &b.prep_d, &mut b.qkv, qkv)?;
-        if k.attn.kernel.resolve(attn_capacity) == AttnKernel::TwoPass {
-            // The q/k norm (or bias), RoPE and KV store in the split kernel's prologue.
-            let src = QkvRope {
-                qkv: &b.qkv,
-                bias: l.qkv_bias.as_ref(),
-                qk_norm: match (&l.q_norm, &l.k_norm) {
-                    (Some(qn), Some(kn)) => Some((qn, kn, d.eps)),
-                    _ => None,
-                },
-                cos: &sh.cos,
-                sin: &sh.sin,
-                interleaved: d.interleaved,
-            };
-            k.attn.decode_qkv(
-                &src,
+        match (&l.q_norm, &l.k_norm) {
+            (Some(qn), Some(kn)) => k.ops.qk_norm_rope_store(
+                &b.qkv,
+                qn,
+                kn,
+                &sh.cos,
+                &sh.sin,
+                &b.pos,
+                d.n_heads,
+                d.n_kv_heads,
+                d.eps,
+                &mut b.q,
                 cache,
-                attn_capacity,
+            )?,
+            _ => k.rope.bias_rope_store(
+                &b.qkv,
+                l.qkv_bias.as_ref(),
+                &sh.cos,
+                &sh.sin,
+                &b.pos,
                 d.n_heads,
                 d.n_kv_heads,
                 d.head_dim,
-                &b.pos,
-                d.scale,
-                &mut b.part,
-                AttnOut::Prep(&mut b.prep_a),
-            )?;
-        } else {
-            rope_then_attention(k, d, l, cache, b, sh, attn_capacity)?;
+                d.interleaved,
+                &mut b.q,
+                cache,
+            )?,
         }
+        k.attn.decode_hd(
+            &b.q,
+            cache,
+            attn_capacity,
+            d.n_heads,
+            d.n_kv_heads,
+            d.head_dim,
+            &b.pos,
+            1,
+            d.scale,
+            &mut b.part,
+            AttnOut::Prep(&mut b.prep_a),
+        )?;
         let o = Epilogue::residual_norm(&l.ffn_norm, &mut b.prep_d, &mut sh.ss);
-
         k.gemv.gemv_fused(&l.o, &b.prep_a, &mut b.h, o)?;
         let gate_up = Epilogue::normed_swiglu(norm_in(&sh.ss, d), &mut b.prep_f, &mut sh.pairs);
         k.gemv
@@ -625,58 +637,4 @@ fn step(
         k.gemv.gemv_fused(&l.down, &b.prep_f, &mut b.h, down)?;
     }
     k.ops.advance_pos(&mut b.pos)
-}
-
-/// The separate q/k norm (or bias) + RoPE + KV store launch, then the attention (the
-/// one-pass kernel's capacities).
-fn rope_then_attention(
-    k: &Kernels,
-    d: Dims,
-    l: &DevLayer,
-    cache: &mut KvCache,
-    b: &mut batch::SeqBufs,
-    sh: &Bufs,
-    attn_capacity: usize,
-) -> Result<(), CudaError> {
-    match (&l.q_norm, &l.k_norm) {
-        (Some(qn), Some(kn)) => k.ops.qk_norm_rope_store(
-            &b.qkv,
-            qn,
-            kn,
-            &sh.cos,
-            &sh.sin,
-            &b.pos,
-            d.n_heads,
-            d.n_kv_heads,
-            d.eps,
-            &mut b.q,
-            cache,
-        )?,
-        _ => k.rope.bias_rope_store(
-            &b.qkv,
-            l.qkv_bias.as_ref(),
-            &sh.cos,
-            &sh.sin,
-            &b.pos,
-            d.n_heads,
-            d.n_kv_heads,
-            d.head_dim,
-            d.interleaved,
-            &mut b.q,
-            cache,
-        )?,
-    }
-    k.attn.decode_hd(
-        &b.q,
-        cache,
-        attn_capacity,
-        d.n_heads,
-        d.n_kv_heads,
-        d.head_dim,
-        &b.pos,
-        1,
-        d.scale,
-        &mut b.part,
-        AttnOut::Prep(&mut b.prep_a),
-    )
 }

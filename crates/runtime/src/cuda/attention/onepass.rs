@@ -232,10 +232,8 @@ impl AttentionDecode {
     /// per block, q heads (+ bias) RMSNorm'd ([`QkvRope::qk_norm`]) and rotated; the
     /// block holding the new key also stores k and v in cache row `*pos` (clamped to
     /// capacity − 1) and attends over keys `0..=*pos`. Replaces `qk_norm_rope_store` (or
-    /// `RopeStore::bias_rope_store`) followed by [`Self::decode_hd`] with `len_add` 1.
-    /// The kernel is [`Self::kernel`] resolved for `capacity`: the one-pass kernel, or
-    /// the two-pass split with this prologue and the combine (there a position past the
-    /// capacity stores nothing). The tables and cache hold `capacity` rows.
+    /// `RopeStore::bias_rope_store`) followed by [`Self::decode_hd`] with `len_add` 1;
+    /// always the one-pass kernel. The tables and cache hold `capacity` rows.
     #[allow(clippy::too_many_arguments)]
     pub fn decode_qkv(
         &self,
@@ -276,9 +274,6 @@ impl AttentionDecode {
                 src.cos.len(),
                 src.sin.len()
             )));
-        }
-        if self.kernel.resolve(capacity) == super::AttnKernel::TwoPass {
-            return self.split_qkv(src, cache, d, (hi, gi), pos, partials, out);
         }
         let s = self.ctx.stream();
         let mut p = Ptrs::default();

@@ -45,16 +45,12 @@ pub(super) const EPS: f32 = 1e-6;
 /// How a layer's step from the q|k|v projection to the o projection's x prep runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum AttnMode {
-    /// `Fused` above [`ATTN_ONEPASS_MIN_CAPACITY`] keys of capacity, else `TwoPassQkv`
+    /// `Fused` above [`ATTN_ONEPASS_MIN_CAPACITY`] keys of capacity, else `TwoPass`
     /// (the measured faster one at each size).
     #[default]
     Auto,
     /// `qk_norm_rope_store`, then the two-pass attention (split + combine): 3 launches.
     TwoPass,
-    /// The two-pass attention with the q/k norm, RoPE and KV store in the split
-    /// kernel's prologue (`AttentionDecode::decode_qkv` with `AttnKernel::TwoPass`): 2
-    /// launches.
-    TwoPassQkv,
     /// `qk_norm_rope_store`, then the one-pass attention: 2 launches.
     OnePass,
     /// The one-pass attention with the q/k norm, RoPE and KV store in its prologue
@@ -67,9 +63,8 @@ pub enum AttnMode {
 
 impl AttnMode {
     /// The modes `compare_attn` times.
-    pub const ALL: [AttnMode; 5] = [
+    pub const ALL: [AttnMode; 4] = [
         AttnMode::TwoPass,
-        AttnMode::TwoPassQkv,
         AttnMode::OnePass,
         AttnMode::Fused,
         AttnMode::FusedLight,
@@ -79,7 +74,7 @@ impl AttnMode {
     pub fn resolve(self, capacity: usize) -> AttnMode {
         match self {
             AttnMode::Auto if capacity > ATTN_ONEPASS_MIN_CAPACITY => AttnMode::Fused,
-            AttnMode::Auto => AttnMode::TwoPassQkv,
+            AttnMode::Auto => AttnMode::TwoPass,
             m => m,
         }
     }
@@ -262,7 +257,7 @@ impl Kernels {
     /// Sets the attention step (`Auto` must be resolved first).
     pub(super) fn set_mode(&mut self, mode: AttnMode) {
         self.mode = mode;
-        self.attn.kernel = if matches!(mode, AttnMode::TwoPass | AttnMode::TwoPassQkv) {
+        self.attn.kernel = if mode == AttnMode::TwoPass {
             AttnKernel::TwoPass
         } else {
             AttnKernel::OnePass
@@ -524,10 +519,7 @@ pub(super) fn attention(
     } else {
         AttnOut::F32(&mut b.attn)
     };
-    if matches!(
-        k.mode,
-        AttnMode::Fused | AttnMode::FusedLight | AttnMode::TwoPassQkv
-    ) {
+    if matches!(k.mode, AttnMode::Fused | AttnMode::FusedLight) {
         let src = QkvRope {
             qkv: &b.qkv,
             bias: None,
