@@ -191,13 +191,48 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// What the epilogue reads that earlier kernels wrote: 1 / rms from `ss_in`, and the
+// residual rows of `y` (accumulate). Warp 0 loads them right after the PDL wait, while
+// its first weights are still on their way from DRAM, so the kernel's tail does not
+// wait on L2 for them; `res_tile` says which tile's rows `res` holds (-1: none). The
+// same loads and sums in the same order as in `gemv_finish`: bit-identical results.
+struct EpiEarly {
+    float inv;
+    float res;
+    int have_inv;
+    int res_tile;
+};
+
+__device__ __forceinline__ EpiEarly epi_none() { return EpiEarly{1.f, 0.f, 0, -1}; }
+
+// Called by all lanes of warp 0 after `pdl_wait`; `tile` is the block's first tile.
+__device__ __forceinline__ EpiEarly epi_early(const GemvEpi& e, const float* y, int rows,
+                                              int tile) {
+    EpiEarly p = epi_none();
+    const int lane = threadIdx.x & 31;
+    if (e.accumulate) {
+        const int row = tile * TILE_ROWS + lane;
+        if (row < rows) p.res = y[row];
+        p.res_tile = tile;
+    }
+    if (e.ss_in) {
+        float ss = 0.f;
+        for (int i = lane; i < e.ss_n; i += 32) ss += ld_cg(e.ss_in + i);
+        ss = warp_sum(ss);  // the same value in every lane
+        p.inv = 1.0f / sqrtf(ss / e.dim + e.eps);
+        p.have_inv = 1;
+    }
+    return p;
+}
+
 // The block's per-warp partial sums -> the 32 rows of `tile` in y, then the epilogue
 // `e`. Sums over the 4 lanes of a group (they hold different blocks of the same rows),
 // then over the warps in shared memory (buffer `pb` of two: a block that loops over
 // tiles alternates, so warps on to the next tile never overwrite sums warp 0 still
 // reads); warp 0 (lane = row in the tile) finishes while the others go on.
 __device__ __forceinline__ void gemv_finish(float (&acc)[4], float* __restrict__ y, int rows,
-                                            const GemvEpi& e, int tile, int pb) {
+                                            const GemvEpi& e, int tile, int pb,
+                                            const EpiEarly& pre = epi_none()) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -216,13 +251,17 @@ __device__ __forceinline__ void gemv_finish(float (&acc)[4], float* __restrict__
     float sum = 0.f;
     for (int v = 0; v < nwarps; ++v) sum += part[pb][v][lane];
     if (e.ss_in) {
-        float ss = 0.f;
-        for (int i = lane; i < e.ss_n; i += 32) ss += ld_cg(e.ss_in + i);
-        ss = warp_sum(ss);  // the same value in every lane
-        sum *= 1.0f / sqrtf(ss / e.dim + e.eps);
+        if (pre.have_inv) {
+            sum *= pre.inv;
+        } else {
+            float ss = 0.f;
+            for (int i = lane; i < e.ss_n; i += 32) ss += ld_cg(e.ss_in + i);
+            ss = warp_sum(ss);  // the same value in every lane
+            sum *= 1.0f / sqrtf(ss / e.dim + e.eps);
+        }
     }
     if (row < rows) {
-        if (e.accumulate) sum += y[row];
+        if (e.accumulate) sum += pre.res_tile == tile ? pre.res : y[row];
         y[row] = sum;
     }
     if (e.nw) {
@@ -303,6 +342,8 @@ __device__ __forceinline__ void gemv_mma_body(const unsigned char* __restrict__ 
         sc = __ldg(reinterpret_cast<const uint2*>(sbase + (long long)c * SB));
     }
     cp_async_commit();
+    EpiEarly pre = epi_none();
+    if (warp == 0) pre = epi_early(e, y, rows, blockIdx.x);
     for (int k = 0; c < chunks; c += nwarps, ++k) {
         const int cn = c + nwarps;
         uint4 nq[8];
@@ -353,7 +394,7 @@ __device__ __forceinline__ void gemv_mma_body(const unsigned char* __restrict__ 
             sc = nsc;
         }
     }
-    gemv_finish(acc, y, rows, e, blockIdx.x, 0);
+    gemv_finish(acc, y, rows, e, blockIdx.x, 0, pre);
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemv_mxfp4_mma(
@@ -515,6 +556,8 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
     pdl_wait();
     if (c < chunks) stage_x(c, 0);
     cp_async_commit();
+    EpiEarly pre = epi_none();
+    if (warp == 0) pre = epi_early(e, y, rows, blockIdx.x);
     for (; c < chunks; c += 2 * nwarps) {
         const int c1 = c + nwarps, c2 = c + 2 * nwarps;
         if (c1 < chunks) {
@@ -539,7 +582,7 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
         else chunk_mma<FMT, MODE>(qb, sb, xst[warp][1], t, h, act, acc);
         __syncwarp();
     }
-    gemv_finish(acc, y, rows, e, blockIdx.x, 0);
+    gemv_finish(acc, y, rows, e, blockIdx.x, 0, pre);
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemv_mxfp4_pp(
@@ -809,6 +852,8 @@ __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__
         if (k < total) stage(k, k, TMA ? 3 : 2);
         if (!TMA) cp_async_commit();
     }
+    EpiEarly pre = epi_none();
+    if (warp == 0) pre = epi_early(e, y, rows, blockIdx.x);
     int slot = 0, k = 0;
     for (int ti = 0; ti < my_tiles; ++ti) {
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -880,7 +925,7 @@ __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__
         __syncwarp();  // this slot is refilled at the top of the next iteration
         slot = (slot + 1 == D) ? 0 : slot + 1;
     }
-    gemv_finish(acc, y, rows, e, (int)blockIdx.x + ti * (int)gridDim.x, ti & 1);
+    gemv_finish(acc, y, rows, e, (int)blockIdx.x + ti * (int)gridDim.x, ti & 1, pre);
     }
 }
 
