@@ -225,7 +225,7 @@ ATTN_GROUPS(64, _hd64)
 // Empty splits (max -inf, partial 0) weigh 0.
 template <int HD>
 __device__ __forceinline__ float combine_head(const float* __restrict__ part, int nsplit) {
-    constexpr int R = 64;
+    constexpr int R = 64;  // two splits per lane
     const int h = blockIdx.x, d = threadIdx.x, lane = d & 31;
     const float* p = part + (long long)h * nsplit * (HD + 4);
     const float ninf = __int_as_float(0xff800000);
@@ -252,9 +252,8 @@ __device__ __forceinline__ float combine_head(const float* __restrict__ part, in
         L = fmaf(L, c0, ls);
         O *= c0;
 #pragma unroll
-        for (int u = 0; u < 32; ++u) O = fmaf(o[u], __shfl_sync(0xffffffffu, ca, u), O);
-#pragma unroll
-        for (int u = 0; u < 32; ++u) O = fmaf(o[32 + u], __shfl_sync(0xffffffffu, cb, u), O);
+        for (int u = 0; u < R; ++u)  // split s0 + u's weight, from the lane that read it
+            O = fmaf(o[u], __shfl_sync(0xffffffffu, u < 32 ? ca : cb, u & 31), O);
         M = mx;
     }
     return O / L;

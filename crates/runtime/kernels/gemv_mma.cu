@@ -195,7 +195,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 // residual rows of `y` (accumulate). Warp 0 loads them right after the PDL wait, while
 // its first weights are still on their way from DRAM, so the kernel's tail does not
 // wait on L2 for them; `res_tile` says which tile's rows `res` holds (-1: none). The
-// same loads and sums in the same order as in `gemv_finish`: bit-identical results.
+// same loads and sums as `gemv_finish` makes without them: bit-identical results.
 struct EpiEarly {
     float inv;
     float res;
@@ -204,6 +204,15 @@ struct EpiEarly {
 };
 
 __device__ __forceinline__ EpiEarly epi_none() { return EpiEarly{1.f, 0.f, 0, -1}; }
+
+// 1 / rms from the producer's partial sums of squares `e.ss_in`, summed in a fixed order
+// (the same value in every lane of the calling warp).
+__device__ __forceinline__ float inv_rms(const GemvEpi& e, int lane) {
+    float ss = 0.f;
+    for (int i = lane; i < e.ss_n; i += 32) ss += ld_cg(e.ss_in + i);
+    ss = warp_sum(ss);
+    return 1.0f / sqrtf(ss / e.dim + e.eps);
+}
 
 // Called by all lanes of warp 0 after `pdl_wait`; `tile` is the block's first tile.
 __device__ __forceinline__ EpiEarly epi_early(const GemvEpi& e, const float* y, int rows,
@@ -216,10 +225,7 @@ __device__ __forceinline__ EpiEarly epi_early(const GemvEpi& e, const float* y, 
         p.res_tile = tile;
     }
     if (e.ss_in) {
-        float ss = 0.f;
-        for (int i = lane; i < e.ss_n; i += 32) ss += ld_cg(e.ss_in + i);
-        ss = warp_sum(ss);  // the same value in every lane
-        p.inv = 1.0f / sqrtf(ss / e.dim + e.eps);
+        p.inv = inv_rms(e, lane);
         p.have_inv = 1;
     }
     return p;
@@ -254,10 +260,7 @@ __device__ __forceinline__ void gemv_finish(float (&acc)[4], float* __restrict__
         if (pre.have_inv) {
             sum *= pre.inv;
         } else {
-            float ss = 0.f;
-            for (int i = lane; i < e.ss_n; i += 32) ss += ld_cg(e.ss_in + i);
-            ss = warp_sum(ss);  // the same value in every lane
-            sum *= 1.0f / sqrtf(ss / e.dim + e.eps);
+            sum *= inv_rms(e, lane);
         }
     }
     if (row < rows) {

@@ -53,7 +53,8 @@ pub const ATTN_HEAD_DIM: usize = 128;
 /// Head sizes the kernels are built for.
 pub const ATTN_HEAD_DIMS: [usize; 2] = [128, 64];
 pub(super) const KEYS_PER_BLOCK: usize = 32;
-/// Most splits the combine kernel's shared weights hold (`cw[1024]`): 32768 keys.
+/// Most splits of the two-pass attention: 32768 keys, the chat's longest context (the
+/// combine reads 64 splits per round and has no limit of its own since session 22).
 pub(super) const MAX_SPLITS: usize = 1024;
 /// u32 counters (one per kv head) at the end of the partials buffer, for `OnePass`.
 const COUNTERS: usize = 256;
