@@ -161,10 +161,6 @@ __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_g
 // - pairs, a SwiGLU producer (y = gate | up, half_tiles row tiles each): whichever of
 //   gate tile j and up tile j finishes second (a counter per j, which that block sets
 //   back to 0 for the next call) writes the x preparation of silu(gate) * up, block j.
-// - paired (ping-pong kernel only, with half_tiles and no pairs): block j holds both
-//   gate tile j (its first half of warps) and up tile j (the second half), so its warp
-//   0 has both rows after the block's barrier and writes silu(gate) * up with no fence,
-//   counter or read-back of another block's rows.
 // These replace the separate RMSNorm and SwiGLU preparation kernels between the decode
 // GEMVs: one launch boundary fewer for each.
 struct GemvEpi {
@@ -179,7 +175,7 @@ struct GemvEpi {
     float dim;
     float eps;
     int half_tiles;
-    int paired;
+    int pad_;
 };
 
 // A load that skips L1 (another block's rows, published with a fence and a counter).
@@ -240,9 +236,6 @@ __device__ __forceinline__ EpiEarly epi_early(const GemvEpi& e, const float* y, 
 // then over the warps in shared memory (buffer `pb` of two: a block that loops over
 // tiles alternates, so warps on to the next tile never overwrite sums warp 0 still
 // reads); warp 0 (lane = row in the tile) finishes while the others go on.
-// PAIRED: the kernel can run `GemvEpi::paired` (the ping-pong kernel; the others leave
-// that branch out of their code).
-template <bool PAIRED = false>
 __device__ __forceinline__ void gemv_finish(float (&acc)[4], float* __restrict__ y, int rows,
                                             const GemvEpi& e, int tile, int pb,
                                             const EpiEarly& pre = epi_none()) {
@@ -260,23 +253,6 @@ __device__ __forceinline__ void gemv_finish(float (&acc)[4], float* __restrict__
     }
     __syncthreads();
     if (warp != 0) return;  // warp-uniform, after this tile's barrier
-    if (PAIRED && e.paired) {
-        // Warps [0, nwarps / 2) summed gate tile `tile`, the rest up tile `tile`: the
-        // same per-tile sums in the same order as two blocks of nwarps / 2 warps.
-        const int hw = nwarps >> 1;
-        float gv = 0.f, uv = 0.f;
-        for (int v = 0; v < hw; ++v) gv += part[pb][v][lane];
-        for (int v = 0; v < hw; ++v) uv += part[pb][hw + v][lane];
-        if (e.ss_in) {
-            const float inv = pre.have_inv ? pre.inv : inv_rms(e, lane);
-            gv *= inv;
-            uv *= inv;
-        }
-        y[tile * TILE_ROWS + lane] = gv;
-        y[(tile + e.half_tiles) * TILE_ROWS + lane] = uv;
-        prep32_store(gv / (1.0f + expf(-gv)) * uv, lane, tile, e.xhl, e.xs);
-        return;
-    }
     const int row = tile * TILE_ROWS + lane;
     float sum = 0.f;
     for (int v = 0; v < nwarps; ++v) sum += part[pb][v][lane];
@@ -541,14 +517,9 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
                                              const GemvEpi e) {
     constexpr int XB = (FMT == 4) ? 8 : 4;
     constexpr int SB = (FMT == 4) ? 256 : 128;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    // Paired SwiGLU (`GemvEpi::paired`): the second half of the warps takes up tile
-    // blockIdx.x + half_tiles; `nwarps` and `wt` count warps within one tile.
-    const int hw = (blockDim.x >> 5) >> ((MODE == 0 && e.paired) ? 1 : 0);
-    const int upper = warp >= hw ? 1 : 0;
-    const int nwarps = hw, wt = warp - upper * hw;
-    const int tile = blockIdx.x + upper * e.half_tiles;
+    const int tile = blockIdx.x;
     const bool act = (g >> 1) == t;
     const int h = g & 1;
     __shared__ __align__(16) unsigned char xst[16][2][XB * 128 + XB * 4];
@@ -576,7 +547,7 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     uint4 qa[8], qb[8];
     uint2 sa = make_uint2(0u, 0u), sb = make_uint2(0u, 0u);
-    int c = wt;
+    int c = warp;
     // The first chunk's weights do not depend on the previous kernel: request them
     // before waiting for it (programmatic dependent launch).
     pdl_trigger();  // all blocks started: the next kernel may be scheduled
@@ -614,7 +585,7 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
         else chunk_mma<FMT, MODE>(qb, sb, xst[warp][1], t, h, act, acc);
         __syncwarp();
     }
-    gemv_finish<MODE == 0>(acc, y, rows, e, blockIdx.x, 0, pre);
+    gemv_finish(acc, y, rows, e, blockIdx.x, 0, pre);
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemv_mxfp4_pp(

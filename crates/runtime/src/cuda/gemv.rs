@@ -234,10 +234,6 @@ pub struct GemvMma {
     /// The ring kernels run at most one wave of blocks, each looping over its tiles
     /// (default on); off, one block per tile.
     pub persistent: bool,
-    /// A SwiGLU producer on the ping-pong kernel runs gate tile j and up tile j in one
-    /// block (default on); off, in two blocks paired through a counter per j (as the
-    /// other kernels always do).
-    pub swiglu_in_block: bool,
     /// Warps per block of the batched GEMV ([`Self::gemv_batch`], 1..=8) instead of
     /// its own choice (benchmarks).
     pub batch_warps: Option<usize>,
@@ -379,7 +375,6 @@ impl GemvMma {
             from_cache: m.from_cache,
             l2_prefetch: false,
             persistent: true,
-            swiglu_in_block: true,
         })
     }
 
@@ -725,19 +720,8 @@ impl GemvMma {
                 (&set[fi][d - 2], w, smem)
             }
         };
-        // A SwiGLU producer on the ping-pong kernel: gate tile j and up tile j in block
-        // j, each on its own half of twice the warps (no cross-block pairing).
-        let paired = kernel == GemvKernel::PingPong
-            && probe.is_none()
-            && self.swiglu_in_block
-            && epi.is_swiglu()
-            && 2 * warps <= MAX_WARPS
-            && tiles.is_multiple_of(2);
-        let warps = if paired { 2 * warps } else { warps };
         // The ring kernels loop over tiles: one wave of blocks streams the matrix.
-        let blocks = if paired {
-            tiles / 2
-        } else if probe == Some(5) {
+        let blocks = if probe == Some(5) {
             // The read ceiling: two 16-warp blocks per multiprocessor.
             self.sms * 2
         } else if matches!(kernel, GemvKernel::Ring | GemvKernel::Tma)
@@ -768,10 +752,7 @@ impl GemvMma {
         use cudarc::driver::{DevicePtr, DevicePtrMut};
         let s = self.ctx.stream();
         let mut guards = Vec::new();
-        let mut e = epi.raw(l.rows, l.cols, s, &mut guards)?;
-        if paired {
-            e.pair_in_block();
-        }
+        let e = epi.raw(l.rows, l.cols, s, &mut guards)?;
         let (wd, _g0) = w.data.slice.device_ptr(s);
         let (wsc, _g1) = w.scales.slice.device_ptr(s);
         let (xh, _g2) = x.hl.slice.device_ptr(s);

@@ -105,11 +105,6 @@ impl<'a> Epilogue<'a> {
         }
     }
 
-    /// A SwiGLU producer (gate | up rows, the x preparation of silu(gate)·up).
-    pub(crate) fn is_swiglu(&self) -> bool {
-        matches!(self.out, EpiOut::Swiglu { .. })
-    }
-
     /// Nothing but y = W·x or y += W·x.
     pub(crate) fn is_plain(&self) -> bool {
         self.norm_in.is_none() && matches!(self.out, EpiOut::None)
@@ -131,16 +126,7 @@ pub(crate) struct EpiRaw {
     dim: f32,
     eps: f32,
     half_tiles: i32,
-    paired: i32,
-}
-
-impl EpiRaw {
-    /// A SwiGLU producer whose gate tile j and up tile j run in one block (block j, the
-    /// ping-pong kernel's warps split in two halves): no counters.
-    pub(crate) fn pair_in_block(&mut self) {
-        self.paired = 1;
-        self.pairs = 0;
-    }
+    pad: i32,
 }
 
 fn ptr<'a, T>(b: &'a DeviceBuffer<T>, s: &'a CudaStream, g: &mut Vec<SyncOnDrop<'a>>) -> u64 {

@@ -117,9 +117,6 @@ pub struct DecodeBenchOptions {
     pub skip: u8,
     /// The ring GEMVs loop over tiles in one wave of blocks (`GemvMma::persistent`).
     pub persistent: bool,
-    /// The ping-pong gate|up GEMV pairs its gate and up tiles in one block
-    /// (`GemvMma::swiglu_in_block`; default on), else across blocks with counters.
-    pub swiglu_in_block: bool,
 }
 
 /// The parts [`DecodeBenchOptions::skip`] can leave out, bit i = name i.
@@ -147,7 +144,6 @@ impl Default for DecodeBenchOptions {
             fused: true,
             skip: 0,
             persistent: true,
-            swiglu_in_block: true,
         }
     }
 }
@@ -310,7 +306,6 @@ pub fn decode_bench(
     gemv.ring_override = opts.ring;
     gemv.pp_prefetch = opts.pp_prefetch;
     gemv.persistent = opts.persistent;
-    gemv.swiglu_in_block = opts.swiglu_in_block;
     // Auto picks the PDL run's kernels for the PDL-off check as well.
     gemv.select_as_pdl = pdl;
     let shapes = layouts(opts.format);
