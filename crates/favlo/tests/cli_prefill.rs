@@ -2,7 +2,8 @@
 //! `bench chat`: an unknown value, `fp8` without a CUDA device, or a chunk outside
 //! 16..=65536 tokens is a usage error (exit status 2) that names the fix, before any
 //! model loads or any port is bound; so are `serve --parallel` and `bench chat
-//! --sequences` above 1 without a CUDA device, or outside 1..=4.
+//! --sequences` above 1 without a CUDA device, or outside 1..=4, and a `bench chat
+//! --context` too small for the prompt and decoded tokens.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -71,4 +72,22 @@ fn parallel_decoding_needs_cuda_and_names_its_range() {
     usage_error(&["serve", "--parallel", "5"], "1..=4");
     usage_error(&["serve", "--parallel", "0"], "1..=4");
     usage_error(&["bench", "chat", "--sequences", "9"], "1..=4");
+}
+
+#[test]
+fn bench_chat_context_must_hold_the_prompt_and_decode() {
+    usage_error(
+        &[
+            "bench",
+            "chat",
+            "--prompt",
+            "100",
+            "--decode",
+            "10",
+            "--context",
+            "50",
+        ],
+        "--context 50 is smaller than the prompt and decoded tokens (111)",
+    );
+    usage_error(&["bench", "chat", "--context", "0"], "--context");
 }

@@ -69,6 +69,12 @@ pub struct ChatBench {
     /// after the same prompt, and print the tokens/s over all of them for each count.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4))]
     pub sequences: u32,
+    /// Tokens of KV cache to open the model with (default: prompt + decode + 1, at
+    /// least 1024). `favlo serve` opens a model with its whole context; a larger value
+    /// measures decode as it runs there (on CUDA, the step graph of the smallest
+    /// attention bucket that holds the keys instead of one sized to the cache).
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub context: Option<u32>,
 }
 
 /// One measured row: (prefill tok/s, decode tok/s).
@@ -159,6 +165,19 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
         ))
         .into());
     }
+    // Room for the prompt and the decoded tokens (at least the 1024 the figures have
+    // always been taken at).
+    let need = b.prompt + b.decode + 1;
+    let context = match b.context {
+        Some(c) if (c as usize) < need => {
+            return Err(crate::cmd::common::UsageError(format!(
+                "--context {c} is smaller than the prompt and decoded tokens ({need})"
+            ))
+            .into());
+        }
+        Some(c) => c as usize,
+        None => need.max(1024),
+    };
     let (dir, name) = match &b.dir {
         Some(d) => {
             anyhow::ensure!(
@@ -174,9 +193,6 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("unknown --weights {:?}", b.weights))?;
     let ledger = Ledger::new(Device::Cpu, None);
     let owner = Owner::mint("bench-chat");
-    // Room for the prompt and the decoded tokens (at least the 1024 the figures have
-    // always been taken at).
-    let context = (b.prompt + b.decode + 1).max(1024);
     let opts = favlo_llama::OpenOptions {
         format,
         max_context: Some(context),

@@ -234,6 +234,10 @@ pub struct GemvMma {
     /// The ring kernels run at most one wave of blocks, each looping over its tiles
     /// (default on); off, one block per tile.
     pub persistent: bool,
+    /// At most this many warps per block for the register kernels (Regs, PingPong)
+    /// instead of [`warps_per_block`]'s up to 16 (benchmarks: smaller blocks leave room
+    /// on a multiprocessor for the next kernel's blocks under PDL).
+    pub warps_cap: Option<usize>,
     /// Warps per block of the batched GEMV ([`Self::gemv_batch`], 1..=8) instead of
     /// its own choice (benchmarks).
     pub batch_warps: Option<usize>,
@@ -375,6 +379,7 @@ impl GemvMma {
             from_cache: m.from_cache,
             l2_prefetch: false,
             persistent: true,
+            warps_cap: None,
         })
     }
 
@@ -498,6 +503,13 @@ impl GemvMma {
     /// memory on this device (a [`Self::ring_override`] that does not is refused).
     pub fn ring_fits(&self, format: ElementFormat, warps: usize, depth: usize) -> bool {
         warps * depth * ring_stage_bytes(format) + RING_STATIC <= self.smem.per_block
+    }
+
+    /// Warps per block of the register kernels: [`warps_per_block`], at most
+    /// [`Self::warps_cap`].
+    fn reg_warps(&self, tiles: usize, chunks: usize) -> usize {
+        let w = warps_per_block(tiles, chunks, self.sms);
+        self.warps_cap.map_or(w, |c| w.min(c.max(1)))
     }
 
     /// The kernel [`Self::gemv`] runs for a `format` matrix of `tiles` row tiles and
@@ -683,12 +695,10 @@ impl GemvMma {
                 let d = if mode == 4 { 3 } else { 2 };
                 (f, w, w * d * ring_stage_bytes(l.format))
             }
-            (GemvKernel::Regs | GemvKernel::Auto, None) => {
-                (f, warps_per_block(tiles, chunks, self.sms), 0)
-            }
+            (GemvKernel::Regs | GemvKernel::Auto, None) => (f, self.reg_warps(tiles, chunks), 0),
             (GemvKernel::PingPong, None) => {
                 let w = self.ring_override.map_or_else(
-                    || warps_per_block(tiles, chunks, self.sms),
+                    || self.reg_warps(tiles, chunks),
                     |o| o.0.clamp(1, MAX_WARPS),
                 );
                 let f = match self.pp_prefetch {

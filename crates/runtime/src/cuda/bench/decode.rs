@@ -117,6 +117,9 @@ pub struct DecodeBenchOptions {
     pub skip: u8,
     /// The ring GEMVs loop over tiles in one wave of blocks (`GemvMma::persistent`).
     pub persistent: bool,
+    /// At most this many warps per block of the register GEMV kernels
+    /// (`GemvMma::warps_cap`).
+    pub warps_cap: Option<usize>,
 }
 
 /// The parts [`DecodeBenchOptions::skip`] can leave out, bit i = name i.
@@ -144,6 +147,7 @@ impl Default for DecodeBenchOptions {
             fused: true,
             skip: 0,
             persistent: true,
+            warps_cap: None,
         }
     }
 }
@@ -306,6 +310,7 @@ pub fn decode_bench(
     gemv.ring_override = opts.ring;
     gemv.pp_prefetch = opts.pp_prefetch;
     gemv.persistent = opts.persistent;
+    gemv.warps_cap = opts.warps_cap;
     // Auto picks the PDL run's kernels for the PDL-off check as well.
     gemv.select_as_pdl = pdl;
     let shapes = layouts(opts.format);
