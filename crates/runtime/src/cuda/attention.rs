@@ -59,10 +59,13 @@ pub(super) const MAX_SPLITS: usize = 1024;
 /// u32 counters (one per kv head) at the end of the partials buffer, for `OnePass`.
 const COUNTERS: usize = 256;
 
-/// Capacities above which [`AttnKernel::Auto`] picks `OnePass` (H200, 2026-12-03, with
-/// the one-round combine: the two-pass decode step was 4% faster than the fused
-/// one-pass step at a 2320-key capacity and 4% slower at 4368; the line sits between).
-pub const ATTN_ONEPASS_MIN_CAPACITY: usize = 3072;
+/// Capacities above which [`AttnKernel::Auto`] picks `OnePass`. H200, with the
+/// one-round combine: in `cuda_decode_bench` the two-pass step was 4% faster than the
+/// fused one-pass step at a 2320-key capacity and 0.6% slower at 4368; in the chat
+/// (`favlo bench chat --context 32768`, random Qwen3-8B, 2561–2752 keys in the 4096-key
+/// bucket) the two-pass step decoded 443.7 tok/s against 425.2–425.5, so the line sits
+/// at the chat's 4096 bucket (docs/CUDA.md, session 23).
+pub const ATTN_ONEPASS_MIN_CAPACITY: usize = 4096;
 
 /// Which attention decode kernel [`AttentionDecode`] launches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

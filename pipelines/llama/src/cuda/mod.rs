@@ -10,7 +10,7 @@
 //! - One token step (every layer, then `*pos += 1`) is captured once as a CUDA graph
 //!   and replayed: every kernel reads the position from device memory. The attention
 //!   grid covers a fixed key capacity, so graphs are captured per capacity bucket (256,
-//!   1024, 2048, 4096, 16384, the cache) and a step uses the smallest bucket holding its
+//!   1024, 2048, 3072, 4096, 16384, the cache) and a step uses the smallest bucket holding its
 //!   keys; short chats never launch blocks for 32k keys. The final norm + lm_head is a
 //!   second graph, run only where logits are wanted.
 //! - Prefill of more than one token runs in chunks ([`prefill`]): every step batched
@@ -49,10 +49,12 @@ use upload::DevLayer;
 
 /// Most keys the attention kernels' combine step handles (1024 splits of 32).
 pub(crate) const MAX_CONTEXT: usize = 32_768;
-/// Attention capacity buckets below the cache's own capacity. 2048 (H200, session 22):
-/// the two-pass attention at a 2048-key capacity beats the one-pass kernel at 4096 for
-/// 1025..2048 keys (decode steps ~2.06 against ~2.15–2.19 ms on a Qwen3-8B shape).
-const BUCKETS: [usize; 5] = [256, 1024, 2048, 4096, 16_384];
+/// Attention capacity buckets below the cache's own capacity: the two-pass attention's
+/// grid covers its capacity, so a bucket close to the keys saves it work. H200, random
+/// Qwen3-8B, `favlo bench chat --context 32768` (docs/CUDA.md, session 23): 2048 for
+/// 1537..1792 keys, 479.3–480.7 tok/s against 437.0–437.6 in the 4096 bucket (then on
+/// the one-pass kernel); 3072 for 2561..2752 keys, 444.5–447.4 against 425.2–425.5.
+const BUCKETS: [usize; 6] = [256, 1024, 2048, 3072, 4096, 16_384];
 
 /// The error for a missing sequence buffer (an opening always has sequence 0).
 fn no_sequence() -> LlamaError {
