@@ -4,10 +4,12 @@
 //!
 //! Run: `cuda_decode_bench [--layers 36] [--ctx 1024] [--steps 32] [--f32-kv] [--mxfp8]
 //! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
-//! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--unfused] [--no-persist]
-//! [--warps-cap W] [--skip qkv,attn,o,gate_up,down,head,rope]` (`--unfused`: the RMSNorm and SwiGLU
-//! preparations as kernels of their own; `--skip`: leave parts out of the fused step, to
-//! see what each costs on the step's critical path; the logits are then meaningless).
+//! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--unfused]
+//! [--no-persist] [--warps-cap W] [--capacity N] [--skip qkv,attn,o,gate_up,down,head,rope]`
+//! (`--unfused`: the RMSNorm and SwiGLU preparations as kernels of their own;
+//! `--capacity`: a KV capacity above what the timed steps need, as a chat's attention
+//! bucket; `--skip`: leave parts out of the fused step, to see what each costs on the
+//! step's critical path; the logits are then meaningless).
 
 use favlo_mx::ElementFormat;
 use favlo_runtime::cuda::CudaContext;
@@ -63,6 +65,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         fused: !flag("--unfused"),
         persistent: !flag("--no-persist"),
         warps_cap: arg(&argv, "--warps-cap").and_then(|v| v.parse().ok()),
+        capacity: arg(&argv, "--capacity").and_then(|v| v.parse().ok()),
         skip: arg(&argv, "--skip").map_or(0, |list| {
             list.split(',')
                 .filter_map(|p| SKIP_PARTS.iter().position(|n| *n == p))

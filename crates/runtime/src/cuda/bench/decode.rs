@@ -120,6 +120,10 @@ pub struct DecodeBenchOptions {
     /// At most this many warps per block of the register GEMV kernels
     /// (`GemvMma::warps_cap`).
     pub warps_cap: Option<usize>,
+    /// KV capacity in tokens (default: `context` + 4 × `steps` + 16, what the timed
+    /// steps need); a larger one times the attention as a chat's bucket runs it (e.g.
+    /// 2561 keys in a 4096-key bucket).
+    pub capacity: Option<usize>,
 }
 
 /// The parts [`DecodeBenchOptions::skip`] can leave out, bit i = name i.
@@ -148,6 +152,7 @@ impl Default for DecodeBenchOptions {
             skip: 0,
             persistent: true,
             warps_cap: None,
+            capacity: None,
         }
     }
 }
@@ -575,6 +580,18 @@ pub(super) fn attention(
     )
 }
 
+/// The KV capacity of the run: what the timed steps need, or the larger one asked for.
+fn capacity(opts: &DecodeBenchOptions) -> Result<usize, BenchError> {
+    let need = opts.context + 4 * opts.steps + 16;
+    match opts.capacity {
+        Some(c) if c < need => Err(BenchError::Options(format!(
+            "capacity {c} is below the {need} keys the context and timed steps need"
+        ))),
+        Some(c) => Ok(c),
+        None => Ok(need),
+    }
+}
+
 /// Random weights (one host matrix per kind, a device copy per layer), a KV cache
 /// prefilled with `context` random tokens, norms near 1, random h.
 fn build(
@@ -583,7 +600,7 @@ fn build(
     opts: &DecodeBenchOptions,
     shapes: &[MxLayout; 5],
 ) -> Result<Model, BenchError> {
-    let cap = opts.context + 4 * opts.steps + 16;
+    let cap = capacity(opts)?;
     let mut rng = Rng::new(7);
     // E8M0 scales that keep the activations O(1): FP4 codes have rms ≈ 2.9, E4M3
     // codes drawn uniformly ≈ 108 (2^5 more).
@@ -668,4 +685,28 @@ fn build(
         b,
         cap,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BenchError, DecodeBenchOptions, capacity};
+
+    /// The capacity is what the context and timed steps need unless a larger one is
+    /// asked for; a smaller one is refused before anything is allocated.
+    #[test]
+    fn capacity_covers_the_timed_steps() {
+        let opts = DecodeBenchOptions::default();
+        let need = opts.context + 4 * opts.steps + 16;
+        assert!(matches!(capacity(&opts), Ok(c) if c == need));
+        let big = DecodeBenchOptions {
+            capacity: Some(4096),
+            ..Default::default()
+        };
+        assert!(matches!(capacity(&big), Ok(4096)));
+        let small = DecodeBenchOptions {
+            capacity: Some(need - 1),
+            ..Default::default()
+        };
+        assert!(matches!(capacity(&small), Err(BenchError::Options(m)) if m.contains("below")));
+    }
 }
