@@ -1,10 +1,10 @@
 // Favlo CUDA kernels: the batched MX GEMV, y_b = W x_b (or y_b += W x_b) for NB = 2..4
 // prepared vectors x_b at once: one decode step over several sequences.
 //
-// Appended to gemv_mma.cu's module: the same tiled weights, fragments (`a_frag`), mma
-// and x preparation. Why a batch costs little: a batch-1 GEMV spends its instructions on
-// streaming and decoding the weights, and only 64 of a warp's ~1175 instructions per
-// two chunks are mma. Here each decoded A fragment feeds NB mma pairs, one per vector
+// Appended to the GEMV module (gemv_common.cuh and the kernels after it): the same tiled
+// weights, fragments (`a_frag`), mma and x preparation. Why a batch costs little: a
+// batch-1 GEMV spends its instructions on streaming and decoding the weights, and only
+// 64 of a warp's ~1175 instructions per two chunks are mma. Here each decoded A fragment feeds NB mma pairs, one per vector
 // (its B fragments are that vector's hi/lo columns, exactly as in the batch-1 kernel),
 // so the weights are read and decoded once for the batch. Every vector's partial sums
 // are formed in the batch-1 kernel's order per warp (same blocks, same steps, same f32

@@ -2,7 +2,7 @@
 //
 // Stage s computes y = s_prev * (W_s x_s) over N x N matrices, where x_s is the
 // RMSNorm-style preparation of stage s-1's rows (the norm producer/consumer epilogues
-// of gemv_mma.cu: stage s-1 writes x_s without 1/rms and its partial sums of squares,
+// of gemv_common.cuh: stage s-1 writes x_s without 1/rms and its partial sums of squares,
 // stage s applies 1/rms to its rows). The same arithmetic as launching the ping-pong
 // GEMV once per stage with those epilogues, so the results are bit-identical; what
 // changes is the boundary between stages: instead of a kernel exit and a launch, every

@@ -34,7 +34,7 @@ __device__ __forceinline__ float e4m3(u8 b) {
 
 // Element e's E2M1 code from a word of the GEMV's FP4 tiles: the GEMV stores each code's
 // exponent-mantissa field and sign bit where its fragments want them (`FP4_PLACE` in
-// gemv.rs, `a_frag<4>` in gemv_mma.cu).
+// gemv.rs, `a_frag<4>` in gemv_common.cuh).
 __device__ __forceinline__ u32 fp4_code(u32 w, int e) {
     const int field[8] = {9, 0, 25, 16, 6, 3, 22, 19};
     const int sign[8] = {15, 14, 31, 30, 12, 13, 28, 29};

@@ -1,6 +1,6 @@
 //! The per-sequence steps of a batched decode, one launch for all sequences: RMSNorm and
 //! SwiGLU x preparations, q/k norm or bias + RoPE + KV store, and the two-pass attention
-//! (the `_z` kernels in gemv_mma.cu, decode.cu, rope_store.cu and attention.cu).
+//! (the `_z` kernels in gemv_prep.cu, decode.cu, rope_store.cu and attention.cu).
 //!
 //! Key design choice: every sequence keeps its own buffers, KV cache and position; a
 //! launch takes up to [`SEQ_MAX`] of them as a table of device pointers (`SeqArgs`,

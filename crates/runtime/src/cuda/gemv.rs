@@ -1,4 +1,4 @@
-//! MXFP4 / MXFP8 GEMV on the tensor cores (`kernels/gemv_mma.cu`).
+//! MXFP4 / MXFP8 GEMV on the tensor cores (`kernels/gemv_*.cu`, `kernels/gemv_common.cuh`).
 //!
 //! Key design choice: x is prepared once per vector ([`GemvMma::prep_x`]: per 32-value
 //! block a power-of-two scale and an f16 hi + lo split, ~22 bits), so every GEMV that
@@ -28,7 +28,12 @@ use crate::ledger::{Owner, SpanKind};
 const SRC: &str = concat!(
     include_str!("../../kernels/prep32.cuh"),
     include_str!("../../kernels/fp8_sw.cuh"),
+    include_str!("../../kernels/gemv_common.cuh"),
     include_str!("../../kernels/gemv_mma.cu"),
+    include_str!("../../kernels/gemv_pp.cu"),
+    include_str!("../../kernels/gemv_read_probe.cu"),
+    include_str!("../../kernels/gemv_ring.cu"),
+    include_str!("../../kernels/gemv_prep.cu"),
     include_str!("../../kernels/gemv_batch.cu"),
     include_str!("../../kernels/gemv_chain.cu")
 );
@@ -189,7 +194,7 @@ pub struct GemvMma {
     ring: [[CudaFunction; 3]; 2],
     /// Bulk-copy ring kernels, [FP4, FP8] × depth 2, 3, 4.
     tma: [[CudaFunction; 3]; 2],
-    /// Timing probes of the depth-2 ring ([FP4, FP8] × mode 1..=3, see gemv_mma.cu),
+    /// Timing probes of the depth-2 ring ([FP4, FP8] × mode 1..=3, see gemv_ring.cu),
     /// (mode 4) of the depth-3 bulk-copy ring, loads only, (mode 5) the read ceiling of
     /// the GEMV's bytes and (modes 6..=8) the ping-pong loop without decode, without
     /// mma, with loads only.

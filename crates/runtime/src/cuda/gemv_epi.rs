@@ -1,4 +1,4 @@
-//! The tensor-core GEMV's fused epilogues (`GemvEpi` in `kernels/gemv_mma.cu`): the
+//! The tensor-core GEMV's fused epilogues (`GemvEpi` in `kernels/gemv_common.cuh`): the
 //! RMSNorm and SwiGLU x preparations done by the GEMV that finishes their input.
 //!
 //! Key design choice: an RMSNorm is h·s·w with s = 1/rms(h) a single scalar, so the

@@ -1,4 +1,4 @@
-//! MX weights laid out for the tensor-core GEMV (`kernels/gemv_mma.cu`): the host
+//! MX weights laid out for the tensor-core GEMV (`kernels/gemv_*.cu`): the host
 //! re-tiling ([`tile_mx`]) and its upload ([`MxTiled`]).
 //!
 //! Key design choice: the layout serves the kernel's loads, not the host. Per row tile
@@ -14,7 +14,7 @@ use super::CudaError;
 use super::context::{CudaContext, DeviceBuffer};
 use crate::ledger::{Owner, SpanKind};
 
-/// Rows per block (`TILE_ROWS` in gemv_mma.cu).
+/// Rows per block (`TILE_ROWS` in gemv_common.cuh).
 pub(super) const TILE_ROWS: usize = 32;
 
 /// An MX matrix re-tiled for [`GemvMma`](super::GemvMma) on the host (see [`tile_mx`]).
@@ -37,7 +37,7 @@ pub(super) fn scale_tile_bytes(format: ElementFormat) -> usize {
 
 /// Where each element's code of an FP4 word goes in the GEMV's stored word: (low bit of
 /// the 3-bit exponent-mantissa field, sign bit), for elements 0..8 of the favlo-mx word
-/// (element e at bits 4e..4e+3). The kernel (`a_frag<4>` in gemv_mma.cu) turns each pair
+/// (element e at bits 4e..4e+3). The kernel (`a_frag<4>` in gemv_common.cuh) turns each pair
 /// of elements into an f16x2 fragment with one or two shifts and masks: the field lands
 /// on f16 bits 9..11 and the sign on bit 15 (or 25..27 and 31), which is the E2M1 value
 /// times 2^-14 exactly.
