@@ -1,6 +1,7 @@
-//! MX GEMM on the Hopper FP8 tensor cores for prefill (`kernels/gemm_mx.cu`):
-//! `Y[m, n] = X[m, k] · W[n, k]ᵀ` (or `Y += …`) with W an MXFP8 matrix (E4M3 or E5M2
-//! codes, E8M0 scale per 32 values) or an MXFP4 one (folded exactly into E4M3 codes by
+//! MX GEMM on the Hopper FP8 tensor cores for prefill (`kernels/gemm_common.cuh`,
+//! `gemm_epilogue.cuh`, `gemm_mx.cu`, `gemm_quant.cu`): `Y[m, n] = X[m, k] · W[n, k]ᵀ`
+//! (or `Y += …`) with W an MXFP8 matrix (E4M3 or E5M2 codes, E8M0 scale per 32
+//! values) or an MXFP4 one (folded exactly into E4M3 codes by
 //! [`super::gemm_fold`], one scale per (row, 128 k) where it can be, so the grouped
 //! kernel promotes once per 128 k) and X f32 activations.
 //!
@@ -28,7 +29,10 @@ use crate::ledger::{Owner, SpanKind};
 
 const SRC: &str = concat!(
     include_str!("../../kernels/silu_fp8.cuh"),
-    include_str!("../../kernels/gemm_mx.cu")
+    include_str!("../../kernels/gemm_common.cuh"),
+    include_str!("../../kernels/gemm_epilogue.cuh"),
+    include_str!("../../kernels/gemm_mx.cu"),
+    include_str!("../../kernels/gemm_quant.cu")
 );
 /// This family's kernel module (see [`super::warm`]).
 pub(crate) const MODULE: Module = Module {

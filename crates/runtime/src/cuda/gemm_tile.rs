@@ -1,5 +1,6 @@
-//! MX weights laid out for the prefill GEMM (`kernels/gemm_mx.cu`): the host re-tiling
-//! ([`tile_gemm`], [`tile_gemm_swiglu`]) and its upload ([`GemmWeights`]).
+//! MX weights laid out for the prefill GEMM (`kernels/gemm_common.cuh` and the files
+//! after it in its module): the host re-tiling ([`tile_gemm`], [`tile_gemm_swiglu`])
+//! and its upload ([`GemmWeights`]).
 //!
 //! Key design choice: the weights are stored in the exact shared-memory order the
 //! tensor cores read (per 128-row tile and 128-value k block, 16 KB of codes in the
