@@ -19,6 +19,9 @@
 //!   prompt prefilled into its own sequence, then 24 batched steps fed the CPU's greedy
 //!   tokens, sequences leaving the batch after 8 and 16 steps; every step's logits
 //!   against the CPU's: ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV), and the same argmax.
+//! - a 4085-token prompt decoded across the 4096-key bucket into the one-pass
+//!   attention with its fused q/k norm, RoPE and KV store (a 4608-token cache): every
+//!   step's logits against the CPU's, ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV).
 //!
 //! Skips loudly (and passes) without CUDA; `FAVLO_REQUIRE_CUDA=1` turns that into a
 //! failure.
@@ -60,7 +63,7 @@ fn write_checkpoint(dir: &Path) {
         "head_dim": HEAD_DIM,
         "num_hidden_layers": LAYERS,
         "vocab_size": VOCAB,
-        "max_position_embeddings": 1024,
+        "max_position_embeddings": 8192,
         "rms_norm_eps": 1e-6,
         "rope_theta": 1_000_000.0,
         "attention_bias": false,
@@ -362,6 +365,59 @@ fn qwen3_cuda_batched_decode_matches_cpu() {
         assert!(m.decode_batch(&[(0, 5, 40), (0, 6, 40)], &mut two).is_err());
         eprintln!(
             "qwen3 {format:?} KV f16 {kv_f16}: 4 sequences decoded together, worst vs CPU {worst:.2e} (bound {tol:.0e})"
+        );
+    }
+}
+
+/// Decoding across a 4096-key capacity in a 4608-token cache: keys up to 4096 run in
+/// the 4096 bucket (two-pass attention after `qk_norm_rope_store`), keys past it in
+/// the cache's own capacity, where the one-pass kernel RMSNorms, rotates and stores
+/// q/k/v in its prologue (`decode_qkv`). A 4085-token prompt, then `STEPS` steps fed
+/// the CPU's greedy tokens (keys 4086..4109); every step's logits against the CPU's
+/// (MXFP8): max |Δ| / max |logit| ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV).
+#[test]
+fn qwen3_cuda_decode_past_4096_keys_matches_cpu() {
+    use common::open_context;
+    use favlo_llama::OpenOptions;
+    if !cuda_ok("the CUDA long-context decode test") {
+        return;
+    }
+    const PROMPT: usize = 4085;
+    const CONTEXT: usize = 4608;
+    let dir = tempfile::tempdir().unwrap();
+    write_checkpoint(dir.path());
+    let mut rng = SplitMix64::new(4085);
+    let prompt: Vec<u32> = (0..PROMPT)
+        .map(|_| ((uniform(&mut rng) + 1.0) * 0.5 * (VOCAB - 3) as f32) as u32 + 3)
+        .collect();
+    let opts = |device, kv_f16| OpenOptions {
+        format: favlo_llama::WeightFormat::Mxfp8,
+        device,
+        kv_f16,
+        ..OpenOptions::default()
+    };
+    let mut cpu = open_context(dir.path(), opts(Device::Cpu, false), CONTEXT);
+    let (want, toks) = cpu_trace(&mut cpu, &prompt);
+    drop(cpu);
+    for (kv_f16, tol) in [(false, 1e-4f32), (true, 3e-3)] {
+        let mut gpu = open_context(dir.path(), opts(Device::Cuda(0), kv_f16), CONTEXT);
+        let m = gpu.model();
+        let mut got = vec![0.0; VOCAB];
+        m.forward(&prompt, 0, &mut got, false).unwrap();
+        let mut worst = rel(&got, &want[0]);
+        assert!(worst <= tol, "KV f16 {kv_f16}: prompt {worst:.2e}");
+        for (j, &t) in toks.iter().enumerate() {
+            m.forward(&[t], PROMPT + j, &mut got, false).unwrap();
+            let e = rel(&got, &want[j + 1]);
+            worst = worst.max(e);
+            assert!(
+                e <= tol,
+                "KV f16 {kv_f16} step {j} ({} keys): {e:.2e}",
+                PROMPT + j + 1
+            );
+        }
+        eprintln!(
+            "qwen3 KV f16 {kv_f16}: {PROMPT}-token prompt and {STEPS} steps across the 4096-key bucket, worst vs CPU {worst:.2e} (bound {tol:.0e})"
         );
     }
 }

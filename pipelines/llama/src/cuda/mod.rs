@@ -34,9 +34,9 @@ use std::sync::Arc;
 
 use favlo_runtime::cpu::RopeLayout;
 use favlo_runtime::cuda::{
-    AttentionDecode, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps, DeviceBuffer,
-    DeviceSampler, Epilogue, GEMV_BATCH_MAX, GemmMx, GemvMma, KernelSet, KvCache, MxTiled, NormIn,
-    PrefillOps, RopeStore, SAMPLE_OUT_LEN, SampleParams, warm_kernels,
+    AttentionDecode, AttnKernel, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps,
+    DeviceBuffer, DeviceSampler, Epilogue, GEMV_BATCH_MAX, GemmMx, GemvMma, KernelSet, KvCache,
+    MxTiled, NormIn, PrefillOps, QkvRope, RopeStore, SAMPLE_OUT_LEN, SampleParams, warm_kernels,
 };
 use favlo_runtime::ledger::{self, Owner, SpanKind};
 
@@ -568,7 +568,7 @@ fn norm_in(parts: &DeviceBuffer<f32>, d: Dims) -> NormIn<'_> {
 /// RMSNorm's x preparation, then 7 launches per layer: q|k|v (applying 1/rms), the
 /// bias/norm with RoPE and the KV store, attention (2), o (+residual; prepares the MLP
 /// norm), gate|up (applying 1/rms; prepares SwiGLU), down (+residual; prepares the next
-/// layer's norm). The norms and SwiGLU run in the GEMVs' epilogues (`Epilogue`); the
+/// layer's norm); 5 where the capacity runs the one-pass attention ([`attention`]). The norms and SwiGLU run in the GEMVs' epilogues (`Epilogue`); the
 /// last layer's output is left for the head graph's own norm.
 fn step(
     k: &Kernels,
@@ -588,47 +588,7 @@ fn step(
         let Some(l) = done.last() else { break };
         let qkv = Epilogue::normed(norm_in(&sh.ss, d));
         k.gemv.gemv_fused(&l.qkv, &b.prep_d, &mut b.qkv, qkv)?;
-        match (&l.q_norm, &l.k_norm) {
-            (Some(qn), Some(kn)) => k.ops.qk_norm_rope_store(
-                &b.qkv,
-                qn,
-                kn,
-                &sh.cos,
-                &sh.sin,
-                &b.pos,
-                d.n_heads,
-                d.n_kv_heads,
-                d.eps,
-                &mut b.q,
-                cache,
-            )?,
-            _ => k.rope.bias_rope_store(
-                &b.qkv,
-                l.qkv_bias.as_ref(),
-                &sh.cos,
-                &sh.sin,
-                &b.pos,
-                d.n_heads,
-                d.n_kv_heads,
-                d.head_dim,
-                d.interleaved,
-                &mut b.q,
-                cache,
-            )?,
-        }
-        k.attn.decode_hd(
-            &b.q,
-            cache,
-            attn_capacity,
-            d.n_heads,
-            d.n_kv_heads,
-            d.head_dim,
-            &b.pos,
-            1,
-            d.scale,
-            &mut b.part,
-            AttnOut::Prep(&mut b.prep_a),
-        )?;
+        attention(k, d, l, cache, b, sh, attn_capacity)?;
         let o = Epilogue::residual_norm(&l.ffn_norm, &mut b.prep_d, &mut sh.ss);
         k.gemv.gemv_fused(&l.o, &b.prep_a, &mut b.h, o)?;
         let gate_up = Epilogue::normed_swiglu(norm_in(&sh.ss, d), &mut b.prep_f, &mut sh.pairs);
@@ -641,4 +601,86 @@ fn step(
         k.gemv.gemv_fused(&l.down, &b.prep_f, &mut b.h, down)?;
     }
     k.ops.advance_pos(&mut b.pos)
+}
+
+/// One layer's attention from the q|k|v projection to the o projection's x
+/// preparation. Where the capacity runs the one-pass kernel, the q/k norm (or bias),
+/// RoPE and KV store run in its prologue (`decode_qkv`: one launch); else
+/// `qk_norm_rope_store` (or `bias_rope_store`) and the two-pass attention (three).
+fn attention(
+    k: &Kernels,
+    d: Dims,
+    l: &DevLayer,
+    cache: &mut KvCache,
+    b: &mut batch::SeqBufs,
+    sh: &Bufs,
+    attn_capacity: usize,
+) -> Result<(), CudaError> {
+    if k.attn.kernel.resolve(attn_capacity) == AttnKernel::OnePass {
+        let qk_norm = match (&l.q_norm, &l.k_norm) {
+            (Some(qn), Some(kn)) => Some((qn, kn, d.eps)),
+            _ => None,
+        };
+        let src = QkvRope {
+            qkv: &b.qkv,
+            bias: l.qkv_bias.as_ref(),
+            qk_norm,
+            cos: &sh.cos,
+            sin: &sh.sin,
+            interleaved: d.interleaved,
+        };
+        return k.attn.decode_qkv(
+            &src,
+            cache,
+            attn_capacity,
+            d.n_heads,
+            d.n_kv_heads,
+            d.head_dim,
+            &b.pos,
+            d.scale,
+            &mut b.part,
+            AttnOut::Prep(&mut b.prep_a),
+        );
+    }
+    match (&l.q_norm, &l.k_norm) {
+        (Some(qn), Some(kn)) => k.ops.qk_norm_rope_store(
+            &b.qkv,
+            qn,
+            kn,
+            &sh.cos,
+            &sh.sin,
+            &b.pos,
+            d.n_heads,
+            d.n_kv_heads,
+            d.eps,
+            &mut b.q,
+            cache,
+        )?,
+        _ => k.rope.bias_rope_store(
+            &b.qkv,
+            l.qkv_bias.as_ref(),
+            &sh.cos,
+            &sh.sin,
+            &b.pos,
+            d.n_heads,
+            d.n_kv_heads,
+            d.head_dim,
+            d.interleaved,
+            &mut b.q,
+            cache,
+        )?,
+    }
+    k.attn.decode_hd(
+        &b.q,
+        cache,
+        attn_capacity,
+        d.n_heads,
+        d.n_kv_heads,
+        d.head_dim,
+        &b.pos,
+        1,
+        d.scale,
+        &mut b.part,
+        AttnOut::Prep(&mut b.prep_a),
+    )
 }

@@ -79,10 +79,15 @@ pub fn open_seqs(
 
 /// `opts` with the tests' context (512 tokens) and prefill chunks (128).
 fn open_opts(path: &Path, opts: OpenOptions) -> LlamaRuntime {
+    open_context(path, opts, 512)
+}
+
+/// `opts` with a `context`-token cache and the tests' prefill chunks (128).
+pub fn open_context(path: &Path, opts: OpenOptions, context: usize) -> LlamaRuntime {
     let ledger = Ledger::new(Device::Cpu, None);
     let owner = Owner::mint("cuda-llama-test");
     let opts = OpenOptions {
-        max_context: Some(512),
+        max_context: Some(context),
         prefill_chunk: Some(128),
         ..opts
     };
