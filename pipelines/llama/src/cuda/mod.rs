@@ -10,7 +10,7 @@
 //! - One token step (every layer, then `*pos += 1`) is captured once as a CUDA graph
 //!   and replayed: every kernel reads the position from device memory. The attention
 //!   grid covers a fixed key capacity, so graphs are captured per capacity bucket (256,
-//!   1024, 2048, 3072, 4096, 8192, 16384, the cache) and a step uses the smallest bucket holding its
+//!   1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, the cache) and a step uses the smallest bucket holding its
 //!   keys; short chats never launch blocks for 32k keys. The final norm + lm_head is a
 //!   second graph, run only where logits are wanted.
 //! - Prefill of more than one token runs in chunks ([`prefill`]): every step batched
@@ -54,10 +54,14 @@ pub(crate) const MAX_CONTEXT: usize = 32_768;
 /// Qwen3-8B, `favlo bench chat --context 32768` (docs/CUDA.md, session 23): 2048 for
 /// 1537..1792 keys, 479.3–480.7 tok/s against 437.0–437.6 in the 4096 bucket (then on
 /// the one-pass kernel); 3072 for 2561..2752 keys, 444.5–447.4 against 425.2–425.5.
-/// 8192 (session 24) for the batched decode, whose two-pass kernels run at every
-/// length: 4 sequences at 6145..6208 keys 662.9–669.2 tok/s in all against 518.7–520.7
-/// in the 16384 bucket (one sequence runs the one-pass kernel there either way).
-const BUCKETS: [usize; 7] = [256, 1024, 2048, 3072, 4096, 8192, 16_384];
+/// Past 4096 (session 24) for the batched decode, whose two-pass kernels run at every
+/// length: 4 sequences at 6145..6208 keys 662.9–669.2 tok/s in all in an 8192 bucket
+/// against 518.7–520.7 in 16384; then 6144, 12288 and 24576 too: 4 sequences at
+/// 4609.., 10241.. and 20481.. keys 745.3 / 547.5 / 352.6 against 697.0 / 492.3 / 310.7
+/// (one sequence runs the one-pass kernel there, whose grid follows the keys: equal).
+const BUCKETS: [usize; 10] = [
+    256, 1024, 2048, 3072, 4096, 6144, 8192, 12_288, 16_384, 24_576,
+];
 
 /// The error for a missing sequence buffer (an opening always has sequence 0).
 fn no_sequence() -> LlamaError {
