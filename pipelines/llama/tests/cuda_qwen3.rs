@@ -21,7 +21,10 @@
 //!   against the CPU's: ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV), and the same argmax.
 //! - a 4085-token prompt decoded across the 4096-key bucket into the one-pass
 //!   attention with its fused q/k norm, RoPE and KV store (a 4608-token cache): every
-//!   step's logits against the CPU's, ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV).
+//!   step's logits against the CPU's, ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV); and two
+//!   sequences decoded together across it, with the batched two-pass attention and
+//!   (in a child process, `FAVLO_CUDA_BATCH_ATTN=onepass`) each sequence's one-pass
+//!   attention, with the same bounds.
 //!
 //! Skips loudly (and passes) without CUDA; `FAVLO_REQUIRE_CUDA=1` turns that into a
 //! failure.
@@ -420,4 +423,100 @@ fn qwen3_cuda_decode_past_4096_keys_matches_cpu() {
             "qwen3 KV f16 {kv_f16}: {PROMPT}-token prompt and {STEPS} steps across the 4096-key bucket, worst vs CPU {worst:.2e} (bound {tol:.0e})"
         );
     }
+}
+
+/// Two sequences decoded together across the 4096-key bucket (4085- and 4090-token
+/// prompts, a 4608-token cache, `STEPS` batched steps fed the CPU's greedy tokens;
+/// the batch's keys pass 4096 at its sixth step): every step's logits against the CPU's
+/// (MXFP8), ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV). Run as is it checks the default batched
+/// attention (two-pass at every length); `qwen3_cuda_batched_onepass_past_4096_keys`
+/// runs it again with `FAVLO_CUDA_BATCH_ATTN=onepass`.
+#[test]
+fn qwen3_cuda_batched_decode_past_4096_keys_matches_cpu() {
+    use common::open_context;
+    use favlo_llama::{OpenOptions, WeightFormat};
+    if !cuda_ok("the CUDA long-context batched decode test") {
+        return;
+    }
+    const CONTEXT: usize = 4608;
+    let dir = tempfile::tempdir().unwrap();
+    write_checkpoint(dir.path());
+    let mut rng = SplitMix64::new(4090);
+    let prompts: Vec<Vec<u32>> = [4085usize, 4090]
+        .iter()
+        .map(|&n| {
+            (0..n)
+                .map(|_| ((uniform(&mut rng) + 1.0) * 0.5 * (VOCAB - 3) as f32) as u32 + 3)
+                .collect()
+        })
+        .collect();
+    let opts = |device, kv_f16, sequences| OpenOptions {
+        format: WeightFormat::Mxfp8,
+        device,
+        kv_f16,
+        sequences,
+        ..OpenOptions::default()
+    };
+    let mut cpu = open_context(dir.path(), opts(Device::Cpu, false, 1), CONTEXT);
+    let want: Vec<_> = prompts.iter().map(|p| cpu_trace(&mut cpu, p)).collect();
+    drop(cpu);
+    let path = std::env::var("FAVLO_CUDA_BATCH_ATTN").unwrap_or_else(|_| "default".into());
+    for (kv_f16, tol) in [(false, 1e-4f32), (true, 3e-3)] {
+        let mut gpu = open_context(dir.path(), opts(Device::Cuda(0), kv_f16, 2), CONTEXT);
+        let m = gpu.model();
+        assert_eq!(m.sequences(), 2);
+        let mut worst = 0f32;
+        for (s, p) in prompts.iter().enumerate() {
+            let mut got = vec![0.0; VOCAB];
+            m.forward_seq(s, p, 0, &mut got).unwrap();
+            let e = rel(&got, &want[s].0[0]);
+            worst = worst.max(e);
+            assert!(e <= tol, "KV f16 {kv_f16} sequence {s} prompt: {e:.2e}");
+        }
+        for j in 0..STEPS {
+            let steps: Vec<(usize, u32, usize)> = (0..2)
+                .map(|s| (s, want[s].1[j], prompts[s].len() + j))
+                .collect();
+            let mut logits = vec![0.0; 2 * VOCAB];
+            m.decode_batch(&steps, &mut logits).unwrap();
+            for (s, got) in logits.chunks(VOCAB).enumerate() {
+                let e = rel(got, &want[s].0[j + 1]);
+                worst = worst.max(e);
+                assert!(
+                    e <= tol,
+                    "KV f16 {kv_f16} sequence {s} step {j} ({} keys): {e:.2e}",
+                    prompts[s].len() + j + 1
+                );
+            }
+        }
+        eprintln!(
+            "qwen3 batched attention {path}, KV f16 {kv_f16}: 2 sequences across the 4096-key bucket, worst vs CPU {worst:.2e} (bound {tol:.0e})"
+        );
+    }
+}
+
+/// `qwen3_cuda_batched_decode_past_4096_keys_matches_cpu` in a child process with
+/// `FAVLO_CUDA_BATCH_ATTN=onepass`: past 4096 keys each sequence runs the one-pass
+/// attention with its prologue instead of the batched two-pass kernels.
+#[test]
+fn qwen3_cuda_batched_onepass_past_4096_keys() {
+    if !cuda_ok("the CUDA long-context batched one-pass test") {
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "qwen3_cuda_batched_decode_past_4096_keys_matches_cpu",
+            "--nocapture",
+        ])
+        .env("FAVLO_CUDA_BATCH_ATTN", "onepass")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{text}");
+    assert!(out.status.success(), "the child test failed");
+    assert!(
+        text.contains("qwen3 batched attention onepass"),
+        "the child ran no batched steps"
+    );
 }

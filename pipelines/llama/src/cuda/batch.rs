@@ -11,7 +11,9 @@
 //!   one launch for all sequences, each over its own buffers, cache and position (the
 //!   runtime's `_batch` launchers): ten launches per layer whatever the batch. The
 //!   fused epilogues of the batch-1 step are not used here: each RMSNorm and the SwiGLU
-//!   write their x preparation in kernels of their own.
+//!   write their x preparation in kernels of their own. `FAVLO_CUDA_BATCH_ATTN=onepass`
+//!   (a comparison switch, off by default) runs each sequence's one-pass attention with
+//!   its prologue instead where the bucket's capacity resolves to the one-pass kernel.
 //! - One CUDA graph per set of sequences stepped together (a bit mask, so a batch that
 //!   loses a finished sequence replays the graph of the remaining set) and attention
 //!   capacity bucket, captured on first use; every kernel reads its sequence's position
@@ -19,13 +21,15 @@
 //!   any position.
 
 use favlo_runtime::cuda::{
-    AttnSeq, CudaContext, CudaError, CudaGraph, DeviceBuffer, KvCache, RopeSeq, SampleParams,
-    XPrep, attn_partials_len,
+    AttnKernel, AttnSeq, CudaContext, CudaError, CudaGraph, DeviceBuffer, KvCache, RopeSeq,
+    SampleParams, XPrep, attn_partials_len,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 
 use super::upload::DevLayer;
-use super::{BUCKETS, Bufs, CudaLlama, Dims, Kernels, dev_err, padded};
+use super::{
+    BUCKETS, Bufs, CudaLlama, Dims, Kernels, OnePassIo, attention_onepass, dev_err, padded,
+};
 use crate::config::LlamaConfig;
 use crate::error::LlamaError;
 use crate::weights::Matrix;
@@ -154,66 +158,7 @@ fn step_batch(
         let (xs, mut ys): (Vec<&XPrep>, Vec<_>) =
             s.iter_mut().map(|io| (&*io.prep_d, &mut *io.qkv)).unzip();
         g.gemv_batch(&l.qkv, &xs, &mut ys, false)?;
-        let mut rope = Vec::with_capacity(s.len());
-        for io in s.iter_mut() {
-            let cache = io.kv.get_mut(i).ok_or_else(|| CudaError::Shape {
-                op: "batched decode",
-                detail: format!("no KV cache for layer {i}"),
-            })?;
-            rope.push(RopeSeq {
-                qkv: &*io.qkv,
-                pos: &*io.pos,
-                q_out: &mut *io.q,
-                cache,
-            });
-        }
-        match (&l.q_norm, &l.k_norm) {
-            (Some(qn), Some(kn)) => k.ops.qk_norm_rope_store_batch(
-                &mut rope,
-                qn,
-                kn,
-                cos,
-                sin,
-                d.n_heads,
-                d.n_kv_heads,
-                d.eps,
-            )?,
-            _ => k.rope.bias_rope_store_batch(
-                &mut rope,
-                l.qkv_bias.as_ref(),
-                cos,
-                sin,
-                d.n_heads,
-                d.n_kv_heads,
-                d.head_dim,
-                d.interleaved,
-            )?,
-        }
-        drop(rope);
-        let mut attn = Vec::with_capacity(s.len());
-        for io in s.iter_mut() {
-            let cache = io.kv.get(i).ok_or_else(|| CudaError::Shape {
-                op: "batched decode",
-                detail: format!("no KV cache for layer {i}"),
-            })?;
-            attn.push(AttnSeq {
-                q: &*io.q,
-                cache,
-                len: &*io.pos,
-                partials: &mut *io.part,
-                out: &mut *io.prep_a,
-            });
-        }
-        k.attn.decode_batch(
-            &mut attn,
-            attn_capacity,
-            d.n_heads,
-            d.n_kv_heads,
-            d.head_dim,
-            1,
-            d.scale,
-        )?;
-        drop(attn);
+        attention_batch(k, d, l, i, (cos, sin), s, attn_capacity)?;
         let (xs, mut ys): (Vec<&XPrep>, Vec<_>) =
             s.iter_mut().map(|io| (&*io.prep_a, &mut *io.h)).unzip();
         g.gemv_batch(&l.o, &xs, &mut ys, true)?;
@@ -453,4 +398,91 @@ impl CudaLlama {
             }),
         }
     }
+}
+
+/// Layer `i`'s attention for every sequence, from its q|k|v projection to the o
+/// projection's x preparation: the batched RoPE + KV store and two-pass attention (one
+/// launch each for all sequences), or, with `Kernels::batch_onepass` where the capacity
+/// resolves to the one-pass kernel, each sequence's one-pass attention in turn.
+fn attention_batch(
+    k: &Kernels,
+    d: Dims,
+    l: &DevLayer,
+    i: usize,
+    (cos, sin): Tables<'_>,
+    s: &mut [SeqIo<'_>],
+    attn_capacity: usize,
+) -> Result<(), CudaError> {
+    let no_cache = || CudaError::Shape {
+        op: "batched decode",
+        detail: format!("no KV cache for layer {i}"),
+    };
+    if k.batch_onepass && k.attn.kernel.resolve(attn_capacity) == AttnKernel::OnePass {
+        for io in s.iter_mut() {
+            let cache = io.kv.get_mut(i).ok_or_else(no_cache)?;
+            let one = OnePassIo {
+                qkv: &*io.qkv,
+                pos: &*io.pos,
+                part: &mut *io.part,
+                out: &mut *io.prep_a,
+            };
+            attention_onepass(k, d, l, cache, one, (cos, sin), attn_capacity)?;
+        }
+        return Ok(());
+    }
+    let mut rope = Vec::with_capacity(s.len());
+    for io in s.iter_mut() {
+        let cache = io.kv.get_mut(i).ok_or_else(no_cache)?;
+        rope.push(RopeSeq {
+            qkv: &*io.qkv,
+            pos: &*io.pos,
+            q_out: &mut *io.q,
+            cache,
+        });
+    }
+    match (&l.q_norm, &l.k_norm) {
+        (Some(qn), Some(kn)) => k.ops.qk_norm_rope_store_batch(
+            &mut rope,
+            qn,
+            kn,
+            cos,
+            sin,
+            d.n_heads,
+            d.n_kv_heads,
+            d.eps,
+        )?,
+        _ => k.rope.bias_rope_store_batch(
+            &mut rope,
+            l.qkv_bias.as_ref(),
+            cos,
+            sin,
+            d.n_heads,
+            d.n_kv_heads,
+            d.head_dim,
+            d.interleaved,
+        )?,
+    }
+    drop(rope);
+    let mut attn = Vec::with_capacity(s.len());
+    for io in s.iter_mut() {
+        let cache = io.kv.get(i).ok_or_else(no_cache)?;
+        attn.push(AttnSeq {
+            q: &*io.q,
+            cache,
+            len: &*io.pos,
+            partials: &mut *io.part,
+            out: &mut *io.prep_a,
+        });
+    }
+    k.attn.decode_batch(
+        &mut attn,
+        attn_capacity,
+        d.n_heads,
+        d.n_kv_heads,
+        d.head_dim,
+        1,
+        d.scale,
+    )?;
+    drop(attn);
+    Ok(())
 }

@@ -36,7 +36,8 @@ use favlo_runtime::cpu::RopeLayout;
 use favlo_runtime::cuda::{
     AttentionDecode, AttnKernel, AttnOut, CudaContext, CudaError, CudaGraph, DecodeOps,
     DeviceBuffer, DeviceSampler, Epilogue, GEMV_BATCH_MAX, GemmMx, GemvMma, KernelSet, KvCache,
-    MxTiled, NormIn, PrefillOps, QkvRope, RopeStore, SAMPLE_OUT_LEN, SampleParams, warm_kernels,
+    MxTiled, NormIn, PrefillOps, QkvRope, RopeStore, SAMPLE_OUT_LEN, SampleParams, XPrep,
+    warm_kernels,
 };
 use favlo_runtime::ledger::{self, Owner, SpanKind};
 
@@ -102,6 +103,11 @@ struct Kernels {
     rope: RopeStore,
     ops: DecodeOps,
     prefill: PrefillOps,
+    /// The batched step runs each sequence's one-pass attention (with its prologue)
+    /// where the capacity resolves to the one-pass kernel, instead of the batched
+    /// two-pass kernels at every length: `FAVLO_CUDA_BATCH_ATTN=onepass`, a comparison
+    /// switch until it is measured (default off).
+    batch_onepass: bool,
 }
 
 /// Step buffers every sequence shares.
@@ -339,6 +345,7 @@ impl CudaLlama {
             rope: RopeStore::load(&ctx).map_err(e)?,
             ops: DecodeOps::load(&ctx).map_err(e)?,
             prefill: PrefillOps::load(&ctx).map_err(e)?,
+            batch_onepass: std::env::var("FAVLO_CUDA_BATCH_ATTN").is_ok_and(|v| v == "onepass"),
         };
         // The device sampler, loaded now so the first request does not compile it.
         let sampler = (
@@ -624,30 +631,13 @@ fn attention(
     attn_capacity: usize,
 ) -> Result<(), CudaError> {
     if k.attn.kernel.resolve(attn_capacity) == AttnKernel::OnePass {
-        let qk_norm = match (&l.q_norm, &l.k_norm) {
-            (Some(qn), Some(kn)) => Some((qn, kn, d.eps)),
-            _ => None,
-        };
-        let src = QkvRope {
+        let io = OnePassIo {
             qkv: &b.qkv,
-            bias: l.qkv_bias.as_ref(),
-            qk_norm,
-            cos: &sh.cos,
-            sin: &sh.sin,
-            interleaved: d.interleaved,
+            pos: &b.pos,
+            part: &mut b.part,
+            out: &mut b.prep_a,
         };
-        return k.attn.decode_qkv(
-            &src,
-            cache,
-            attn_capacity,
-            d.n_heads,
-            d.n_kv_heads,
-            d.head_dim,
-            &b.pos,
-            d.scale,
-            &mut b.part,
-            AttnOut::Prep(&mut b.prep_a),
-        );
+        return attention_onepass(k, d, l, cache, io, (&sh.cos, &sh.sin), attn_capacity);
     }
     match (&l.q_norm, &l.k_norm) {
         (Some(qn), Some(kn)) => k.ops.qk_norm_rope_store(
@@ -689,5 +679,51 @@ fn attention(
         d.scale,
         &mut b.part,
         AttnOut::Prep(&mut b.prep_a),
+    )
+}
+
+/// One sequence's buffers for [`attention_onepass`].
+struct OnePassIo<'a> {
+    qkv: &'a DeviceBuffer<f32>,
+    pos: &'a DeviceBuffer<i32>,
+    part: &'a mut DeviceBuffer<f32>,
+    out: &'a mut XPrep,
+}
+
+/// One sequence's one-pass attention with the layer's q/k norms (Qwen3) or q|k|v bias
+/// (Qwen2), RoPE and the KV store in the kernel's prologue (`decode_qkv`), writing the
+/// o projection's x preparation.
+fn attention_onepass(
+    k: &Kernels,
+    d: Dims,
+    l: &DevLayer,
+    cache: &mut KvCache,
+    io: OnePassIo<'_>,
+    (cos, sin): (&DeviceBuffer<f32>, &DeviceBuffer<f32>),
+    attn_capacity: usize,
+) -> Result<(), CudaError> {
+    let qk_norm = match (&l.q_norm, &l.k_norm) {
+        (Some(qn), Some(kn)) => Some((qn, kn, d.eps)),
+        _ => None,
+    };
+    let src = QkvRope {
+        qkv: io.qkv,
+        bias: l.qkv_bias.as_ref(),
+        qk_norm,
+        cos,
+        sin,
+        interleaved: d.interleaved,
+    };
+    k.attn.decode_qkv(
+        &src,
+        cache,
+        attn_capacity,
+        d.n_heads,
+        d.n_kv_heads,
+        d.head_dim,
+        io.pos,
+        d.scale,
+        io.part,
+        AttnOut::Prep(io.out),
     )
 }
