@@ -26,9 +26,11 @@ pub struct BenchOptions {
     /// Decode by sampling at this temperature (OpenAI's other defaults: top-p 1, no
     /// top-k, min-p or penalties; a fixed seed) instead of greedily; 0 = greedy.
     pub temperature: f32,
-    /// Also decode 2, 3, … up to this many sequences together
+    /// Also decode 1, 2, … up to this many sequences together
     /// (`LlamaModel::decode_batch`; the model must be opened with at least as many),
     /// each after the same prompt, greedily: [`BenchReport::batch_decode`]. 1 = off.
+    /// One sequence through the batched step is how `favlo serve --parallel N` decodes
+    /// a lone chat.
     pub sequences: usize,
 }
 
@@ -58,7 +60,7 @@ pub struct BenchReport {
     pub weight_bytes: u64,
     /// `weight_bytes * decode_tok_s` in GB/s: the memory traffic decode sustains.
     pub decode_gb_s: f64,
-    /// With [`BenchOptions::sequences`] > 1, for every batch size from 2 up to it:
+    /// With [`BenchOptions::sequences`] > 1, for every batch size from 1 up to it:
     /// (sequences, timed steps, tokens/s over all of them) of the batched decode.
     pub batch_decode: Vec<(usize, usize, f64)>,
 }
@@ -78,7 +80,8 @@ impl std::fmt::Display for BenchReport {
         for &(n, steps, rate) in &self.batch_decode {
             write!(
                 f,
-                "; {n} sequences together: {steps} steps {rate:.1} tok/s in all ({:.1} each)",
+                "; {n} sequence{} together: {steps} steps {rate:.1} tok/s in all ({:.1} each)",
+                if n == 1 { "" } else { "s" },
                 rate / n as f64
             )?;
         }
@@ -140,7 +143,8 @@ pub fn bench(rt: &mut LlamaRuntime, opts: &BenchOptions) -> Result<BenchReport, 
             next = step(&[next], prompt_n + i)?;
         }
         let decode = t1.elapsed().as_secs_f64();
-        let batch_decode = (2..=opts.sequences)
+        let first = if opts.sequences > 1 { 1 } else { 2 };
+        let batch_decode = (first..=opts.sequences)
             .map(|n| batch_rate(model, &prompt, n, decode_n))
             .collect::<Result<Vec<_>, _>>()?;
         let weight_bytes = model.weight_bytes();

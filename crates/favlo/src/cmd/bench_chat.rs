@@ -66,7 +66,9 @@ pub struct ChatBench {
     #[arg(long, default_value_t = 0.0, conflicts_with = "anchor")]
     pub temperature: f32,
     /// CUDA: also decode 2, 3, … up to this many sequences together (2..=4), each
-    /// after the same prompt, and print the tokens/s over all of them for each count.
+    /// after the same prompt, and print the tokens/s over all of them for each count;
+    /// and one sequence through the batched step, as `favlo serve --parallel N` decodes
+    /// a lone chat.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4))]
     pub sequences: u32,
     /// Tokens of KV cache to open the model with (default: prompt + decode + 1, at
@@ -260,6 +262,13 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
             let rate = (r.prefill_tok_s, r.decode_tok_s);
             row(engine, t, rate, Some(r.decode_gb_s));
             for &(n, steps, all) in &r.batch_decode {
+                if n == 1 {
+                    println!(
+                        "{engine:<10} 1 sequence through the batched step (a lone chat under `serve --parallel {}`): {all:.1} tok/s ({steps} steps; the batch-1 step: {:.1})",
+                        b.sequences, r.decode_tok_s
+                    );
+                    continue;
+                }
                 println!(
                     "{engine:<10} {n} sequences decoded together: {all:.1} tok/s in all, {:.1} per sequence ({steps} steps; one sequence: {:.1})",
                     all / n as f64,
