@@ -28,7 +28,7 @@ use favlo_runtime::ledger::{Owner, SpanKind};
 
 use super::upload::DevLayer;
 use super::{
-    BUCKETS, Bufs, CudaLlama, Dims, Kernels, OnePassIo, attention_onepass, dev_err, padded,
+    Bufs, CudaLlama, Dims, Kernels, OnePassIo, attention_onepass, bucket, dev_err, padded,
 };
 use crate::config::LlamaConfig;
 use crate::error::LlamaError;
@@ -269,11 +269,7 @@ impl CudaLlama {
             ctx.write(&mut sb.pos, &[pos]).map_err(dev_err)?;
         }
         self.x_host = row;
-        let bucket = BUCKETS
-            .iter()
-            .copied()
-            .find(|&b| b >= keys && b < self.capacity)
-            .unwrap_or(self.capacity);
+        let bucket = bucket(keys, self.capacity);
         self.body_batch(mask, bucket)?;
         self.head_batch(mask)?;
         // `steps`' order, sequence by sequence: a token picked on the device, or the logits.

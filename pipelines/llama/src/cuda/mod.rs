@@ -64,6 +64,16 @@ const BUCKETS: [usize; 10] = [
     256, 1024, 2048, 3072, 4096, 6144, 8192, 12_288, 16_384, 24_576,
 ];
 
+/// The attention capacity a step over `keys` keys runs in: the smallest bucket that
+/// holds them, else the cache's own `capacity`.
+fn bucket(keys: usize, capacity: usize) -> usize {
+    BUCKETS
+        .iter()
+        .copied()
+        .find(|&b| b >= keys && b < capacity)
+        .unwrap_or(capacity)
+}
+
 /// The error for a missing sequence buffer (an opening always has sequence 0).
 fn no_sequence() -> LlamaError {
     LlamaError::Device {
@@ -519,11 +529,7 @@ impl CudaLlama {
         let seq0 = self.seqs.first_mut().ok_or_else(no_sequence)?;
         self.ctx.write(&mut seq0.h, &self.x_host).map_err(dev_err)?;
         let keys = at + 1;
-        let bucket = BUCKETS
-            .iter()
-            .copied()
-            .find(|&b| b >= keys && b < self.capacity)
-            .unwrap_or(self.capacity);
+        let bucket = bucket(keys, self.capacity);
         self.body_graph(bucket)?.launch().map_err(dev_err)
     }
 
@@ -726,4 +732,38 @@ fn attention_onepass(
         io.part,
         AttnOut::Prep(io.out),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BUCKETS, bucket};
+
+    #[test]
+    fn a_step_runs_in_the_smallest_bucket_that_holds_its_keys() {
+        assert!(BUCKETS.windows(2).all(|w| w[0] < w[1]));
+        let cap = 32_768;
+        for (keys, want) in [
+            (1, 256),
+            (256, 256),
+            (257, 1024),
+            (1537, 2048),
+            (2561, 3072),
+            (4096, 4096),
+            (4097, 6144),
+            (6145, 8192),
+            (10_241, 12_288),
+            (16_385, 24_576),
+            (24_577, cap),
+            (cap, cap),
+        ] {
+            assert_eq!(bucket(keys, cap), want, "{keys} keys");
+        }
+        // A bucket is never the cache's capacity or above it: a 4608-token cache runs
+        // 4097.. keys in its own capacity, and one of 4096 runs 3073.. keys in 4096.
+        assert_eq!(bucket(4097, 4608), 4608);
+        assert_eq!(bucket(4096, 4096), 4096);
+        assert_eq!(bucket(3073, 4096), 4096);
+        assert_eq!(bucket(200, 512), 256);
+        assert_eq!(bucket(300, 512), 512);
+    }
 }
