@@ -143,10 +143,13 @@ pub fn bench(rt: &mut LlamaRuntime, opts: &BenchOptions) -> Result<BenchReport, 
             next = step(&[next], prompt_n + i)?;
         }
         let decode = t1.elapsed().as_secs_f64();
-        let first = if opts.sequences > 1 { 1 } else { 2 };
-        let batch_decode = (first..=opts.sequences)
-            .map(|n| batch_rate(model, &prompt, n, decode_n))
-            .collect::<Result<Vec<_>, _>>()?;
+        let batch_decode = if opts.sequences > 1 {
+            (1..=opts.sequences)
+                .map(|n| batch_rate(model, &prompt, n, decode_n))
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            Vec::new()
+        };
         let weight_bytes = model.weight_bytes();
         let decode_tok_s = decode_n as f64 / decode.max(1e-9);
         Ok(BenchReport {

@@ -180,16 +180,30 @@ fn greedy(rt: &mut LlamaRuntime, prompt: &[u32]) -> (Vec<f32>, Vec<u32>, f32) {
     (first, out, gap)
 }
 
+/// `n` random token ids from 3 up (0..3 are the special tokens).
+fn random_ids(rng: &mut SplitMix64, n: usize) -> Vec<u32> {
+    (0..n)
+        .map(|_| ((uniform(rng) + 1.0) * 0.5 * (VOCAB - 3) as f32) as u32 + 3)
+        .collect()
+}
+
 fn prompts() -> Vec<Vec<u32>> {
     let mut rng = SplitMix64::new(77);
     [1usize, 9, 77, 301]
         .iter()
-        .map(|&n| {
-            (0..n)
-                .map(|_| ((uniform(&mut rng) + 1.0) * 0.5 * (VOCAB - 3) as f32) as u32 + 3)
-                .collect()
-        })
+        .map(|&n| random_ids(&mut rng, n))
         .collect()
+}
+
+/// MXFP8 weights on `device` with `sequences` sequences (the long-context tests).
+fn mxfp8_opts(device: Device, kv_f16: bool, sequences: usize) -> favlo_llama::OpenOptions {
+    favlo_llama::OpenOptions {
+        format: favlo_llama::WeightFormat::Mxfp8,
+        device,
+        kv_f16,
+        sequences,
+        ..favlo_llama::OpenOptions::default()
+    }
 }
 
 #[test]
@@ -381,7 +395,6 @@ fn qwen3_cuda_batched_decode_matches_cpu() {
 #[test]
 fn qwen3_cuda_decode_past_4096_keys_matches_cpu() {
     use common::open_context;
-    use favlo_llama::OpenOptions;
     if !cuda_ok("the CUDA long-context decode test") {
         return;
     }
@@ -389,21 +402,12 @@ fn qwen3_cuda_decode_past_4096_keys_matches_cpu() {
     const CONTEXT: usize = 4608;
     let dir = tempfile::tempdir().unwrap();
     write_checkpoint(dir.path());
-    let mut rng = SplitMix64::new(4085);
-    let prompt: Vec<u32> = (0..PROMPT)
-        .map(|_| ((uniform(&mut rng) + 1.0) * 0.5 * (VOCAB - 3) as f32) as u32 + 3)
-        .collect();
-    let opts = |device, kv_f16| OpenOptions {
-        format: favlo_llama::WeightFormat::Mxfp8,
-        device,
-        kv_f16,
-        ..OpenOptions::default()
-    };
-    let mut cpu = open_context(dir.path(), opts(Device::Cpu, false), CONTEXT);
+    let prompt = random_ids(&mut SplitMix64::new(4085), PROMPT);
+    let mut cpu = open_context(dir.path(), mxfp8_opts(Device::Cpu, false, 1), CONTEXT);
     let (want, toks) = cpu_trace(&mut cpu, &prompt);
     drop(cpu);
     for (kv_f16, tol) in [(false, 1e-4f32), (true, 3e-3)] {
-        let mut gpu = open_context(dir.path(), opts(Device::Cuda(0), kv_f16), CONTEXT);
+        let mut gpu = open_context(dir.path(), mxfp8_opts(Device::Cuda(0), kv_f16, 1), CONTEXT);
         let m = gpu.model();
         let mut got = vec![0.0; VOCAB];
         m.forward(&prompt, 0, &mut got, false).unwrap();
@@ -434,7 +438,6 @@ fn qwen3_cuda_decode_past_4096_keys_matches_cpu() {
 #[test]
 fn qwen3_cuda_batched_decode_past_4096_keys_matches_cpu() {
     use common::open_context;
-    use favlo_llama::{OpenOptions, WeightFormat};
     if !cuda_ok("the CUDA long-context batched decode test") {
         return;
     }
@@ -444,25 +447,14 @@ fn qwen3_cuda_batched_decode_past_4096_keys_matches_cpu() {
     let mut rng = SplitMix64::new(4090);
     let prompts: Vec<Vec<u32>> = [4085usize, 4090]
         .iter()
-        .map(|&n| {
-            (0..n)
-                .map(|_| ((uniform(&mut rng) + 1.0) * 0.5 * (VOCAB - 3) as f32) as u32 + 3)
-                .collect()
-        })
+        .map(|&n| random_ids(&mut rng, n))
         .collect();
-    let opts = |device, kv_f16, sequences| OpenOptions {
-        format: WeightFormat::Mxfp8,
-        device,
-        kv_f16,
-        sequences,
-        ..OpenOptions::default()
-    };
-    let mut cpu = open_context(dir.path(), opts(Device::Cpu, false, 1), CONTEXT);
+    let mut cpu = open_context(dir.path(), mxfp8_opts(Device::Cpu, false, 1), CONTEXT);
     let want: Vec<_> = prompts.iter().map(|p| cpu_trace(&mut cpu, p)).collect();
     drop(cpu);
     let path = std::env::var("FAVLO_CUDA_BATCH_ATTN").unwrap_or_else(|_| "default".into());
     for (kv_f16, tol) in [(false, 1e-4f32), (true, 3e-3)] {
-        let mut gpu = open_context(dir.path(), opts(Device::Cuda(0), kv_f16, 2), CONTEXT);
+        let mut gpu = open_context(dir.path(), mxfp8_opts(Device::Cuda(0), kv_f16, 2), CONTEXT);
         let m = gpu.model();
         assert_eq!(m.sequences(), 2);
         let mut worst = 0f32;

@@ -458,7 +458,6 @@ fn attention_batch(
             d.interleaved,
         )?,
     }
-    drop(rope);
     let mut attn = Vec::with_capacity(s.len());
     for io in s.iter_mut() {
         let cache = io.kv.get(i).ok_or_else(no_cache)?;
@@ -478,7 +477,5 @@ fn attention_batch(
         d.head_dim,
         1,
         d.scale,
-    )?;
-    drop(attn);
-    Ok(())
+    )
 }

@@ -10,8 +10,9 @@
 //! - One token step (every layer, then `*pos += 1`) is captured once as a CUDA graph
 //!   and replayed: every kernel reads the position from device memory. The attention
 //!   grid covers a fixed key capacity, so graphs are captured per capacity bucket (256,
-//!   1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, the cache) and a step uses the smallest bucket holding its
-//!   keys; short chats never launch blocks for 32k keys. The final norm + lm_head is a
+//!   1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, the cache) and a step
+//!   uses the smallest bucket holding its keys; short chats never launch blocks for 32k
+//!   keys. The final norm + lm_head is a
 //!   second graph, run only where logits are wanted.
 //! - Prefill of more than one token runs in chunks ([`prefill`]): every step batched
 //!   over the chunk's tokens (causal flash attention over the same cache) except the
@@ -588,8 +589,9 @@ fn norm_in(parts: &DeviceBuffer<f32>, d: Dims) -> NormIn<'_> {
 /// RMSNorm's x preparation, then 7 launches per layer: q|k|v (applying 1/rms), the
 /// bias/norm with RoPE and the KV store, attention (2), o (+residual; prepares the MLP
 /// norm), gate|up (applying 1/rms; prepares SwiGLU), down (+residual; prepares the next
-/// layer's norm); 5 where the capacity runs the one-pass attention ([`attention`]). The norms and SwiGLU run in the GEMVs' epilogues (`Epilogue`); the
-/// last layer's output is left for the head graph's own norm.
+/// layer's norm); 5 where the capacity runs the one-pass attention ([`attention`]).
+/// The norms and SwiGLU run in the GEMVs' epilogues (`Epilogue`); the last layer's
+/// output is left for the head graph's own norm.
 fn step(
     k: &Kernels,
     d: Dims,
