@@ -8,7 +8,9 @@
 //
 // The key count is read on the device (`*lenp + len_add`) so a captured CUDA graph can
 // replay decode steps while the position advances; the grid covers a maximum length
-// and blocks past the real one write empty partials (max = -inf, sum = 0).
+// (the capacity), blocks past the real one return at once, and the combine reads only
+// the splits that hold keys (`splits_used`, the same count from the same length), so a
+// step's cost follows its keys rather than its bucket's capacity.
 //
 // Split-K ("flash decoding"): block (split s, kv head g) handles keys
 // [32 s, 32 s + 32) for the G query heads of kv head g, so each key and value row is
@@ -20,6 +22,18 @@
 
 #define KEYS_PER_BLOCK 32
 #define KEYS_PER_WARP 8
+
+// The keys a step attends to: `*lenp + len_add` clamped to 1..=cap (never past the
+// cache). Read after the PDL wait: the position comes from earlier kernels.
+__device__ __forceinline__ int attn_len(const int* __restrict__ lenp, int len_add, int cap) {
+    return max(1, min(*lenp + len_add, cap));
+}
+
+// Splits of KEYS_PER_BLOCK keys that hold any of the step's keys (at most nsplit).
+__device__ __forceinline__ int splits_used(const int* __restrict__ lenp, int len_add, int cap,
+                                           int nsplit) {
+    return min(nsplit, (attn_len(lenp, len_add, cap) + KEYS_PER_BLOCK - 1) / KEYS_PER_BLOCK);
+}
 
 // P consecutive values of a cache or q row, widened to f32.
 template <int P>
@@ -73,7 +87,9 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
         }
     }
     pdl_wait();  // q, the cache row and *lenp come from earlier kernels
-    const int len = max(1, min(*lenp + len_add, cap));  // never past the cache
+    const int len = attn_len(lenp, len_add, cap);
+    // Past the keys: nothing to write, the combine reads splits_used() splits only.
+    if (s * KEYS_PER_BLOCK >= len) return;
     RowV<P> qv[G];
 #pragma unroll
     for (int i = 0; i < G; ++i) {
@@ -222,29 +238,31 @@ ATTN_GROUPS(64, _hd64)
 // dim of the 64 outputs, and lane j of each warp the (max, sum) of splits j and j + 32;
 // the warp's shuffles give the round's max, sum and weights (each thread takes split
 // s's weight from the lane that read it), merged with a running max (online softmax).
-// Empty splits (max -inf, partial 0) weigh 0.
+// Only the first `used` splits are read (those holding keys; the row stride stays
+// nsplit); an empty warp's share within them (max -inf, partial 0) weighs 0.
 template <int HD>
-__device__ __forceinline__ float combine_head(const float* __restrict__ part, int nsplit) {
+__device__ __forceinline__ float combine_head(const float* __restrict__ part, int nsplit,
+                                              int used) {
     constexpr int R = 64;  // two splits per lane
     const int h = blockIdx.x, d = threadIdx.x, lane = d & 31;
     const float* p = part + (long long)h * nsplit * (HD + 4);
     const float ninf = __int_as_float(0xff800000);
     float M = ninf, L = 0.f, O = 0.f;
-    for (int s0 = 0; s0 < nsplit; s0 += R) {
+    for (int s0 = 0; s0 < used; s0 += R) {
         float o[R];
 #pragma unroll
-        for (int u = 0; u < R; ++u) o[u] = p[(long long)min(s0 + u, nsplit - 1) * (HD + 4) + d];
+        for (int u = 0; u < R; ++u) o[u] = p[(long long)min(s0 + u, used - 1) * (HD + 4) + d];
         const int sa = s0 + lane, sb = s0 + 32 + lane;
-        const float* qa = p + (long long)min(sa, nsplit - 1) * (HD + 4);
-        const float* qb = p + (long long)min(sb, nsplit - 1) * (HD + 4);
-        const float ma = sa < nsplit ? qa[HD] : ninf, la = qa[HD + 1];
-        const float mb = sb < nsplit ? qb[HD] : ninf, lb = qb[HD + 1];
+        const float* qa = p + (long long)min(sa, used - 1) * (HD + 4);
+        const float* qb = p + (long long)min(sb, used - 1) * (HD + 4);
+        const float ma = sa < used ? qa[HD] : ninf, la = qa[HD + 1];
+        const float mb = sb < used ? qb[HD] : ninf, lb = qb[HD + 1];
         float mx = fmaxf(ma, mb);
 #pragma unroll
         for (int x = 16; x > 0; x >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
         mx = fmaxf(mx, M);
         if (mx == ninf) continue;  // nothing but empty splits so far (same in every thread)
-        const float ca = expf(ma - mx), cb = expf(mb - mx);  // 0 when empty or past nsplit
+        const float ca = expf(ma - mx), cb = expf(mb - mx);  // 0 when empty or past used
         float ls = fmaf(lb, cb, la * ca);
 #pragma unroll
         for (int x = 16; x > 0; x >>= 1) ls += __shfl_xor_sync(0xffffffffu, ls, x);
@@ -261,10 +279,12 @@ __device__ __forceinline__ float combine_head(const float* __restrict__ part, in
 
 template <int HD>
 __device__ __forceinline__ void combine_f32(const float* __restrict__ part,
-                                            float* __restrict__ out, int nsplit) {
+                                            float* __restrict__ out, int nsplit,
+                                            const int* __restrict__ lenp, int len_add, int cap) {
     pdl_trigger();
     pdl_wait();
-    out[blockIdx.x * HD + threadIdx.x] = combine_head<HD>(part, nsplit);
+    const int used = splits_used(lenp, len_add, cap, nsplit);
+    out[blockIdx.x * HD + threadIdx.x] = combine_head<HD>(part, nsplit, used);
 }
 
 // As combine_f32, writing the output straight into the GEMV's x preparation (head h's
@@ -272,43 +292,52 @@ __device__ __forceinline__ void combine_f32(const float* __restrict__ part,
 template <int HD>
 __device__ __forceinline__ void combine_prep(const float* __restrict__ part, int nsplit,
                                              unsigned short* __restrict__ xhl,
-                                             float* __restrict__ xs) {
+                                             float* __restrict__ xs,
+                                             const int* __restrict__ lenp, int len_add,
+                                             int cap) {
     pdl_trigger();  // the GEMV that reads xhl / xs may start streaming its weights
     pdl_wait();     // the partials come from the split kernel
-    const float v = combine_head<HD>(part, nsplit);
+    const int used = splits_used(lenp, len_add, cap, nsplit);
+    const float v = combine_head<HD>(part, nsplit, used);
     prep32_store(v, threadIdx.x & 31,
                  (long long)blockIdx.x * (HD / 32) + (threadIdx.x >> 5), xhl, xs);
 }
 
+// The combines take the split kernel's length arguments (lenp, len_add, cap) to read
+// the same splits it wrote.
 extern "C" __global__ void __launch_bounds__(128)
-    attn_decode_combine(const float* __restrict__ part, float* __restrict__ out, int nsplit) {
-    combine_f32<128>(part, out, nsplit);
+    attn_decode_combine(const float* __restrict__ part, float* __restrict__ out, int nsplit,
+                        const int* __restrict__ lenp, int len_add, int cap) {
+    combine_f32<128>(part, out, nsplit, lenp, len_add, cap);
 }
 extern "C" __global__ void __launch_bounds__(64)
     attn_decode_combine_hd64(const float* __restrict__ part, float* __restrict__ out,
-                             int nsplit) {
-    combine_f32<64>(part, out, nsplit);
+                             int nsplit, const int* __restrict__ lenp, int len_add, int cap) {
+    combine_f32<64>(part, out, nsplit, lenp, len_add, cap);
 }
 extern "C" __global__ void __launch_bounds__(128)
     attn_decode_combine_prep(const float* __restrict__ part, int nsplit,
-                             unsigned short* __restrict__ xhl, float* __restrict__ xs) {
-    combine_prep<128>(part, nsplit, xhl, xs);
+                             unsigned short* __restrict__ xhl, float* __restrict__ xs,
+                             const int* __restrict__ lenp, int len_add, int cap) {
+    combine_prep<128>(part, nsplit, xhl, xs, lenp, len_add, cap);
 }
 extern "C" __global__ void __launch_bounds__(64)
     attn_decode_combine_prep_hd64(const float* __restrict__ part, int nsplit,
-                                  unsigned short* __restrict__ xhl, float* __restrict__ xs) {
-    combine_prep<64>(part, nsplit, xhl, xs);
+                                  unsigned short* __restrict__ xhl, float* __restrict__ xs,
+                                  const int* __restrict__ lenp, int len_add, int cap) {
+    combine_prep<64>(part, nsplit, xhl, xs, lenp, len_add, cap);
 }
-// combine_prep for several sequences (SeqArgs: partials, xhl, xs), sequence blockIdx.z.
+// combine_prep for several sequences (SeqArgs: partials, xhl, xs, length), sequence
+// blockIdx.z.
 extern "C" __global__ void __launch_bounds__(128)
-    attn_decode_combine_prep_z(const SeqArgs a, int nsplit) {
+    attn_decode_combine_prep_z(const SeqArgs a, int nsplit, int len_add, int cap) {
     const int z = blockIdx.z;
     combine_prep<128>((const float*)a.p[0][z], nsplit, (unsigned short*)a.p[1][z],
-                      (float*)a.p[2][z]);
+                      (float*)a.p[2][z], (const int*)a.p[3][z], len_add, cap);
 }
 extern "C" __global__ void __launch_bounds__(64)
-    attn_decode_combine_prep_hd64_z(const SeqArgs a, int nsplit) {
+    attn_decode_combine_prep_hd64_z(const SeqArgs a, int nsplit, int len_add, int cap) {
     const int z = blockIdx.z;
     combine_prep<64>((const float*)a.p[0][z], nsplit, (unsigned short*)a.p[1][z],
-                     (float*)a.p[2][z]);
+                     (float*)a.p[2][z], (const int*)a.p[3][z], len_add, cap);
 }

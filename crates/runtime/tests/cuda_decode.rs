@@ -201,9 +201,14 @@ fn check_attention(
     let lenp = ctx
         .upload(&owner, SpanKind::Scratch, &[len as i32 - 1])
         .unwrap();
-    let mut part = ctx
-        .alloc::<f32>(&owner, SpanKind::Scratch, attn_partials_len(nh, cap))
-        .unwrap();
+    // NaN partials: the combine must read only the splits this step wrote (those
+    // holding keys), so a stale or unwritten one would show. The one-pass kernel's
+    // counters at the end start zeroed, as the buffer's contract says.
+    let mut nan = vec![f32::NAN; attn_partials_len(nh, cap)];
+    let counters = attn_partials_len(0, cap);
+    let at = nan.len() - counters;
+    nan[at..].fill(0.0);
+    let mut part = ctx.upload(&owner, SpanKind::Scratch, &nan).unwrap();
     let mut out = ctx
         .upload(&owner, SpanKind::Scratch, &vec![f32::NAN; nh * hd])
         .unwrap();
@@ -265,6 +270,10 @@ fn attention_decode_matches_reference() {
         check_attention(&ctx, &a, f16_cache, 8, 8, 37, 100, 3);
         check_attention(&ctx, &a, f16_cache, 16, 2, 777, 800, 4);
         check_attention(&ctx, &a, f16_cache, 4, 2, 300, 333, 5);
+        // Few keys in a large capacity (most splits idle; the two-pass combine reads
+        // one round of 64, then two of 128).
+        check_attention(&ctx, &a, f16_cache, 32, 8, 100, 4096, 6);
+        check_attention(&ctx, &a, f16_cache, 32, 8, 2100, 4096, 7);
     }
 }
 

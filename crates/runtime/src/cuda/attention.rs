@@ -445,8 +445,14 @@ impl AttentionDecode {
         match out {
             AttnOut::F32(o) => {
                 let mut b = s.launch_builder(&self.combine[hi]);
-                b.arg(&partials.slice).arg(&mut o.slice).arg(&ns);
-                // SAFETY: types match; partials hold n_heads·splits·132 values.
+                b.arg(&partials.slice)
+                    .arg(&mut o.slice)
+                    .arg(&ns)
+                    .arg(&lenp.slice)
+                    .arg(&len_add)
+                    .arg(&cap);
+                // SAFETY: types match; partials hold n_heads·splits·132 values, of which
+                // the combine reads the splits the split kernel wrote (same length).
                 unsafe { b.launch(cfg) }
                     .map_err(driver_err("cuLaunchKernel(attn_decode_combine)"))?;
             }
@@ -455,7 +461,10 @@ impl AttentionDecode {
                 b.arg(&partials.slice)
                     .arg(&ns)
                     .arg(&mut p.hl.slice)
-                    .arg(&mut p.xs.slice);
+                    .arg(&mut p.xs.slice)
+                    .arg(&lenp.slice)
+                    .arg(&len_add)
+                    .arg(&cap);
                 // SAFETY: types match; n_heads·4 blocks of 32 written (checked above).
                 unsafe { b.launch(cfg) }
                     .map_err(driver_err("cuLaunchKernel(attn_decode_combine_prep)"))?;
@@ -515,7 +524,14 @@ impl AttentionDecode {
         match out {
             AttnOut::F32(o) => {
                 let (op, _g5) = o.slice.device_ptr_mut(s);
-                let mut args = [arg_ptr(&pp), arg_ptr(&op), arg_ptr(&ns)];
+                let mut args = [
+                    arg_ptr(&pp),
+                    arg_ptr(&op),
+                    arg_ptr(&ns),
+                    arg_ptr(&lp),
+                    arg_ptr(&len_add),
+                    arg_ptr(&cap),
+                ];
                 // SAFETY: as in `decode`.
                 unsafe { launch_ex(s, &self.combine[hi], cfg, &mut args) }
                     .map_err(driver_err("cuLaunchKernelEx(attn_decode_combine)"))
@@ -523,7 +539,15 @@ impl AttentionDecode {
             AttnOut::Prep(p) => {
                 let (hp, _g5) = p.hl.slice.device_ptr_mut(s);
                 let (xp, _g6) = p.xs.slice.device_ptr_mut(s);
-                let mut args = [arg_ptr(&pp), arg_ptr(&ns), arg_ptr(&hp), arg_ptr(&xp)];
+                let mut args = [
+                    arg_ptr(&pp),
+                    arg_ptr(&ns),
+                    arg_ptr(&hp),
+                    arg_ptr(&xp),
+                    arg_ptr(&lp),
+                    arg_ptr(&len_add),
+                    arg_ptr(&cap),
+                ];
                 // SAFETY: as in `decode`.
                 unsafe { launch_ex(s, &self.combine_prep[hi], cfg, &mut args) }
                     .map_err(driver_err("cuLaunchKernelEx(attn_decode_combine_prep)"))

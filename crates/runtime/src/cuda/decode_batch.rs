@@ -445,6 +445,7 @@ impl AttentionDecode {
             split.p[4][z] = lp;
             comb.p[0][z] = pp;
             (comb.p[1][z], comb.p[2][z]) = prep_ptrs(q.out, s, &mut g);
+            comb.p[3][z] = lp;
         }
         let cfg = LaunchConfig {
             grid_dim: (ns as u32, nkv as u32, n as u32),
@@ -476,7 +477,12 @@ impl AttentionDecode {
             block_dim: (head_dim as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut args = [arg_ptr(&comb), arg_ptr(&ns)];
+        let mut args = [
+            arg_ptr(&comb),
+            arg_ptr(&ns),
+            arg_ptr(&len_add),
+            arg_ptr(&cap),
+        ];
         // SAFETY: per sequence the partials hold n_heads·splits rows and the x
         // preparation n_heads·head_dim values (checked above).
         unsafe { launch_raw(s, &self.combine_prep_z[hi], cfg, &mut args, self.pdl) }
