@@ -29,8 +29,8 @@ pub struct BenchOptions {
     /// Also decode 1, 2, … up to this many sequences together
     /// (`LlamaModel::decode_batch`; the model must be opened with at least as many),
     /// each after the same prompt, greedily: [`BenchReport::batch_decode`]. 1 = off.
-    /// One sequence through the batched step is how `favlo serve --parallel N` decodes
-    /// a lone chat.
+    /// One sequence through `decode_batch` is how `favlo serve --parallel N` decodes
+    /// a lone chat (that sequence's batch-1 step).
     pub sequences: usize,
 }
 

@@ -17,12 +17,14 @@
 //!   has no near-ties at these margins, see the printed gaps);
 //! - four sequences decoded together (`decode_batch`, MXFP8 and MXFP4 weights): each
 //!   prompt prefilled into its own sequence, then 24 batched steps fed the CPU's greedy
-//!   tokens, sequences leaving the batch after 8 and 16 steps; every step's logits
+//!   tokens, sequences leaving the batch after 8, 16 and 20 steps (the last four
+//!   steps of sequence 2 alone: its batch-1 step over its own buffers); every step's logits
 //!   against the CPU's: ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV), and the same argmax.
 //! - a 4085-token prompt decoded across the 4096-key bucket into the one-pass
 //!   attention with its fused q/k norm, RoPE and KV store (a 4608-token cache): every
 //!   step's logits against the CPU's, ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV); and two
-//!   sequences decoded together across it, with the batched two-pass attention and
+//!   sequences decoded together across it (sequence 1 alone for the last four steps),
+//!   with the batched two-pass attention (the default below the 8192-key bucket) and
 //!   (in a child process, `FAVLO_CUDA_BATCH_ATTN=onepass`) each sequence's one-pass
 //!   attention, with the same bounds.
 //!
@@ -330,8 +332,9 @@ fn qwen3_cuda_batched_decode_matches_cpu() {
     let dir = tempfile::tempdir().unwrap();
     write_checkpoint(dir.path());
     let prompts = prompts();
-    // Steps each sequence takes: 1 leaves after 8, 3 after 16.
-    let last = [STEPS, 8, STEPS, 16];
+    // Steps each sequence takes: 1 leaves after 8, 3 after 16, 0 after 20, so sequence
+    // 2 decodes its last steps alone (the batch-1 step over its own buffers).
+    let last = [20, 8, STEPS, 16];
     for (format, kv_f16, tol) in [
         (WeightFormat::Mxfp8, false, 1e-4f32),
         (WeightFormat::Mxfp8, true, 3e-3),
@@ -432,9 +435,11 @@ fn qwen3_cuda_decode_past_4096_keys_matches_cpu() {
 /// Two sequences decoded together across the 4096-key bucket (4085- and 4090-token
 /// prompts, a 4608-token cache, `STEPS` batched steps fed the CPU's greedy tokens;
 /// the batch's keys pass 4096 at its sixth step): every step's logits against the CPU's
-/// (MXFP8), ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV). Run as is it checks the default batched
-/// attention (two-pass at every length); `qwen3_cuda_batched_onepass_past_4096_keys`
-/// runs it again with `FAVLO_CUDA_BATCH_ATTN=onepass`.
+/// (MXFP8), ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV); sequence 1's last four steps run alone
+/// (its batch-1 step, the one-pass attention). Run as is it checks the default batched
+/// attention (two-pass below the 8192-key bucket);
+/// `qwen3_cuda_batched_onepass_past_4096_keys` runs it again with
+/// `FAVLO_CUDA_BATCH_ATTN=onepass`.
 #[test]
 fn qwen3_cuda_batched_decode_past_4096_keys_matches_cpu() {
     use common::open_context;
@@ -466,12 +471,15 @@ fn qwen3_cuda_batched_decode_past_4096_keys_matches_cpu() {
             assert!(e <= tol, "KV f16 {kv_f16} sequence {s} prompt: {e:.2e}");
         }
         for j in 0..STEPS {
+            // Sequence 0 leaves after 20 steps: sequence 1's last steps run alone, in
+            // its batch-1 step past 4096 keys.
             let steps: Vec<(usize, u32, usize)> = (0..2)
+                .filter(|&s| s == 1 || j < 20)
                 .map(|s| (s, want[s].1[j], prompts[s].len() + j))
                 .collect();
-            let mut logits = vec![0.0; 2 * VOCAB];
+            let mut logits = vec![0.0; steps.len() * VOCAB];
             m.decode_batch(&steps, &mut logits).unwrap();
-            for (s, got) in logits.chunks(VOCAB).enumerate() {
+            for (&(s, _, _), got) in steps.iter().zip(logits.chunks(VOCAB)) {
                 let e = rel(got, &want[s].0[j + 1]);
                 worst = worst.max(e);
                 assert!(

@@ -67,8 +67,8 @@ pub struct ChatBench {
     pub temperature: f32,
     /// CUDA: also decode 2, 3, … up to this many sequences together (2..=4), each
     /// after the same prompt, and print the tokens/s over all of them for each count;
-    /// and one sequence through the batched step, as `favlo serve --parallel N` decodes
-    /// a lone chat.
+    /// and one sequence through the batched decode's entry, as `favlo serve --parallel
+    /// N` decodes a lone chat (it runs that sequence's batch-1 step).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4))]
     pub sequences: u32,
     /// Tokens of KV cache to open the model with (default: prompt + decode + 1, at
@@ -264,8 +264,8 @@ pub fn chat(b: ChatBench) -> anyhow::Result<ExitCode> {
             for &(n, steps, all) in &r.batch_decode {
                 if n == 1 {
                     println!(
-                        "{engine:<10} 1 sequence through the batched step (a lone chat under `serve --parallel {}`): {all:.1} tok/s ({steps} steps; the batch-1 step: {:.1})",
-                        b.sequences, r.decode_tok_s
+                        "{engine:<10} 1 sequence alone among {} (a lone chat under `serve --parallel {}`): {all:.1} tok/s ({steps} steps; the batch-1 chat: {:.1})",
+                        b.sequences, b.sequences, r.decode_tok_s
                     );
                     continue;
                 }

@@ -11,9 +11,14 @@
 //!   one launch for all sequences, each over its own buffers, cache and position (the
 //!   runtime's `_batch` launchers): ten launches per layer whatever the batch. The
 //!   fused epilogues of the batch-1 step are not used here: each RMSNorm and the SwiGLU
-//!   write their x preparation in kernels of their own. `FAVLO_CUDA_BATCH_ATTN=onepass`
-//!   (a comparison switch, off by default) runs each sequence's one-pass attention with
-//!   its prologue instead where the bucket's capacity resolves to the one-pass kernel.
+//!   write their x preparation in kernels of their own. Past the 8192-key bucket each
+//!   sequence's one-pass attention (with its prologue) replaces the batched two-pass
+//!   kernels, whose cost grows faster with the keys (`FAVLO_CUDA_BATCH_ATTN=onepass` /
+//!   `twopass` move that line, for comparisons).
+//! - A sequence stepped alone (a lone chat under `serve --parallel N`) runs the
+//!   batch-1 step over its own buffers and cache instead (`CudaLlama::body_graph`, a
+//!   graph per sequence and bucket): the fused epilogues and the one-pass attention
+//!   past 4096 keys, as a chat of a one-sequence opening.
 //! - One CUDA graph per set of sequences stepped together (a bit mask, so a batch that
 //!   loses a finished sequence replays the graph of the remaining set) and attention
 //!   capacity bucket, captured on first use; every kernel reads its sequence's position
@@ -270,7 +275,13 @@ impl CudaLlama {
         }
         self.x_host = row;
         let bucket = bucket(keys, self.capacity);
-        self.body_batch(mask, bucket)?;
+        match steps {
+            // One sequence alone (a lone chat under `serve --parallel N`): the batch-1
+            // step over its own buffers and cache, with the fused epilogues and the
+            // one-pass attention where it applies.
+            &[(seq, _, _)] => self.body_graph(seq, bucket)?.launch().map_err(dev_err)?,
+            _ => self.body_batch(mask, bucket)?,
+        }
         self.head_batch(mask)?;
         // `steps`' order, sequence by sequence: a token picked on the device, or the logits.
         let vocab = self.dims.vocab;
@@ -398,8 +409,8 @@ impl CudaLlama {
 
 /// Layer `i`'s attention for every sequence, from its q|k|v projection to the o
 /// projection's x preparation: the batched RoPE + KV store and two-pass attention (one
-/// launch each for all sequences), or, with `Kernels::batch_onepass` where the capacity
-/// resolves to the one-pass kernel, each sequence's one-pass attention in turn.
+/// launch each for all sequences), or, above `Kernels::batch_onepass_above` where the
+/// capacity resolves to the one-pass kernel, each sequence's one-pass attention in turn.
 fn attention_batch(
     k: &Kernels,
     d: Dims,
@@ -413,7 +424,9 @@ fn attention_batch(
         op: "batched decode",
         detail: format!("no KV cache for layer {i}"),
     };
-    if k.batch_onepass && k.attn.kernel.resolve(attn_capacity) == AttnKernel::OnePass {
+    if attn_capacity > k.batch_onepass_above
+        && k.attn.kernel.resolve(attn_capacity) == AttnKernel::OnePass
+    {
         for io in s.iter_mut() {
             let cache = io.kv.get_mut(i).ok_or_else(no_cache)?;
             let one = OnePassIo {

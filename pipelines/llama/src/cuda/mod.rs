@@ -75,6 +75,26 @@ fn bucket(keys: usize, capacity: usize) -> usize {
         .unwrap_or(capacity)
 }
 
+/// Above this capacity the batched step runs each sequence's one-pass attention
+/// instead of the batched two-pass kernels, whose cost grows about five times faster
+/// per key (the combine reads 64 splits per round, one round trip each). Measured on
+/// an H200 (random Qwen3-8B, MXFP4, tok/s in all, two-pass → per-sequence one-pass):
+/// at 10241.. keys (12288 bucket) 2 / 3 / 4 sequences 436.7 → 455.8, 508.5 → 514.2,
+/// 571.9 → 562.4 (about even); at 20481.. keys (24576) 303.9 → 360.4, 342.9 → 394.8,
+/// 375.6 → 423.4.
+const BATCH_ONEPASS_ABOVE: usize = 8192;
+
+/// [`Kernels::batch_onepass_above`] from `FAVLO_CUDA_BATCH_ATTN` (for comparisons):
+/// `onepass` wherever the capacity resolves to the one-pass kernel, `twopass` never,
+/// else [`BATCH_ONEPASS_ABOVE`].
+fn batch_onepass_above(var: Option<&str>) -> usize {
+    match var {
+        Some("onepass") => 0,
+        Some("twopass") => usize::MAX,
+        _ => BATCH_ONEPASS_ABOVE,
+    }
+}
+
 /// The error for a missing sequence buffer (an opening always has sequence 0).
 fn no_sequence() -> LlamaError {
     LlamaError::Device {
@@ -115,10 +135,9 @@ struct Kernels {
     ops: DecodeOps,
     prefill: PrefillOps,
     /// The batched step runs each sequence's one-pass attention (with its prologue)
-    /// where the capacity resolves to the one-pass kernel, instead of the batched
-    /// two-pass kernels at every length: `FAVLO_CUDA_BATCH_ATTN=onepass`, a comparison
-    /// switch until it is measured (default off).
-    batch_onepass: bool,
+    /// where the bucket's capacity exceeds this (and resolves to the one-pass kernel),
+    /// else the batched two-pass kernels: [`batch_onepass_above`].
+    batch_onepass_above: usize,
 }
 
 /// Step buffers every sequence shares.
@@ -166,8 +185,10 @@ pub(crate) struct CudaLlama {
     batch_body: Vec<((u32, usize), CudaGraph)>,
     /// Batched final norm + lm_head per sequence mask.
     batch_head: Vec<(u32, CudaGraph)>,
-    /// (attention capacity, graph of one token step over every layer).
-    body: Vec<(usize, CudaGraph)>,
+    /// ((sequence, attention capacity), graph of one token step of that sequence over
+    /// every layer): sequence 0's serve the batch-1 chat, the others a sequence that
+    /// decodes alone in an opening of several.
+    body: Vec<((usize, usize), CudaGraph)>,
     head_graph: Option<CudaGraph>,
     weight_bytes: u64,
     x_host: Vec<f32>,
@@ -356,7 +377,9 @@ impl CudaLlama {
             rope: RopeStore::load(&ctx).map_err(e)?,
             ops: DecodeOps::load(&ctx).map_err(e)?,
             prefill: PrefillOps::load(&ctx).map_err(e)?,
-            batch_onepass: std::env::var("FAVLO_CUDA_BATCH_ATTN").is_ok_and(|v| v == "onepass"),
+            batch_onepass_above: batch_onepass_above(
+                std::env::var("FAVLO_CUDA_BATCH_ATTN").ok().as_deref(),
+            ),
         };
         // The device sampler, loaded now so the first request does not compile it.
         let sampler = (
@@ -531,20 +554,26 @@ impl CudaLlama {
         self.ctx.write(&mut seq0.h, &self.x_host).map_err(dev_err)?;
         let keys = at + 1;
         let bucket = bucket(keys, self.capacity);
-        self.body_graph(bucket)?.launch().map_err(dev_err)
+        self.body_graph(0, bucket)?.launch().map_err(dev_err)
     }
 
-    /// The step graph for attention capacity `bucket`, captured on first use.
-    fn body_graph(&mut self, bucket: usize) -> Result<&CudaGraph, LlamaError> {
-        let at = match self.body.iter().position(|(b, _)| *b == bucket) {
+    /// Sequence `seq`'s step graph for attention capacity `bucket`, captured on first
+    /// use.
+    fn body_graph(&mut self, seq: usize, bucket: usize) -> Result<&CudaGraph, LlamaError> {
+        let key = (seq, bucket);
+        let at = match self.body.iter().position(|(k, _)| *k == key) {
             Some(at) => at,
             None => {
                 let (k, d, b, layers) = (&self.k, self.dims, &mut self.b, &self.layers);
-                let kv = self.kv.first_mut().ok_or_else(no_sequence)?;
-                let sb = self.seqs.first_mut().ok_or_else(no_sequence)?;
+                let n = self.seqs.len();
+                let kv = self.kv.get_mut(seq).ok_or_else(no_sequence)?;
+                let sb = self
+                    .seqs
+                    .get_mut(seq)
+                    .ok_or_else(|| batch::not_a_sequence(seq, n))?;
                 let g = CudaGraph::capture(&self.ctx, || step(k, d, layers, kv, sb, b, bucket))
                     .map_err(dev_err)?;
-                self.body.push((bucket, g));
+                self.body.push((key, g));
                 self.body.len() - 1
             }
         };
@@ -738,7 +767,7 @@ fn attention_onepass(
 
 #[cfg(test)]
 mod tests {
-    use super::{BUCKETS, bucket};
+    use super::{BATCH_ONEPASS_ABOVE, BUCKETS, batch_onepass_above, bucket};
 
     #[test]
     fn a_step_runs_in_the_smallest_bucket_that_holds_its_keys() {
@@ -767,5 +796,23 @@ mod tests {
         assert_eq!(bucket(3073, 4096), 4096);
         assert_eq!(bucket(200, 512), 256);
         assert_eq!(bucket(300, 512), 512);
+    }
+
+    #[test]
+    fn the_batched_step_runs_one_pass_attention_past_the_8192_bucket() {
+        let above = batch_onepass_above(None);
+        assert_eq!(above, BATCH_ONEPASS_ABOVE);
+        // The buckets up to 8192 keep the batched two-pass kernels; 12288 and up (and
+        // a cache past them) run each sequence's one-pass kernel.
+        assert!(
+            BUCKETS
+                .iter()
+                .filter(|&&b| b > above)
+                .eq([12_288, 16_384, 24_576].iter())
+        );
+        assert!(bucket(8192, 32_768) <= above && bucket(8193, 32_768) > above);
+        assert_eq!(batch_onepass_above(Some("onepass")), 0);
+        assert_eq!(batch_onepass_above(Some("twopass")), usize::MAX);
+        assert_eq!(batch_onepass_above(Some("other")), BATCH_ONEPASS_ABOVE);
     }
 }
