@@ -3,8 +3,7 @@
 // Cache layout (the CPU `attention_causal` contract): k, v [seq, n_kv_heads, HD], f16
 // (stored as raw bits) or f32; q and out f32 [n_heads, HD]; query head h reads kv head
 // h / G (G = n_heads / n_kv_heads, a template parameter 1..8). HD (the head size) is a
-// template parameter too: 128 (Qwen3, Llama 3) or 64 (SmolLM2, Qwen2.5-0.5B); lane d
-// of a warp holds dims P*d .. P*d+P-1, P = HD / 32.
+// template parameter too: 128 (Qwen3, Llama 3) or 64 (SmolLM2, Qwen2.5-0.5B).
 //
 // The key count is read on the device (`*lenp + len_add`) so a captured CUDA graph can
 // replay decode steps while the position advances; the grid covers a maximum length
@@ -14,14 +13,19 @@
 //
 // Split-K ("flash decoding"): block (split s, kv head g) handles keys
 // [32 s, 32 s + 32) for the G query heads of kv head g, so each key and value row is
-// read from memory once per token. Its 4 warps take 8 keys each, load all 8 K and V
-// rows before using any, reduce the G dot products with butterfly shuffles and run an
-// online softmax in f32 (precise expf). The block writes (max, sum, unnormalized
-// out[HD]) per query head; `attn_decode_combine` merges the splits (one block per
-// query head, one thread per dim).
+// read from memory once per token. Its 4 warps take 8 keys each; a row spans 16 lanes
+// (lane d of a half-warp holds dims P d .. P d + P - 1, P = HD / 16), so the two
+// half-warps take alternate keys and every shuffle of the butterfly reduces two keys'
+// dot products at once (4 rounds over 16 lanes: 64 shuffles per warp for G = 4, where
+// a row over 32 lanes needed 160). All 4 K and V rows of a half-warp are loaded before
+// any is used (kept in their storage type, widened at use), the G dot products reduced,
+// and an online softmax run in f32 (precise expf). The block writes (max, sum,
+// unnormalized out[HD]) per query head; `attn_decode_combine` merges the splits (one
+// block per query head, one thread per dim).
 
 #define KEYS_PER_BLOCK 32
 #define KEYS_PER_WARP 8
+#define KEYS_PER_HALF 4
 
 // The keys a step attends to: `*lenp + len_add` clamped to 1..=cap (never past the
 // cache). Read after the PDL wait: the position comes from earlier kernels.
@@ -35,36 +39,67 @@ __device__ __forceinline__ int splits_used(const int* __restrict__ lenp, int len
     return min(nsplit, (attn_len(lenp, len_add, cap) + KEYS_PER_BLOCK - 1) / KEYS_PER_BLOCK);
 }
 
-// P consecutive values of a cache or q row, widened to f32.
+// P consecutive values of a q row or cache row, widened to f32.
 template <int P>
 struct RowV {
     float v[P];
 };
 
-__device__ __forceinline__ void load_row(const unsigned short* p, RowV<4>& r) {
-    const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
-    h2f2(u.x, r.v[0], r.v[1]);
-    h2f2(u.y, r.v[2], r.v[3]);
-}
-__device__ __forceinline__ void load_row(const unsigned short* p, RowV<2>& r) {
-    h2f2(__ldg(reinterpret_cast<const unsigned*>(p)), r.v[0], r.v[1]);
-}
-__device__ __forceinline__ void load_row(const float* p, RowV<4>& r) {
-    const float4 t = __ldg(reinterpret_cast<const float4*>(p));
-    r.v[0] = t.x; r.v[1] = t.y; r.v[2] = t.z; r.v[3] = t.w;
-}
-__device__ __forceinline__ void load_row(const float* p, RowV<2>& r) {
-    const float2 t = __ldg(reinterpret_cast<const float2*>(p));
-    r.v[0] = t.x; r.v[1] = t.y;
-}
+// P consecutive values of a cache row in its storage type: one 16-byte load (f16, P 8),
+// 8 bytes (f16, P 4) or 16 / 32 bytes (f32), widened with `widen`.
+template <typename T, int P>
+struct Raw;
+template <>
+struct Raw<unsigned short, 8> {
+    uint4 w;
+    __device__ __forceinline__ void load(const unsigned short* p) {
+        w = __ldg(reinterpret_cast<const uint4*>(p));
+    }
+    __device__ __forceinline__ void widen(RowV<8>& r) const {
+        h2f2(w.x, r.v[0], r.v[1]);
+        h2f2(w.y, r.v[2], r.v[3]);
+        h2f2(w.z, r.v[4], r.v[5]);
+        h2f2(w.w, r.v[6], r.v[7]);
+    }
+};
+template <>
+struct Raw<unsigned short, 4> {
+    uint2 w;
+    __device__ __forceinline__ void load(const unsigned short* p) {
+        w = __ldg(reinterpret_cast<const uint2*>(p));
+    }
+    __device__ __forceinline__ void widen(RowV<4>& r) const {
+        h2f2(w.x, r.v[0], r.v[1]);
+        h2f2(w.y, r.v[2], r.v[3]);
+    }
+};
+template <int P>
+struct Raw<float, P> {
+    float4 w[P / 4];
+    __device__ __forceinline__ void load(const float* p) {
+#pragma unroll
+        for (int c = 0; c < P / 4; ++c) w[c] = __ldg(reinterpret_cast<const float4*>(p) + c);
+    }
+    __device__ __forceinline__ void widen(RowV<P>& r) const {
+#pragma unroll
+        for (int c = 0; c < P / 4; ++c) {
+            r.v[4 * c] = w[c].x;
+            r.v[4 * c + 1] = w[c].y;
+            r.v[4 * c + 2] = w[c].z;
+            r.v[4 * c + 3] = w[c].w;
+        }
+    }
+};
 
 template <int HD, int G, typename T>
 __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T* __restrict__ kc,
                                            const T* __restrict__ vc, float* __restrict__ part,
                                            const int* __restrict__ lenp, int len_add, int cap,
                                            int n_kv, float scale) {
-    constexpr int P = HD / 32;
+    constexpr int P = HD / 16;
+    constexpr int NH = 2 * (KEYS_PER_BLOCK / KEYS_PER_WARP);  // half-warps per block
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int half = lane >> 4, hl = lane & 15;
     const int s = blockIdx.x, g = blockIdx.y;
     const int nsplit = gridDim.x;
     pdl_trigger();
@@ -90,39 +125,44 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
     const int len = attn_len(lenp, len_add, cap);
     // Past the keys: nothing to write, the combine reads splits_used() splits only.
     if (s * KEYS_PER_BLOCK >= len) return;
+    // Half-warp h of warp w takes keys j0 + 2 u + h, u < KEYS_PER_HALF.
+    const int j0 = s * KEYS_PER_BLOCK + warp * KEYS_PER_WARP + half;
+    Raw<T, P> kr[KEYS_PER_HALF], vr[KEYS_PER_HALF];
+#pragma unroll
+    for (int u = 0; u < KEYS_PER_HALF; ++u) {
+        const int j = min(j0 + 2 * u, len - 1);
+        const long long off = ((long long)j * n_kv + g) * HD + hl * P;
+        kr[u].load(kc + off);
+        vr[u].load(vc + off);
+    }
     RowV<P> qv[G];
 #pragma unroll
     for (int i = 0; i < G; ++i) {
-        load_row(q + (g * G + i) * HD + lane * P, qv[i]);
+        Raw<float, P> r;
+        r.load(q + (g * G + i) * HD + hl * P);
+        r.widen(qv[i]);
 #pragma unroll
         for (int e = 0; e < P; ++e) qv[i].v[e] *= scale;
     }
-    const int j0 = s * KEYS_PER_BLOCK + warp * KEYS_PER_WARP;
-    RowV<P> kr[KEYS_PER_WARP], vr[KEYS_PER_WARP];
+    // All KEYS_PER_HALF x G dot products first (independent butterfly reductions within
+    // the half-warp: ILP), then one max, exp and weighted sum per head.
+    float sc[G][KEYS_PER_HALF];
 #pragma unroll
-    for (int u = 0; u < KEYS_PER_WARP; ++u) {
-        const int j = min(j0 + u, len - 1);
-        const long long off = ((long long)j * n_kv + g) * HD + lane * P;
-        load_row(kc + off, kr[u]);
-        load_row(vc + off, vr[u]);
-    }
-    // All 8 x G dot products first (independent butterfly reductions: ILP), then one
-    // max, exp and weighted sum per head.
-    float sc[G][KEYS_PER_WARP];
-#pragma unroll
-    for (int u = 0; u < KEYS_PER_WARP; ++u) {
+    for (int u = 0; u < KEYS_PER_HALF; ++u) {
+        RowV<P> k;
+        kr[u].widen(k);
 #pragma unroll
         for (int i = 0; i < G; ++i) {
-            float d = qv[i].v[0] * kr[u].v[0];
+            float d = qv[i].v[0] * k.v[0];
 #pragma unroll
-            for (int e = 1; e < P; ++e) d = fmaf(qv[i].v[e], kr[u].v[e], d);
+            for (int e = 1; e < P; ++e) d = fmaf(qv[i].v[e], k.v[e], d);
             sc[i][u] = d;
         }
     }
 #pragma unroll
-    for (int x = 16; x > 0; x >>= 1)
+    for (int x = 8; x > 0; x >>= 1)
 #pragma unroll
-        for (int u = 0; u < KEYS_PER_WARP; ++u)
+        for (int u = 0; u < KEYS_PER_HALF; ++u)
 #pragma unroll
             for (int i = 0; i < G; ++i) sc[i][u] += __shfl_xor_sync(0xffffffffu, sc[i][u], x);
     float m[G], l[G];
@@ -131,60 +171,67 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
     for (int i = 0; i < G; ++i) {
         m[i] = __int_as_float(0xff800000);
 #pragma unroll
-        for (int u = 0; u < KEYS_PER_WARP; ++u)
-            if (j0 + u < len) m[i] = fmaxf(m[i], sc[i][u]);
+        for (int u = 0; u < KEYS_PER_HALF; ++u)
+            if (j0 + 2 * u < len) m[i] = fmaxf(m[i], sc[i][u]);
         l[i] = 0.f;
 #pragma unroll
         for (int e = 0; e < P; ++e) o[i].v[e] = 0.f;
-        if (j0 < len) {
+    }
+    if (j0 < len) {
 #pragma unroll
-            for (int u = 0; u < KEYS_PER_WARP; ++u) {
-                const float p = (j0 + u < len) ? expf(sc[i][u] - m[i]) : 0.f;
+        for (int u = 0; u < KEYS_PER_HALF; ++u) {
+            RowV<P> v;
+            vr[u].widen(v);
+#pragma unroll
+            for (int i = 0; i < G; ++i) {
+                const float p = (j0 + 2 * u < len) ? expf(sc[i][u] - m[i]) : 0.f;
                 l[i] += p;
 #pragma unroll
-                for (int e = 0; e < P; ++e) o[i].v[e] = fmaf(p, vr[u].v[e], o[i].v[e]);
+                for (int e = 0; e < P; ++e) o[i].v[e] = fmaf(p, v.v[e], o[i].v[e]);
             }
         }
     }
-    // Merge the 4 warps: shared (m, l) per warp and head, o per warp, head and dim.
-    __shared__ float sm[4][G], sl[4][G];
-    __shared__ RowV<P> so[4][G][32];
+    // Merge the 8 half-warps: shared (m, l) per half-warp and head, o per half-warp,
+    // head and dim.
+    __shared__ float sm[NH][G], sl[NH][G];
+    __shared__ RowV<P> so[NH][G][16];
+    const int hw = 2 * warp + half;
 #pragma unroll
     for (int i = 0; i < G; ++i) {
-        if (lane == 0) {
-            sm[warp][i] = m[i];
-            sl[warp][i] = l[i];
+        if (hl == 0) {
+            sm[hw][i] = m[i];
+            sl[hw][i] = l[i];
         }
-        so[warp][i][lane] = o[i];
+        so[hw][i][hl] = o[i];
     }
     __syncthreads();
-    // Warp w merges heads w, w + 4, ...; lane d its P dims.
-    for (int i = warp; i < G; i += 4) {
-        float mx = __int_as_float(0xff800000);
+    // Half-warp hw merges heads hw, hw + 8 (G <= 8: one each); lane d its P dims.
+    if (hw >= G) return;
+    const int i = hw;
+    float mx = __int_as_float(0xff800000);
 #pragma unroll
-        for (int w = 0; w < 4; ++w) mx = fmaxf(mx, sm[w][i]);
-        float L = 0.f;
-        RowV<P> O;
+    for (int w = 0; w < NH; ++w) mx = fmaxf(mx, sm[w][i]);
+    float L = 0.f;
+    RowV<P> O;
 #pragma unroll
-        for (int e = 0; e < P; ++e) O.v[e] = 0.f;
-        if (mx != __int_as_float(0xff800000)) {
+    for (int e = 0; e < P; ++e) O.v[e] = 0.f;
+    if (mx != __int_as_float(0xff800000)) {
 #pragma unroll
-            for (int w = 0; w < 4; ++w) {
-                const float c = expf(sm[w][i] - mx);  // 0 for an empty warp (m = -inf)
-                L = fmaf(sl[w][i], c, L);
-                const RowV<P> ow = so[w][i][lane];
+        for (int w = 0; w < NH; ++w) {
+            const float c = expf(sm[w][i] - mx);  // 0 for an empty half-warp (m = -inf)
+            L = fmaf(sl[w][i], c, L);
+            const RowV<P> ow = so[w][i][hl];
 #pragma unroll
-                for (int e = 0; e < P; ++e) O.v[e] = fmaf(ow.v[e], c, O.v[e]);
-            }
+            for (int e = 0; e < P; ++e) O.v[e] = fmaf(ow.v[e], c, O.v[e]);
         }
-        // part: [n_heads][nsplit][HD + 4]: out[HD], max, sum, 2 pad (16-byte rows).
-        float* pp = part + ((long long)(g * G + i) * nsplit + s) * (HD + 4);
+    }
+    // part: [n_heads][nsplit][HD + 4]: out[HD], max, sum, 2 pad (16-byte rows).
+    float* pp = part + ((long long)(g * G + i) * nsplit + s) * (HD + 4);
 #pragma unroll
-        for (int e = 0; e < P; ++e) pp[lane * P + e] = O.v[e];
-        if (lane == 0) {
-            pp[HD] = mx;
-            pp[HD + 1] = L;
-        }
+    for (int e = 0; e < P; ++e) pp[hl * P + e] = O.v[e];
+    if (hl == 0) {
+        pp[HD] = mx;
+        pp[HD + 1] = L;
     }
 }
 
