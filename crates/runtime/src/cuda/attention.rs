@@ -7,8 +7,9 @@
 //! kernels ([`AttnKernel`]): `OnePass` splits the keys over about one wave of
 //! blocks and the last block of each kv head merges the partials (one launch; it can
 //! also do the q/k norm, RoPE and KV store first, [`AttentionDecode::decode_qkv`]);
-//! `TwoPass` is the first version (blocks of 32 keys over the whole capacity, then a
-//! combine launch); `Auto` (default) picks by capacity from the H200 measurements.
+//! `TwoPass` is the first version (a grid of 32-key blocks over the whole capacity,
+//! those past the keys returning at once, then a combine launch over the splits that
+//! hold keys); `Auto` (default) picks by capacity from the H200 measurements.
 
 use std::sync::Arc;
 

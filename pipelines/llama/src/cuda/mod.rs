@@ -76,7 +76,7 @@ fn bucket(keys: usize, capacity: usize) -> usize {
 }
 
 /// Above this capacity the batched step runs each sequence's one-pass attention
-/// instead of the batched two-pass kernels, whose cost grows about five times faster
+/// instead of the batched two-pass kernels, whose cost grows two to five times faster
 /// per key (the combine reads 64 splits per round, one round trip each). Measured on
 /// an H200 (random Qwen3-8B, MXFP4, tok/s in all, two-pass → per-sequence one-pass):
 /// at 10241.. keys (12288 bucket) 2 / 3 / 4 sequences 436.7 → 455.8, 508.5 → 514.2,
