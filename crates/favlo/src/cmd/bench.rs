@@ -161,6 +161,10 @@ pub fn run_anchor(script: &str, args: &[String]) -> anyhow::Result<String> {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    // The figures go to stdout; logs (stderr) only when asked for with `RUST_LOG`.
+    if std::env::var_os("RUST_LOG").is_some() {
+        crate::cmd::common::init_logging();
+    }
     match args.what {
         BenchWhat::Kernels(b) => kernels(b),
         BenchWhat::Decode(b) => decode(b),

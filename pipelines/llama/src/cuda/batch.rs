@@ -26,14 +26,14 @@
 //!   any position.
 
 use favlo_runtime::cuda::{
-    AttnKernel, AttnSeq, CudaContext, CudaError, CudaGraph, DeviceBuffer, KvCache, RopeSeq,
-    SampleParams, XPrep, attn_partials_len,
+    AttnKernel, AttnSeq, CudaContext, CudaError, DeviceBuffer, KvCache, RopeSeq, SampleParams,
+    XPrep, attn_partials_len,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 
 use super::upload::DevLayer;
 use super::{
-    Bufs, CudaLlama, Dims, Kernels, OnePassIo, attention_onepass, bucket, dev_err, padded,
+    Bufs, CudaLlama, Dims, Kernels, OnePassIo, attention_onepass, bucket, capture, dev_err, padded,
 };
 use crate::config::LlamaConfig;
 use crate::error::LlamaError;
@@ -359,24 +359,18 @@ impl CudaLlama {
     }
 
     /// Launches the batched step graph of `mask` at attention capacity `bucket`,
-    /// capturing it on first use.
+    /// capturing it on first use (and again if it was dropped for newer ones).
     fn body_batch(&mut self, mask: u32, bucket: usize) -> Result<(), LlamaError> {
-        let key = (mask, bucket);
-        if !self.batch_body.iter().any(|(k, _)| *k == key) {
-            let (k, d, layers) = (&self.k, self.dims, &self.layers);
-            let (mut ios, tables) = seq_ios(&self.b, &mut self.seqs, &mut self.kv, mask);
-            let g = CudaGraph::capture(&self.ctx, || {
+        let (k, d, layers) = (&self.k, self.dims, &self.layers);
+        let (b, seqs, kv, ctx) = (&self.b, &mut self.seqs, &mut self.kv, &self.ctx);
+        let g = self.batch_body.get_or_make((mask, bucket), || {
+            let (mut ios, tables) = seq_ios(b, seqs, kv, mask);
+            let what = format!("batched step graph of mask {mask:#b}, bucket {bucket}");
+            capture(ctx, &what, || {
                 step_batch(k, d, layers, tables, &mut ios, bucket)
             })
-            .map_err(dev_err)?;
-            self.batch_body.push((key, g));
-        }
-        match self.batch_body.iter().find(|(k, _)| *k == key) {
-            Some((_, g)) => g.launch().map_err(dev_err),
-            None => Err(LlamaError::Device {
-                message: "batched step graph missing".into(),
-            }),
-        }
+        })?;
+        g.launch().map_err(dev_err)
     }
 
     /// Launches the final norm + lm_head graph of `mask`, capturing it on first use.
@@ -385,7 +379,8 @@ impl CudaLlama {
             let (g, eps) = (&self.k.gemv, self.dims.eps);
             let (head, norm) = (&self.head, &self.out_norm);
             let (mut ios, _) = seq_ios(&self.b, &mut self.seqs, &mut self.kv, mask);
-            let graph = CudaGraph::capture(&self.ctx, || {
+            let what = format!("batched lm_head graph of mask {mask:#b}");
+            let graph = capture(&self.ctx, &what, || {
                 let (hs, mut outs): (Vec<&DeviceBuffer<f32>>, Vec<&mut XPrep>) =
                     ios.iter_mut().map(|io| (&*io.h, &mut *io.prep_d)).unzip();
                 g.rms_norm_prep_batch(&hs, norm, eps, &mut outs)?;
@@ -394,8 +389,7 @@ impl CudaLlama {
                     .map(|io| (&*io.prep_d, &mut *io.logits))
                     .unzip();
                 g.gemv_batch(head, &xs, &mut ys, false)
-            })
-            .map_err(dev_err)?;
+            })?;
             self.batch_head.push((mask, graph));
         }
         match self.batch_head.iter().find(|(k, _)| *k == mask) {

@@ -28,6 +28,7 @@
 //!   generation, streaming and the `LanguagePipeline` seam are unchanged.
 
 mod batch;
+mod graphs;
 mod prefill;
 mod upload;
 
@@ -47,6 +48,7 @@ use crate::config::LlamaConfig;
 use crate::error::LlamaError;
 use crate::rotary::Rotary;
 use crate::weights::{Matrix, Weights};
+use graphs::{GRAPH_BYTES, GraphCache, MAX_BATCH_GRAPHS, MAX_STEP_GRAPHS};
 use upload::DevLayer;
 
 /// Most keys the attention kernels' combine step handles (1024 splits of 32).
@@ -93,6 +95,23 @@ fn batch_onepass_above(var: Option<&str>) -> usize {
         Some("twopass") => usize::MAX,
         _ => BATCH_ONEPASS_ABOVE,
     }
+}
+
+/// Captures `f` as a graph named `what`, logging (at debug level) the device memory the
+/// driver took for it: free memory before and after, which the ledger does not see.
+fn capture(
+    ctx: &CudaContext,
+    what: &str,
+    f: impl FnOnce() -> Result<(), CudaError>,
+) -> Result<CudaGraph, LlamaError> {
+    let before = ctx.mem_info().map_err(dev_err)?.0;
+    let g = CudaGraph::capture(ctx, f).map_err(dev_err)?;
+    let after = ctx.mem_info().map_err(dev_err)?.0;
+    tracing::debug!(
+        "captured the {what}: {} KiB of device memory",
+        before.saturating_sub(after) / 1024
+    );
+    Ok(g)
 }
 
 /// The error for a missing sequence buffer (an opening always has sequence 0).
@@ -182,13 +201,13 @@ pub(crate) struct CudaLlama {
     /// Per sequence, its step buffers (sequence 0's serve the batch-1 step).
     seqs: Vec<batch::SeqBufs>,
     /// Batched steps: ((sequence mask, attention capacity), graph).
-    batch_body: Vec<((u32, usize), CudaGraph)>,
+    batch_body: GraphCache<(u32, usize), CudaGraph>,
     /// Batched final norm + lm_head per sequence mask.
     batch_head: Vec<(u32, CudaGraph)>,
     /// ((sequence, attention capacity), graph of one token step of that sequence over
     /// every layer): sequence 0's serve the batch-1 chat, the others a sequence that
     /// decodes alone in an opening of several.
-    body: Vec<((usize, usize), CudaGraph)>,
+    body: GraphCache<(usize, usize), CudaGraph>,
     head_graph: Option<CudaGraph>,
     weight_bytes: u64,
     x_host: Vec<f32>,
@@ -271,8 +290,8 @@ impl CudaLlama {
         // and the fixed per-step buffers.
         let elem = if opts.kv_f16 { 2 } else { 4 };
         let per_tok = (cfg.n_layers * 2 * kvd * elem + hd * 4 + cfg.n_heads * 132 * 4 / 32) as u64;
-        // Buffers (x preparations ~2.1 × 4 bytes per value, q|k|v, gate|up, logits) and
-        // 16 MiB for the kernel modules and graphs.
+        // Buffers (x preparations ~2.1 × 4 bytes per value, q|k|v, gate|up, logits),
+        // 16 MiB for the kernel modules and the lm_head graphs, and the step graphs.
         let values =
             3 * padded(d.max(qd).max(ff)) * 3 + d + 2 * (qd + 2 * kvd) + 2 * ff + d / 32 + ff / 32;
         // Batched prefill unless `FAVLO_CUDA_PREFILL=loop` turns it off.
@@ -309,8 +328,11 @@ impl CudaLlama {
                 ),
             });
         }
-        // Every sequence holds its own step buffers and logits.
-        let fixed = ((values + cfg.vocab_size) * 4 * seqs + (16 << 20)) as u64;
+        // Every sequence holds its own step buffers and logits; the step graphs the
+        // opening may keep take driver memory of their own.
+        let graphs = MAX_STEP_GRAPHS + if seqs > 1 { MAX_BATCH_GRAPHS } else { 0 };
+        let fixed = ((values + cfg.vocab_size) * 4 * seqs + (16 << 20)) as u64
+            + graphs as u64 * GRAPH_BYTES;
         let layer_bytes: u64 = w
             .layers
             .iter()
@@ -453,9 +475,9 @@ impl CudaLlama {
             capacity,
             kv,
             seqs: seq_bufs,
-            batch_body: Vec::new(),
+            batch_body: GraphCache::new(MAX_BATCH_GRAPHS),
             batch_head: Vec::new(),
-            body: Vec::new(),
+            body: GraphCache::new(MAX_STEP_GRAPHS),
             head_graph: None,
             weight_bytes,
             chunk,
@@ -558,26 +580,19 @@ impl CudaLlama {
     }
 
     /// Sequence `seq`'s step graph for attention capacity `bucket`, captured on first
-    /// use.
+    /// use (and again if it was dropped for newer ones, [`graphs`]).
     fn body_graph(&mut self, seq: usize, bucket: usize) -> Result<&CudaGraph, LlamaError> {
-        let key = (seq, bucket);
-        let at = match self.body.iter().position(|(k, _)| *k == key) {
-            Some(at) => at,
-            None => {
-                let (k, d, b, layers) = (&self.k, self.dims, &mut self.b, &self.layers);
-                let n = self.seqs.len();
-                let kv = self.kv.get_mut(seq).ok_or_else(no_sequence)?;
-                let sb = self
-                    .seqs
-                    .get_mut(seq)
-                    .ok_or_else(|| batch::not_a_sequence(seq, n))?;
-                let g = CudaGraph::capture(&self.ctx, || step(k, d, layers, kv, sb, b, bucket))
-                    .map_err(dev_err)?;
-                self.body.push((key, g));
-                self.body.len() - 1
-            }
-        };
-        Ok(&self.body[at].1)
+        let (k, d, b, layers) = (&self.k, self.dims, &mut self.b, &self.layers);
+        let n = self.seqs.len();
+        let (kv, seqs, ctx) = (&mut self.kv, &mut self.seqs, &self.ctx);
+        self.body.get_or_make((seq, bucket), || {
+            let kv = kv.get_mut(seq).ok_or_else(no_sequence)?;
+            let sb = seqs
+                .get_mut(seq)
+                .ok_or_else(|| batch::not_a_sequence(seq, n))?;
+            let what = format!("step graph of sequence {seq}, bucket {bucket}");
+            capture(ctx, &what, || step(k, d, layers, kv, sb, b, bucket))
+        })
     }
 
     fn head_graph(&mut self) -> Result<&CudaGraph, LlamaError> {
@@ -585,11 +600,10 @@ impl CudaLlama {
             let (k, d) = (&self.k, self.dims);
             let b = self.seqs.first_mut().ok_or_else(no_sequence)?;
             let (head, norm) = (&self.head, &self.out_norm);
-            let g = CudaGraph::capture(&self.ctx, || {
+            let g = capture(&self.ctx, "lm_head graph", || {
                 k.gemv.rms_norm_prep(&b.h, norm, d.eps, &mut b.prep_d)?;
                 k.gemv.gemv(head, &b.prep_d, &mut b.logits, false)
-            })
-            .map_err(dev_err)?;
+            })?;
             self.head_graph = Some(g);
         }
         self.head_graph.as_ref().ok_or_else(|| LlamaError::Device {
