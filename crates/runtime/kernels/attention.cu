@@ -25,7 +25,7 @@
 
 #define KEYS_PER_BLOCK 32
 #define KEYS_PER_WARP 8
-#define KEYS_PER_HALF 4
+#define KEYS_PER_HALF (KEYS_PER_WARP / 2)
 
 // The keys a step attends to: `*lenp + len_add` clamped to 1..=cap (never past the
 // cache). Read after the PDL wait: the position comes from earlier kernels.

@@ -389,6 +389,30 @@ fn qwen3_cuda_batched_decode_matches_cpu() {
     }
 }
 
+/// The cache both long-context tests open (4608 tokens: the 4096 bucket, then the
+/// cache's own capacity on the one-pass kernel).
+const LONG_CONTEXT: usize = 4608;
+
+/// The random Qwen3 checkpoint, prompts of `lens` tokens drawn in turn from `seed`, and
+/// each prompt's CPU trace (MXFP8, a `LONG_CONTEXT` cache).
+#[allow(clippy::type_complexity)]
+fn long_context_fixture(
+    lens: &[usize],
+    seed: u64,
+) -> (
+    tempfile::TempDir,
+    Vec<Vec<u32>>,
+    Vec<(Vec<Vec<f32>>, Vec<u32>)>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    write_checkpoint(dir.path());
+    let mut rng = SplitMix64::new(seed);
+    let prompts: Vec<Vec<u32>> = lens.iter().map(|&n| random_ids(&mut rng, n)).collect();
+    let mut cpu = common::open_context(dir.path(), mxfp8_opts(Device::Cpu, false, 1), LONG_CONTEXT);
+    let want = prompts.iter().map(|p| cpu_trace(&mut cpu, p)).collect();
+    (dir, prompts, want)
+}
+
 /// Decoding across a 4096-key capacity in a 4608-token cache: keys up to 4096 run in
 /// the 4096 bucket (two-pass attention after `qk_norm_rope_store`), keys past it in
 /// the cache's own capacity, where the one-pass kernel RMSNorms, rotates and stores
@@ -402,18 +426,14 @@ fn qwen3_cuda_decode_past_4096_keys_matches_cpu() {
         return;
     }
     const PROMPT: usize = 4085;
-    const CONTEXT: usize = 4608;
-    let dir = tempfile::tempdir().unwrap();
-    write_checkpoint(dir.path());
-    let prompt = random_ids(&mut SplitMix64::new(4085), PROMPT);
-    let mut cpu = open_context(dir.path(), mxfp8_opts(Device::Cpu, false, 1), CONTEXT);
-    let (want, toks) = cpu_trace(&mut cpu, &prompt);
-    drop(cpu);
+    let (dir, prompts, mut traces) = long_context_fixture(&[PROMPT], 4085);
+    let (prompt, (want, toks)) = (&prompts[0], traces.remove(0));
     for (kv_f16, tol) in [(false, 1e-4f32), (true, 3e-3)] {
-        let mut gpu = open_context(dir.path(), mxfp8_opts(Device::Cuda(0), kv_f16, 1), CONTEXT);
+        let opts = mxfp8_opts(Device::Cuda(0), kv_f16, 1);
+        let mut gpu = open_context(dir.path(), opts, LONG_CONTEXT);
         let m = gpu.model();
         let mut got = vec![0.0; VOCAB];
-        m.forward(&prompt, 0, &mut got, false).unwrap();
+        m.forward(prompt, 0, &mut got, false).unwrap();
         let mut worst = rel(&got, &want[0]);
         assert!(worst <= tol, "KV f16 {kv_f16}: prompt {worst:.2e}");
         for (j, &t) in toks.iter().enumerate() {
@@ -446,20 +466,11 @@ fn qwen3_cuda_batched_decode_past_4096_keys_matches_cpu() {
     if !cuda_ok("the CUDA long-context batched decode test") {
         return;
     }
-    const CONTEXT: usize = 4608;
-    let dir = tempfile::tempdir().unwrap();
-    write_checkpoint(dir.path());
-    let mut rng = SplitMix64::new(4090);
-    let prompts: Vec<Vec<u32>> = [4085usize, 4090]
-        .iter()
-        .map(|&n| random_ids(&mut rng, n))
-        .collect();
-    let mut cpu = open_context(dir.path(), mxfp8_opts(Device::Cpu, false, 1), CONTEXT);
-    let want: Vec<_> = prompts.iter().map(|p| cpu_trace(&mut cpu, p)).collect();
-    drop(cpu);
+    let (dir, prompts, want) = long_context_fixture(&[4085, 4090], 4090);
     let path = std::env::var("FAVLO_CUDA_BATCH_ATTN").unwrap_or_else(|_| "default".into());
     for (kv_f16, tol) in [(false, 1e-4f32), (true, 3e-3)] {
-        let mut gpu = open_context(dir.path(), mxfp8_opts(Device::Cuda(0), kv_f16, 2), CONTEXT);
+        let opts = mxfp8_opts(Device::Cuda(0), kv_f16, 2);
+        let mut gpu = open_context(dir.path(), opts, LONG_CONTEXT);
         let m = gpu.model();
         assert_eq!(m.sequences(), 2);
         let mut worst = 0f32;

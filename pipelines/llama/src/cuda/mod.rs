@@ -98,12 +98,16 @@ fn batch_onepass_above(var: Option<&str>) -> usize {
 }
 
 /// Captures `f` as a graph named `what`, logging (at debug level) the device memory the
-/// driver took for it: free memory before and after, which the ledger does not see.
+/// driver took for it: free memory before and after, which the ledger does not see
+/// (read only when that level is on).
 fn capture(
     ctx: &CudaContext,
     what: &str,
     f: impl FnOnce() -> Result<(), CudaError>,
 ) -> Result<CudaGraph, LlamaError> {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return CudaGraph::capture(ctx, f).map_err(dev_err);
+    }
     let before = ctx.mem_info().map_err(dev_err)?.0;
     let g = CudaGraph::capture(ctx, f).map_err(dev_err)?;
     let after = ctx.mem_info().map_err(dev_err)?.0;
@@ -586,10 +590,9 @@ impl CudaLlama {
         let n = self.seqs.len();
         let (kv, seqs, ctx) = (&mut self.kv, &mut self.seqs, &self.ctx);
         self.body.get_or_make((seq, bucket), || {
-            let kv = kv.get_mut(seq).ok_or_else(no_sequence)?;
-            let sb = seqs
-                .get_mut(seq)
-                .ok_or_else(|| batch::not_a_sequence(seq, n))?;
+            let missing = || batch::not_a_sequence(seq, n);
+            let kv = kv.get_mut(seq).ok_or_else(missing)?;
+            let sb = seqs.get_mut(seq).ok_or_else(missing)?;
             let what = format!("step graph of sequence {seq}, bucket {bucket}");
             capture(ctx, &what, || step(k, d, layers, kv, sb, b, bucket))
         })
