@@ -4,8 +4,7 @@
 //!
 //! Run: `cuda_decode_bench [--layers 36] [--ctx 1024] [--steps 32] [--f32-kv] [--mxfp8]
 //! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
-//! [--attn auto|two|one|fused|light|cluster] [--cluster 8|16] [--compare-attn]
-//! [--min-keys N] [--unfused]
+//! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--unfused]
 //! [--no-persist] [--warps-cap W] [--capacity N] [--skip qkv,attn,o,gate_up,down,head,rope]`
 //! (`--unfused`: the RMSNorm and SwiGLU preparations as kernels of their own;
 //! `--capacity`: a KV capacity above what the timed steps need, as a chat's attention
@@ -59,7 +58,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Some("one") => AttnMode::OnePass,
             Some("fused") => AttnMode::Fused,
             Some("light") => AttnMode::FusedLight,
-            Some("cluster") => AttnMode::Cluster,
             _ => AttnMode::Auto,
         },
         compare_attn: flag("--compare-attn"),
@@ -68,7 +66,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         persistent: !flag("--no-persist"),
         warps_cap: arg(&argv, "--warps-cap").and_then(|v| v.parse().ok()),
         capacity: arg(&argv, "--capacity").and_then(|v| v.parse().ok()),
-        attn_cluster: arg(&argv, "--cluster").and_then(|v| v.parse().ok()),
         skip: arg(&argv, "--skip").map_or(0, |list| {
             list.split(',')
                 .filter_map(|p| SKIP_PARTS.iter().position(|n| *n == p))

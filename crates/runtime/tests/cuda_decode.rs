@@ -17,8 +17,8 @@ use std::sync::Arc;
 use favlo_mx::{ElementFormat, MxView};
 use favlo_runtime::cpu::{AttnShape, RopeLayout, WeightRef, reference};
 use favlo_runtime::cuda::{
-    AttentionDecode, AttnKernel, AttnOut, CLUSTER_SIZES, CudaContext, DecodeOps, GemvKernel,
-    GemvMma, KvCache, MxTiled, XPrep, attn_partials_len, rope_tables, tile_mx,
+    AttentionDecode, AttnKernel, AttnOut, CudaContext, DecodeOps, GemvKernel, GemvMma, KvCache,
+    MxTiled, XPrep, attn_partials_len, rope_tables, tile_mx,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use half::f16;
@@ -227,8 +227,8 @@ fn check_attention(
     .unwrap();
     let e = max_abs_scaled(&ctx.download(&out).unwrap(), &want);
     eprintln!(
-        "attn decode {:?} (cluster {}) f16={f16_cache} {nh}/{nkv} len {len} cap {cap}: {e:.3e}",
-        a.kernel, a.cluster_size
+        "attn decode {:?} f16={f16_cache} {nh}/{nkv} len {len} cap {cap}: {e:.3e}",
+        a.kernel
     );
     assert!(e <= 1e-5, "attention {nh}/{nkv} len {len}: {e:.3e}");
     // The same, combined straight into the next GEMV's x preparation.
@@ -258,32 +258,24 @@ fn attention_decode_matches_reference() {
     let mut a = AttentionDecode::load(&ctx).unwrap();
     // Plain launches, then programmatic dependent launch (the kernels wait first); the
     // two-pass kernel, then the one-pass default (more cases: `cuda_attn_onepass`).
-    // The cluster kernel (Hopper and later) in both cluster sizes.
-    let mut kernels = vec![(AttnKernel::TwoPass, 0), (AttnKernel::OnePass, 0)];
-    if a.cluster_available() {
-        kernels.extend(CLUSTER_SIZES.map(|c| (AttnKernel::Cluster, c)));
-    }
-    for (f16_cache, pdl, (kernel, cluster)) in [false, true].into_iter().flat_map(|pdl| {
-        kernels
-            .iter()
-            .flat_map(move |&k| [(true, pdl, k), (false, pdl, k)])
+    for (f16_cache, pdl, kernel) in [false, true].into_iter().flat_map(|pdl| {
+        [AttnKernel::TwoPass, AttnKernel::OnePass]
+            .into_iter()
+            .flat_map(move |k| [(true, pdl, k), (false, pdl, k)])
     }) {
         a.pdl = pdl && common::cuda::pdl_ok(&ctx);
         a.kernel = kernel;
-        if cluster > 0 {
-            a.cluster_size = cluster;
-        }
         check_attention(&ctx, &a, f16_cache, 32, 8, 1024, 1024, 1);
         check_attention(&ctx, &a, f16_cache, 32, 8, 1, 64, 2);
         check_attention(&ctx, &a, f16_cache, 8, 8, 37, 100, 3);
         check_attention(&ctx, &a, f16_cache, 16, 2, 777, 800, 4);
         check_attention(&ctx, &a, f16_cache, 4, 2, 300, 333, 5);
         // Few keys in a large capacity (most splits idle; the two-pass combine reads
-        // one round of 64).
+        // one round of 64, then two of 128).
         check_attention(&ctx, &a, f16_cache, 32, 8, 100, 4096, 6);
         check_attention(&ctx, &a, f16_cache, 32, 8, 2100, 4096, 7);
-        // Past 64 groups of 32 keys each block takes several groups: two each over a
-        // full 4096-key cache, three with a ragged last group (5000 keys).
+        // A full cache (128 splits, two full rounds), and three rounds with a ragged last
+        // split (5000 keys: 157 splits, the last of 8 keys).
         check_attention(&ctx, &a, f16_cache, 32, 8, 4096, 4096, 8);
         check_attention(&ctx, &a, f16_cache, 16, 2, 5000, 8192, 9);
     }

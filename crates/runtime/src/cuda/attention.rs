@@ -22,17 +22,14 @@ use super::launch::{arg_ptr, launch_ex};
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
-mod cluster;
 mod onepass;
 
-pub use cluster::CLUSTER_SIZES;
 pub use onepass::QkvRope;
 
 const SRC: &str = concat!(
     include_str!("../../kernels/prep32.cuh"),
     include_str!("../../kernels/attn_common.cuh"),
-    include_str!("../../kernels/attention.cu"),
-    include_str!("../../kernels/attention_cluster.cu")
+    include_str!("../../kernels/attention.cu")
 );
 /// The one-launch kernels, a module of their own: the two compile side by side on a
 /// first run (the one-pass set alone is most of the attention's compile time).
@@ -83,9 +80,6 @@ pub enum AttnKernel {
     OnePass,
     /// The first version: blocks of 32 keys over the capacity, then a combine launch.
     TwoPass,
-    /// One launch: a thread-block cluster per kv head merging through distributed
-    /// shared memory (heads of 128; Hopper and later, else an error).
-    Cluster,
 }
 
 /// A contiguous KV cache [capacity, n_kv_heads, head_dim] for one layer, f16 (bits) or f32.
@@ -230,11 +224,7 @@ pub struct AttentionDecode {
     pub min_keys: usize,
     /// `OnePass`: blocks per kv head instead of the occupancy-derived one wave (≤ 64).
     pub splits: Option<usize>,
-    /// `Cluster`: blocks per cluster, one of [`CLUSTER_SIZES`] (default 16).
-    pub cluster_size: usize,
     one: onepass::OnePass,
-    /// The cluster kernels (`None` before sm_90).
-    cluster: Option<cluster::Cluster>,
     /// [head dim 64?][f16?][group - 1] split kernels.
     split: [[[CudaFunction; 8]; 2]; 2],
     /// [head dim 64?] combine kernels (f32 out, x-prep out).
@@ -269,11 +259,6 @@ pub fn attn_partials_len(n_heads: usize, capacity: usize) -> usize {
 }
 
 impl AttentionDecode {
-    /// True when [`AttnKernel::Cluster`] can run here (compute capability 9.0 and later).
-    pub fn cluster_available(&self) -> bool {
-        self.cluster.is_some()
-    }
-
     /// Compiles (or reads from the cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<AttentionDecode, CudaError> {
         let m = LoadedModule::load(ctx, MODULE)?;
@@ -308,8 +293,6 @@ impl AttentionDecode {
                 f("attn_decode_combine_prep_hd64_z".into())?,
             ],
             one: onepass::OnePass::load(ctx, &m1.module)?,
-            cluster: cluster::Cluster::load(ctx, &m.module)?,
-            cluster_size: 16,
             pdl: false,
             kernel: AttnKernel::Auto,
             light_fence: false,
@@ -414,26 +397,6 @@ impl AttentionDecode {
                 scale,
             };
             return self.onepass_q(q, cache, dims, lenp, partials, out);
-        }
-        if self.kernel == AttnKernel::Cluster {
-            let Some(cl) = &self.cluster else {
-                return Err(shape(
-                    "the cluster attention needs compute capability 9.0".into(),
-                ));
-            };
-            if hd != ATTN_HEAD_DIM {
-                return Err(shape(format!("cluster attention: head_dim {hd}, 128 only")));
-            }
-            let launch = cluster::ClusterLaunch {
-                cluster: self.cluster_size,
-                capacity: i32::try_from(capacity).map_err(|_| shape("capacity".into()))?,
-                n_heads,
-                n_kv_heads: i32::try_from(n_kv_heads).map_err(|_| shape("n_kv_heads".into()))?,
-                len_add,
-                scale,
-                pdl: self.pdl,
-            };
-            return cl.launch(&self.ctx, q, cache, lenp, &launch, out);
         }
         let nkv = i32::try_from(n_kv_heads).map_err(|_| shape("n_kv_heads".into()))?;
         let cap = i32::try_from(capacity).map_err(|_| shape("capacity".into()))?;

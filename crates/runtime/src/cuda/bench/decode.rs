@@ -59,19 +59,15 @@ pub enum AttnMode {
     /// `Fused` with one acq_rel fence per block before the merge
     /// (`AttentionDecode::light_fence`).
     FusedLight,
-    /// `qk_norm_rope_store`, then the cluster attention (`AttnKernel::Cluster`, Hopper
-    /// and later): 2 launches.
-    Cluster,
 }
 
 impl AttnMode {
     /// The modes `compare_attn` times.
-    pub const ALL: [AttnMode; 5] = [
+    pub const ALL: [AttnMode; 4] = [
         AttnMode::TwoPass,
         AttnMode::OnePass,
         AttnMode::Fused,
         AttnMode::FusedLight,
-        AttnMode::Cluster,
     ];
 
     /// `Auto` resolved for a cache of `capacity` keys.
@@ -128,8 +124,6 @@ pub struct DecodeBenchOptions {
     /// steps need); a larger one times the attention as a chat's bucket runs it (e.g.
     /// 2561 keys in a 4096-key bucket).
     pub capacity: Option<usize>,
-    /// Blocks per cluster of the cluster attention (its default when `None`).
-    pub attn_cluster: Option<usize>,
 }
 
 /// The parts [`DecodeBenchOptions::skip`] can leave out, bit i = name i.
@@ -159,7 +153,6 @@ impl Default for DecodeBenchOptions {
             persistent: true,
             warps_cap: None,
             capacity: None,
-            attn_cluster: None,
         }
     }
 }
@@ -270,22 +263,13 @@ pub(super) struct Kernels {
 }
 
 impl Kernels {
-    /// The attention steps this device runs ([`AttnMode::ALL`] but `Cluster` before
-    /// sm_90).
-    pub(super) fn attn_modes(&self) -> Vec<AttnMode> {
-        AttnMode::ALL
-            .into_iter()
-            .filter(|m| *m != AttnMode::Cluster || self.attn.cluster_available())
-            .collect()
-    }
-
     /// Sets the attention step (`Auto` must be resolved first).
     pub(super) fn set_mode(&mut self, mode: AttnMode) {
         self.mode = mode;
-        self.attn.kernel = match mode {
-            AttnMode::TwoPass => AttnKernel::TwoPass,
-            AttnMode::Cluster => AttnKernel::Cluster,
-            _ => AttnKernel::OnePass,
+        self.attn.kernel = if mode == AttnMode::TwoPass {
+            AttnKernel::TwoPass
+        } else {
+            AttnKernel::OnePass
         };
         self.attn.light_fence = mode == AttnMode::FusedLight;
     }
@@ -356,9 +340,6 @@ pub fn decode_bench(
     if let Some(mk) = opts.attn_min_keys {
         k.attn.min_keys = mk;
     }
-    if let Some(cs) = opts.attn_cluster {
-        k.attn.cluster_size = cs;
-    }
     let copy_gbps = copy_bandwidth_gbps(ctx, 1 << 30, 20)?;
     let owner = Owner::mint("cuda-decode-bench");
     let t0 = std::time::Instant::now();
@@ -404,7 +385,7 @@ pub fn decode_bench(
     drop(graph);
     let mut attn_modes = Vec::new();
     if opts.compare_attn {
-        for mode in k.attn_modes() {
+        for mode in AttnMode::ALL {
             k.set_mode(mode);
             ctx.write(&mut m.b.pos, &[start])?;
             let graph = CudaGraph::capture(ctx, || step(&k, &mut m))?;

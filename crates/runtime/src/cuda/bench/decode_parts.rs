@@ -101,7 +101,7 @@ pub(super) fn measure_parts(
     let kv_elem = if opts.f16_kv { 2.0 } else { 4.0 };
     let mode0 = k.mode;
     let mut graph_attn_modes = Vec::new();
-    for mode in k.attn_modes() {
+    for mode in AttnMode::ALL {
         k.set_mode(mode);
         let kk: &Kernels = k;
         let t = time_ms(ctx, 1, 5, || {
