@@ -4,9 +4,10 @@
 //!
 //! Run: `cuda_decode_bench [--layers 36] [--ctx 1024] [--steps 32] [--f32-kv] [--mxfp8]
 //! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
-//! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--unfused]
+//! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--attn-tc] [--unfused]
 //! [--no-persist] [--warps-cap W] [--capacity N] [--skip qkv,attn,o,gate_up,down,head,rope]`
 //! (`--unfused`: the RMSNorm and SwiGLU preparations as kernels of their own;
+//! `--attn-tc`: the one-pass attention's tensor-core loop over the f16 cache;
 //! `--capacity`: a KV capacity above what the timed steps need, as a chat's attention
 //! bucket; `--skip`: leave parts out of the fused step, to see what each costs on the
 //! step's critical path; the logits are then meaningless).
@@ -62,6 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         compare_attn: flag("--compare-attn"),
         attn_min_keys: arg(&argv, "--min-keys").and_then(|v| v.parse().ok()),
+        attn_tc: flag("--attn-tc"),
         fused: !flag("--unfused"),
         persistent: !flag("--no-persist"),
         warps_cap: arg(&argv, "--warps-cap").and_then(|v| v.parse().ok()),

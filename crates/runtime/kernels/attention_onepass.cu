@@ -36,7 +36,6 @@
 #define A1_LOG2E 1.4426950408889634f
 // Blocks per SM the kernel is built for: 2 when the q and accumulator registers
 // (2·G·16/sizeof(T) floats) leave room under 128 registers, else 1.
-#define A1_MINB(G, T) ((G) * (16 / (int)sizeof(T)) <= 32 && (G) <= 5 ? 2 : 1)
 
 // 16 bytes of a cache row, kept raw until used (f16: 8 values in 4 words).
 template <typename T>
@@ -67,6 +66,196 @@ struct A1Raw<float> {
         for (int e = 0; e < 4; ++e) v[e] = w[e];
     }
 };
+
+// The module built with A1_TC_WANTED 1 (`attention_onepass_tc`, opt-in) runs the
+// tensor-core loop (`a1_tc_run`) for f16 caches on sm_80 and later; f32 caches, older
+// archs and the default module run the FMA loop.
+#ifndef A1_TC_WANTED
+#define A1_TC_WANTED 0
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && A1_TC_WANTED
+#define A1_TC_ARCH 1
+#else
+#define A1_TC_ARCH 0
+#endif
+template <typename T>
+struct A1Tc {
+    static constexpr bool on = A1_TC_ARCH && sizeof(T) == 2;
+};
+#define A1_MINB(G, T) \
+    (A1Tc<T>::on ? 1 : ((G) * (16 / (int)sizeof(T)) <= 32 && (G) <= 5 ? 2 : 1))
+
+// Keys per warp tile of the tensor-core loop (two mma n-tiles of 8 keys).
+#define A1_TC_KEYS 16
+// The probabilities go to f16 scaled by 2^14 (p <= 1, so at most 16384), which keeps
+// them normal down to p ~ 4e-9; the output is scaled back exactly.
+#define A1_PSCALE 16384.f
+
+// One warp's tile of 16 keys for the tensor-core loop, in registers, f16 bits. With
+// gq = lane / 4 and c = lane % 4: K rows of keys gq and 8 + gq, physical dims
+// 32 t + 8 c .. + 8 (the mma's B fragments for two k-steps per 16-byte load: the dims
+// of a k-step are permuted alike in q and K, so the dot products are unchanged); V rows
+// of keys 2c, 2c + 1, 8 + 2c, 9 + 2c, dims 64 h + 8 gq .. + 8 (paired per key by
+// `prmt` into the B fragments of the P·V mma, whose output dims are permuted the same
+// way: n-tile j, column n is dim 64 (j / 8) + 8 n + j % 8).
+template <int HD>
+struct A1Tile {
+    static constexpr int KL = HD / 32, VL = HD / 64;
+    unsigned k[2][KL][4];
+    unsigned v[4][VL][4];
+    __device__ __forceinline__ static void ld(unsigned (&w)[4], const unsigned short* p) {
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
+    }
+    // Keys at or past kend read row k0 instead (finite; their scores are masked).
+    __device__ __forceinline__ void load_k(const unsigned short* base, long long rs, int kt,
+                                           int k0, int kend, int gq, int c) {
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+            int j = kt + 8 * n + gq;
+            if (j >= kend) j = k0;
+            const unsigned short* p = base + j * rs + 8 * c;
+#pragma unroll
+            for (int t = 0; t < KL; ++t) ld(k[n][t], p + 32 * t);
+        }
+    }
+    __device__ __forceinline__ void load_v(const unsigned short* base, long long rs, int kt,
+                                           int k0, int kend, int gq, int c) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            int j = kt + 2 * c + (kk & 1) + 8 * (kk >> 1);
+            if (j >= kend) j = k0;
+            const unsigned short* p = base + j * rs + 8 * gq;
+#pragma unroll
+            for (int h = 0; h < VL; ++h) ld(v[kk][h], p + 64 * h);
+        }
+    }
+};
+
+#if A1_TC_ARCH
+// d += a·b, m16n8k16, f16 inputs, f32 accumulators.
+__device__ __forceinline__ void a1_mma(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
+                                       unsigned a3, unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// x0 (low half) and x1 rounded to f16 (hi), and what that left, rounded again (lo):
+// x = hi + lo within f16's rounding of the residual (~2^-22 relative).
+__device__ __forceinline__ void a1_split(float x0, float x1, unsigned& hi, unsigned& lo) {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(x1), "f"(x0));
+    float h0, h1;
+    h2f2(hi, h0, h1);
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(x1 - h1), "f"(x0 - h0));
+}
+__device__ __forceinline__ unsigned a1_prmt(unsigned a, unsigned b, unsigned sel) {
+    unsigned r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
+}
+
+// The tensor-core loop of one warp over its tiles (kt, kt + 16·NW, ... < kend; the first
+// tile already in `tl`), then its state (max, sum, out) into wm / wl / wo[warp].
+// The mma's A rows 0..7 hold the G query heads rounded to f16 and rows 8..15 their
+// residuals, so S = Q·Kᵀ comes out as two halves whose sum is the f32-accurate score;
+// likewise P (scaled by 2^14) and its residual in rows 0..7 and 8..15 of the P·V mma,
+// whose output rows are summed at the end. A score tile's C fragment (head gq, keys
+// 2c, 2c + 1, 8 + 2c, 9 + 2c) is exactly the P·V mma's A fragment, so p never leaves
+// the thread; the online softmax's max needs two shuffles per tile. Each tile's next K
+// loads are issued as soon as its scores are out, and its next V loads after P·V.
+template <int HD, int G>
+__device__ __forceinline__ void a1_tc_run(A1Tile<HD>& tl, const float (*qs)[HD],
+                                          const unsigned short* kb, const unsigned short* vb,
+                                          long long rs, int kt, int k0, int kend, int lane,
+                                          int warp, float (*wo)[G][HD], float (*wm)[G],
+                                          float (*wl)[G]) {
+    constexpr int KS = HD / 16, NT = HD / 8;
+    constexpr int STEP = A1_TC_KEYS * A1_WARPS;
+    const float NEG_INF = __int_as_float(0xff800000);
+    const int gq = lane >> 2, c = lane & 3;
+    unsigned qa[KS][4];
+#pragma unroll
+    for (int s = 0; s < KS; ++s) {
+        const int d = 32 * (s >> 1) + 8 * c + 4 * (s & 1);
+        float x[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[e] = gq < G ? qs[gq][d + e] : 0.f;
+        a1_split(x[0], x[1], qa[s][0], qa[s][1]);
+        a1_split(x[2], x[3], qa[s][2], qa[s][3]);
+    }
+    float o[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    float m = NEG_INF, l = 0.f;
+    for (; kt < kend; kt += STEP) {
+        float sa[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+            sa[n][0] = sa[n][1] = sa[n][2] = sa[n][3] = 0.f;
+#pragma unroll
+            for (int s = 0; s < KS; ++s)
+                a1_mma(sa[n], qa[s][0], qa[s][1], qa[s][2], qa[s][3], tl.k[n][s >> 1][2 * (s & 1)],
+                       tl.k[n][s >> 1][2 * (s & 1) + 1]);
+        }
+        const int nx = kt + STEP;
+        if (nx < kend) tl.load_k(kb, rs, nx, k0, kend, gq, c);
+        float sc[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int n = e >> 1, i = e & 1;
+            sc[e] = kt + 8 * n + 2 * c + i < kend ? sa[n][i] + sa[n][i + 2] : NEG_INF;
+        }
+        float mt = fmaxf(fmaxf(sc[0], sc[1]), fmaxf(sc[2], sc[3]));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+        // The tile's first key is below kend, so mn is finite; corr is 0 while m = -inf.
+        const float mn = fmaxf(m, mt);
+        const float corr = exp2f(m - mn);
+        float p[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) p[e] = exp2f(sc[e] - mn);
+        l = fmaf(l, corr, (p[0] + p[1]) + (p[2] + p[3]));
+        m = mn;
+        unsigned pa[4];
+        a1_split(p[0] * A1_PSCALE, p[1] * A1_PSCALE, pa[0], pa[1]);
+        a1_split(p[2] * A1_PSCALE, p[3] * A1_PSCALE, pa[2], pa[3]);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const int h = j >> 3, w = (j & 7) >> 1;
+            const unsigned sel = (j & 1) ? 0x7632u : 0x5410u;
+            const unsigned b0 = a1_prmt(tl.v[0][h][w], tl.v[1][h][w], sel);
+            const unsigned b1 = a1_prmt(tl.v[2][h][w], tl.v[3][h][w], sel);
+            o[j][0] *= corr;
+            o[j][1] *= corr;
+            o[j][2] *= corr;
+            o[j][3] *= corr;
+            a1_mma(o[j], pa[0], pa[1], pa[2], pa[3], b0, b1);
+        }
+        if (nx < kend) tl.load_v(vb, rs, nx, k0, kend, gq, c);
+    }
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (gq < G) {
+        const float inv = 1.f / A1_PSCALE;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const int d = 64 * (j >> 3) + (j & 7) + 16 * c;
+            wo[warp][gq][d] = (o[j][0] + o[j][2]) * inv;
+            wo[warp][gq][d + 8] = (o[j][1] + o[j][3]) * inv;
+        }
+        if (c == 0) {
+            wm[warp][gq] = m;
+            wl[warp][gq] = l;
+        }
+    }
+}
+#else
+template <int HD, int G>
+__device__ __forceinline__ void a1_tc_run(A1Tile<HD>&, const float (*)[HD], const unsigned short*,
+                                          const unsigned short*, long long, int, int, int, int,
+                                          int, float (*)[G][HD], float (*)[G], float (*)[G]) {}
+#endif
 
 // Stores v in the cache and returns the value the cache now holds.
 __device__ __forceinline__ float a1_store(unsigned short* p, float v) {
@@ -122,7 +311,8 @@ __device__ __forceinline__ void attn_onepass(
     // Blocks per kv head: one per min_keys keys, at most S; then equal key ranges.
     const int want = min(S, max(1, len / max(min_keys, 1)));
     int chunk = (len + want - 1) / want;
-    chunk = (chunk + KPW - 1) / KPW * KPW;
+    constexpr int CR = A1Tc<T>::on ? A1_TC_KEYS : KPW;  // keys per block rounded to this
+    chunk = (chunk + CR - 1) / CR * CR;
     const int nact = (len + chunk - 1) / chunk;
     if (s >= nact) return;
     const int k0 = s * chunk, k1 = min(len, k0 + chunk);
@@ -143,15 +333,25 @@ __device__ __forceinline__ void attn_onepass(
     A1Raw<T> kr[U], vr[U];
     bool valid[U];
     int wb = k0 + warp * KPW;
+    A1Tile<HD> tl;
+    const int kt0 = k0 + warp * A1_TC_KEYS;
+    if constexpr (A1Tc<T>::on) {
+        if (kt0 < kend) {
+            const int gq = lane >> 2, c4 = lane & 3;
+            tl.load_k(kc + (long long)g * HD, rstride, kt0, k0, kend, gq, c4);
+            tl.load_v(vc + (long long)g * HD, rstride, kt0, k0, kend, gq, c4);
+        }
+    } else {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-        kr[u].zero();
-        vr[u].zero();
-        const int j = wb + u * STEP + sub;
-        valid[u] = j < kend;
-        if (valid[u]) {
-            kr[u].load(kb + j * rstride);
-            vr[u].load(vb + j * rstride);
+        for (int u = 0; u < U; ++u) {
+            kr[u].zero();
+            vr[u].zero();
+            const int j = wb + u * STEP + sub;
+            valid[u] = j < kend;
+            if (valid[u]) {
+                kr[u].load(kb + j * rstride);
+                vr[u].load(vb + j * rstride);
+            }
         }
     }
     scale *= A1_LOG2E;
@@ -222,127 +422,159 @@ __device__ __forceinline__ void attn_onepass(
     }
     __syncthreads();
 
-    float qr[G][VEC];
+    if constexpr (A1Tc<T>::on) {
+        a1_tc_run<HD, G>(tl, qs, kc + (long long)g * HD, vc + (long long)g * HD, rstride, kt0, k0,
+                         kend, lane, warp, wo, wm, wl);
+        // The new key (fused, last block) joins warp 0's state in shared memory.
+        if (owns_new) {
+            __syncthreads();
+            if (warp == 0) {
+                for (int i = 0; i < G; ++i) {
+                    float d = 0.f;
 #pragma unroll
-    for (int i = 0; i < G; ++i)
+                    for (int e = 0; e < HD / 32; ++e)
+                        d = fmaf(qs[i][lane + 32 * e], knew[lane + 32 * e], d);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) qr[i][e] = qs[i][li * VEC + e];
-    float m[G], l[G], o[G][VEC];
+                    for (int x = 16; x > 0; x >>= 1) d += __shfl_xor_sync(0xffffffffu, d, x);
+                    const float mo = wm[0][i], mn = fmaxf(mo, d);
+                    const float c = exp2f(mo - mn), p = exp2f(d - mn);
 #pragma unroll
-    for (int i = 0; i < G; ++i) {
-        m[i] = NEG_INF;
-        l[i] = 0.f;
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) o[i][e] = 0.f;
-    }
-    for (; wb < kend; wb += U * STEP) {
-        if (wb != k0 + warp * KPW) {  // the first tile is loaded
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int j = wb + u * STEP + sub;
-                valid[u] = j < kend;
-                if (valid[u]) {
-                    kr[u].load(kb + j * rstride);
-                    vr[u].load(vb + j * rstride);
+                    for (int e = 0; e < HD / 32; ++e) {
+                        float* w = &wo[0][i][lane + 32 * e];
+                        *w = fmaf(p, vnew[lane + 32 * e], *w * c);
+                    }
+                    __syncwarp();
+                    if (lane == 0) {
+                        wm[0][i] = mn;
+                        wl[0][i] = fmaf(wl[0][i], c, p);
+                    }
+                    __syncwarp();
                 }
             }
         }
-        float sc[G][U];
+    } else {
+        float qr[G][VEC];
 #pragma unroll
-        for (int u = 0; u < U; ++u)
+        for (int i = 0; i < G; ++i)
 #pragma unroll
-        {
-            float kf[VEC];
-            kr[u].widen(kf);
-#pragma unroll
-            for (int i = 0; i < G; ++i) {
-                float d = qr[i][0] * kf[0];
-#pragma unroll
-                for (int e = 1; e < VEC; ++e) d = fmaf(qr[i][e], kf[e], d);
-                sc[i][u] = d;
-            }
-        }
-#pragma unroll
-        for (int x = LPR / 2; x > 0; x >>= 1)
-#pragma unroll
-            for (int u = 0; u < U; ++u)
-#pragma unroll
-                for (int i = 0; i < G; ++i) sc[i][u] += __shfl_xor_sync(0xffffffffu, sc[i][u], x);
+            for (int e = 0; e < VEC; ++e) qr[i][e] = qs[i][li * VEC + e];
+        float m[G], l[G], o[G][VEC];
 #pragma unroll
         for (int i = 0; i < G; ++i) {
-            float mt = m[i];
+            m[i] = NEG_INF;
+            l[i] = 0.f;
 #pragma unroll
-            for (int u = 0; u < U; ++u)
-                if (valid[u]) mt = fmaxf(mt, sc[i][u]);
-            if (mt != NEG_INF) {
-                const float corr = exp2f(m[i] - mt);  // 0 while m = -inf
-                l[i] *= corr;
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) o[i][e] *= corr;
+            for (int e = 0; e < VEC; ++e) o[i][e] = 0.f;
+        }
+        for (; wb < kend; wb += U * STEP) {
+            if (wb != k0 + warp * KPW) {  // the first tile is loaded
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
-                    const float p = valid[u] ? exp2f(sc[i][u] - mt) : 0.f;
-                    l[i] += p;
-                    float vf[VEC];
-                    vr[u].widen(vf);
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e) o[i][e] = fmaf(p, vf[e], o[i][e]);
+                    const int j = wb + u * STEP + sub;
+                    valid[u] = j < kend;
+                    if (valid[u]) {
+                        kr[u].load(kb + j * rstride);
+                        vr[u].load(vb + j * rstride);
+                    }
                 }
-                m[i] = mt;
+            }
+            float sc[G][U];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+            {
+                float kf[VEC];
+                kr[u].widen(kf);
+#pragma unroll
+                for (int i = 0; i < G; ++i) {
+                    float d = qr[i][0] * kf[0];
+#pragma unroll
+                    for (int e = 1; e < VEC; ++e) d = fmaf(qr[i][e], kf[e], d);
+                    sc[i][u] = d;
+                }
+            }
+#pragma unroll
+            for (int x = LPR / 2; x > 0; x >>= 1)
+#pragma unroll
+                for (int u = 0; u < U; ++u)
+#pragma unroll
+                    for (int i = 0; i < G; ++i) sc[i][u] += __shfl_xor_sync(0xffffffffu, sc[i][u], x);
+#pragma unroll
+            for (int i = 0; i < G; ++i) {
+                float mt = m[i];
+#pragma unroll
+                for (int u = 0; u < U; ++u)
+                    if (valid[u]) mt = fmaxf(mt, sc[i][u]);
+                if (mt != NEG_INF) {
+                    const float corr = exp2f(m[i] - mt);  // 0 while m = -inf
+                    l[i] *= corr;
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) o[i][e] *= corr;
+#pragma unroll
+                    for (int u = 0; u < U; ++u) {
+                        const float p = valid[u] ? exp2f(sc[i][u] - mt) : 0.f;
+                        l[i] += p;
+                        float vf[VEC];
+                        vr[u].widen(vf);
+#pragma unroll
+                        for (int e = 0; e < VEC; ++e) o[i][e] = fmaf(p, vf[e], o[i][e]);
+                    }
+                    m[i] = mt;
+                }
             }
         }
-    }
-    // Merge the warp's lane groups (they hold different keys).
+        // Merge the warp's lane groups (they hold different keys).
 #pragma unroll
-    for (int x = LPR; x < 32; x <<= 1) {
+        for (int x = LPR; x < 32; x <<= 1) {
 #pragma unroll
-        for (int i = 0; i < G; ++i) {
-            const float mo = __shfl_xor_sync(0xffffffffu, m[i], x);
-            const float lo = __shfl_xor_sync(0xffffffffu, l[i], x);
-            float oo[VEC];
+            for (int i = 0; i < G; ++i) {
+                const float mo = __shfl_xor_sync(0xffffffffu, m[i], x);
+                const float lo = __shfl_xor_sync(0xffffffffu, l[i], x);
+                float oo[VEC];
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) oo[e] = __shfl_xor_sync(0xffffffffu, o[i][e], x);
-            const float mn = fmaxf(m[i], mo);
-            if (mn != NEG_INF) {
-                const float c1 = exp2f(m[i] - mn), c2 = exp2f(mo - mn);
-                l[i] = l[i] * c1 + lo * c2;
+                for (int e = 0; e < VEC; ++e) oo[e] = __shfl_xor_sync(0xffffffffu, o[i][e], x);
+                const float mn = fmaxf(m[i], mo);
+                if (mn != NEG_INF) {
+                    const float c1 = exp2f(m[i] - mn), c2 = exp2f(mo - mn);
+                    l[i] = l[i] * c1 + lo * c2;
 #pragma unroll
-                for (int e = 0; e < VEC; ++e) o[i][e] = o[i][e] * c1 + oo[e] * c2;
+                    for (int e = 0; e < VEC; ++e) o[i][e] = o[i][e] * c1 + oo[e] * c2;
+                    m[i] = mn;
+                }
+            }
+        }
+        // The new key (fused, last block): warp 0 takes it from shared memory.
+        if (owns_new && warp == 0) {
+            float kk[VEC], vv[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                kk[e] = knew[li * VEC + e];
+                vv[e] = vnew[li * VEC + e];
+            }
+#pragma unroll
+            for (int i = 0; i < G; ++i) {
+                float d = qr[i][0] * kk[0];
+#pragma unroll
+                for (int e = 1; e < VEC; ++e) d = fmaf(qr[i][e], kk[e], d);
+#pragma unroll
+                for (int x = LPR / 2; x > 0; x >>= 1) d += __shfl_xor_sync(0xffffffffu, d, x);
+                const float mn = fmaxf(m[i], d);
+                const float c = exp2f(m[i] - mn), p = exp2f(d - mn);
+                l[i] = l[i] * c + p;
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) o[i][e] = fmaf(p, vv[e], o[i][e] * c);
                 m[i] = mn;
             }
         }
-    }
-    // The new key (fused, last block): warp 0 takes it from shared memory.
-    if (owns_new && warp == 0) {
-        float kk[VEC], vv[VEC];
+        if (sub == 0) {
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-            kk[e] = knew[li * VEC + e];
-            vv[e] = vnew[li * VEC + e];
-        }
+            for (int i = 0; i < G; ++i) {
 #pragma unroll
-        for (int i = 0; i < G; ++i) {
-            float d = qr[i][0] * kk[0];
-#pragma unroll
-            for (int e = 1; e < VEC; ++e) d = fmaf(qr[i][e], kk[e], d);
-#pragma unroll
-            for (int x = LPR / 2; x > 0; x >>= 1) d += __shfl_xor_sync(0xffffffffu, d, x);
-            const float mn = fmaxf(m[i], d);
-            const float c = exp2f(m[i] - mn), p = exp2f(d - mn);
-            l[i] = l[i] * c + p;
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) o[i][e] = fmaf(p, vv[e], o[i][e] * c);
-            m[i] = mn;
-        }
-    }
-    if (sub == 0) {
-#pragma unroll
-        for (int i = 0; i < G; ++i) {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) wo[warp][i][li * VEC + e] = o[i][e];
-            if (li == 0) {
-                wm[warp][i] = m[i];
-                wl[warp][i] = l[i];
+                for (int e = 0; e < VEC; ++e) wo[warp][i][li * VEC + e] = o[i][e];
+                if (li == 0) {
+                    wm[warp][i] = m[i];
+                    wl[warp][i] = l[i];
+                }
             }
         }
     }

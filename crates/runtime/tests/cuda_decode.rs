@@ -227,8 +227,9 @@ fn check_attention(
     .unwrap();
     let e = max_abs_scaled(&ctx.download(&out).unwrap(), &want);
     eprintln!(
-        "attn decode {:?} f16={f16_cache} {nh}/{nkv} len {len} cap {cap}: {e:.3e}",
-        a.kernel
+        "attn decode {:?} tc={} f16={f16_cache} {nh}/{nkv} len {len} cap {cap}: {e:.3e}",
+        a.kernel,
+        a.onepass_tc()
     );
     assert!(e <= 1e-5, "attention {nh}/{nkv} len {len}: {e:.3e}");
     // The same, combined straight into the next GEMV's x preparation.
@@ -257,14 +258,21 @@ fn attention_decode_matches_reference() {
     let Some(ctx) = setup() else { return };
     let mut a = AttentionDecode::load(&ctx).unwrap();
     // Plain launches, then programmatic dependent launch (the kernels wait first); the
-    // two-pass kernel, then the one-pass default (more cases: `cuda_attn_onepass`).
-    for (f16_cache, pdl, kernel) in [false, true].into_iter().flat_map(|pdl| {
-        [AttnKernel::TwoPass, AttnKernel::OnePass]
+    // two-pass kernel, then the one-pass default, then the one-pass kernel's tensor-core
+    // loop (more cases: `cuda_attn_onepass`).
+    let kernels = [
+        (AttnKernel::TwoPass, false),
+        (AttnKernel::OnePass, false),
+        (AttnKernel::OnePass, true),
+    ];
+    for (f16_cache, pdl, (kernel, tc)) in [false, true].into_iter().flat_map(|pdl| {
+        kernels
             .into_iter()
             .flat_map(move |k| [(true, pdl, k), (false, pdl, k)])
     }) {
         a.pdl = pdl && common::cuda::pdl_ok(&ctx);
         a.kernel = kernel;
+        a.set_onepass_tc(tc).unwrap();
         check_attention(&ctx, &a, f16_cache, 32, 8, 1024, 1024, 1);
         check_attention(&ctx, &a, f16_cache, 32, 8, 1, 64, 2);
         check_attention(&ctx, &a, f16_cache, 8, 8, 37, 100, 3);

@@ -26,7 +26,8 @@
 //!   sequences decoded together across it (sequence 1 alone for the last four steps),
 //!   with the batched two-pass attention (the default below the 8192-key bucket) and
 //!   (in a child process, `FAVLO_CUDA_BATCH_ATTN=onepass`) each sequence's one-pass
-//!   attention, with the same bounds.
+//!   attention, with the same bounds; and once more in a child process with the one-pass
+//!   attention's tensor-core loop (`FAVLO_CUDA_ATTN_TC=1`).
 //!
 //! Skips loudly (and passes) without CUDA; `FAVLO_REQUIRE_CUDA=1` turns that into a
 //! failure.
@@ -467,7 +468,10 @@ fn qwen3_cuda_batched_decode_past_4096_keys_matches_cpu() {
         return;
     }
     let (dir, prompts, want) = long_context_fixture(&[4085, 4090], 4090);
-    let path = std::env::var("FAVLO_CUDA_BATCH_ATTN").unwrap_or_else(|_| "default".into());
+    let mut path = std::env::var("FAVLO_CUDA_BATCH_ATTN").unwrap_or_else(|_| "default".into());
+    if std::env::var("FAVLO_CUDA_ATTN_TC").is_ok_and(|v| v == "1") {
+        path.push_str("+tc");
+    }
     for (kv_f16, tol) in [(false, 1e-4f32), (true, 3e-3)] {
         let opts = mxfp8_opts(Device::Cuda(0), kv_f16, 2);
         let mut gpu = open_context(dir.path(), opts, LONG_CONTEXT);
@@ -507,6 +511,28 @@ fn qwen3_cuda_batched_decode_past_4096_keys_matches_cpu() {
 }
 
 /// `qwen3_cuda_batched_decode_past_4096_keys_matches_cpu` in a child process with
+/// `env` set; the child must print `qwen3 batched attention {expect}`.
+fn past_4096_child(env: &[(&str, &str)], expect: &str) {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "qwen3_cuda_batched_decode_past_4096_keys_matches_cpu",
+        "--nocapture",
+    ]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{text}");
+    assert!(out.status.success(), "the child test failed");
+    assert!(
+        text.contains(&format!("qwen3 batched attention {expect},")),
+        "the child ran no batched steps"
+    );
+}
+
+/// `qwen3_cuda_batched_decode_past_4096_keys_matches_cpu` in a child process with
 /// `FAVLO_CUDA_BATCH_ATTN=onepass`: past 4096 keys each sequence runs the one-pass
 /// attention with its prologue instead of the batched two-pass kernels.
 #[test]
@@ -514,20 +540,22 @@ fn qwen3_cuda_batched_onepass_past_4096_keys() {
     if !cuda_ok("the CUDA long-context batched one-pass test") {
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "qwen3_cuda_batched_decode_past_4096_keys_matches_cpu",
-            "--nocapture",
-        ])
-        .env("FAVLO_CUDA_BATCH_ATTN", "onepass")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{text}");
-    assert!(out.status.success(), "the child test failed");
-    assert!(
-        text.contains("qwen3 batched attention onepass"),
-        "the child ran no batched steps"
+    past_4096_child(&[("FAVLO_CUDA_BATCH_ATTN", "onepass")], "onepass");
+}
+
+/// The same with the one-pass attention's tensor-core loop (`FAVLO_CUDA_ATTN_TC=1`):
+/// every step past 4096 keys, batched or alone, runs it over the f16 cache (the f32
+/// cache keeps the FMA loop).
+#[test]
+fn qwen3_cuda_onepass_tc_past_4096_keys() {
+    if !cuda_ok("the CUDA long-context tensor-core one-pass test") {
+        return;
+    }
+    past_4096_child(
+        &[
+            ("FAVLO_CUDA_BATCH_ATTN", "onepass"),
+            ("FAVLO_CUDA_ATTN_TC", "1"),
+        ],
+        "onepass+tc",
     );
 }

@@ -43,6 +43,19 @@ pub(crate) const ONEPASS_MODULE: Module = Module {
     name: "attention_onepass",
     src: ONEPASS_SRC,
 };
+/// The same kernels with the tensor-core loop for f16 caches (sm_80+), opt-in through
+/// [`AttentionDecode::set_onepass_tc`] and compiled only then.
+const ONEPASS_TC_SRC: &str = concat!(
+    "#define A1_TC_WANTED 1\n",
+    include_str!("../../kernels/prep32.cuh"),
+    include_str!("../../kernels/attn_common.cuh"),
+    include_str!("../../kernels/attention_onepass.cu")
+);
+/// The tensor-core one-launch attention's kernel module.
+pub(crate) const ONEPASS_TC_MODULE: Module = Module {
+    name: "attention_onepass_tc",
+    src: ONEPASS_TC_SRC,
+};
 /// This family's kernel module (see [`super::warm`]).
 pub(crate) const MODULE: Module = Module {
     name: "attention",
@@ -225,6 +238,10 @@ pub struct AttentionDecode {
     /// `OnePass`: blocks per kv head instead of the occupancy-derived one wave (≤ 64).
     pub splits: Option<usize>,
     one: onepass::OnePass,
+    /// The tensor-core one-pass kernels, once [`Self::set_onepass_tc`] loaded them.
+    one_tc: Option<onepass::OnePass>,
+    /// Whether the one-pass launches use `one_tc`.
+    tc_on: bool,
     /// [head dim 64?][f16?][group - 1] split kernels.
     split: [[[CudaFunction; 8]; 2]; 2],
     /// [head dim 64?] combine kernels (f32 out, x-prep out).
@@ -293,6 +310,8 @@ impl AttentionDecode {
                 f("attn_decode_combine_prep_hd64_z".into())?,
             ],
             one: onepass::OnePass::load(ctx, &m1.module)?,
+            one_tc: None,
+            tc_on: false,
             pdl: false,
             kernel: AttnKernel::Auto,
             light_fence: false,
@@ -300,6 +319,33 @@ impl AttentionDecode {
             splits: None,
             ctx: Arc::clone(ctx),
         })
+    }
+
+    /// Whether the one-pass kernels run their tensor-core loop over f16 caches
+    /// (`kernels/attention_onepass.cu`, `a1_tc_run`: q·Kᵀ and P·V as f16 mma with the f32
+    /// operands split into two f16 terms). Off by default: staged for measurement, not
+    /// yet run on a GPU. The first `true` compiles and loads its module; f32 caches run
+    /// the FMA loop either way.
+    pub fn set_onepass_tc(&mut self, on: bool) -> Result<(), CudaError> {
+        if on && self.one_tc.is_none() {
+            let m = LoadedModule::load(&self.ctx, ONEPASS_TC_MODULE)?;
+            self.one_tc = Some(onepass::OnePass::load(&self.ctx, &m.module)?);
+        }
+        self.tc_on = on;
+        Ok(())
+    }
+
+    /// Whether [`Self::set_onepass_tc`] switched the tensor-core loop on.
+    pub fn onepass_tc(&self) -> bool {
+        self.tc_on
+    }
+
+    /// The one-pass kernel set the launches use.
+    fn one(&self) -> &onepass::OnePass {
+        match (&self.one_tc, self.tc_on) {
+            (Some(t), true) => t,
+            _ => &self.one,
+        }
     }
 
     /// out [n_heads, 128] = softmax(scale · q·Kᵀ) V over keys 0..len of the cache,

@@ -65,6 +65,7 @@ impl KernelSet {
                     conv1d::MODULE,
                     rel_encoder::MODULE,
                     vits_dp::MODULE,
+                    attention::ONEPASS_TC_MODULE,
                     gemm::MODULE,
                     kernels::GEMV_MODULE,
                     kernels::OPS_MODULE,

@@ -193,8 +193,9 @@ impl AttentionDecode {
     /// Blocks per kv head: one wave of the kernel (or `splits`), at most 64 and at most
     /// what the partials buffer holds (capacity / 32 per head).
     fn onepass_splits(&self, hi: usize, f16: bool, gi: usize, d: Dims) -> usize {
-        let occ = self.one.occ[hi][usize::from(f16)][gi] as usize;
-        let wave = (self.one.sms * occ / d.n_kv_heads).max(1);
+        let one = self.one();
+        let occ = one.occ[hi][usize::from(f16)][gi] as usize;
+        let wave = (one.sms * occ / d.n_kv_heads).max(1);
         self.splits
             .unwrap_or(wave)
             .clamp(1, MAX_SPLITS)
@@ -374,7 +375,7 @@ impl AttentionDecode {
             arg_ptr(&p.xhl),
             arg_ptr(&p.xs),
         ];
-        let f = &self.one.f[hi][usize::from(f16)][gi];
+        let f = &self.one().f[hi][usize::from(f16)][gi];
         // SAFETY: the kernel's parameters in order and type (pointers as u64, ints as
         // i32, floats as f32). The callers checked every buffer against the shapes:
         // the cache and tables hold `capacity` rows and the kernel clamps the length to

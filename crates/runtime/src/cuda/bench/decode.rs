@@ -109,6 +109,8 @@ pub struct DecodeBenchOptions {
     pub compare_attn: bool,
     /// The one-pass attention's fewest keys per block (its default when `None`).
     pub attn_min_keys: Option<usize>,
+    /// The one-pass attention's tensor-core loop (`AttentionDecode::set_onepass_tc`).
+    pub attn_tc: bool,
     /// The RMSNorm and SwiGLU preparations fused into the GEMVs that finish their
     /// inputs (`Epilogue`; default on), else separate kernels.
     pub fused: bool,
@@ -148,6 +150,7 @@ impl Default for DecodeBenchOptions {
             attn: AttnMode::Auto,
             compare_attn: false,
             attn_min_keys: None,
+            attn_tc: false,
             fused: true,
             skip: 0,
             persistent: true,
@@ -340,6 +343,7 @@ pub fn decode_bench(
     if let Some(mk) = opts.attn_min_keys {
         k.attn.min_keys = mk;
     }
+    k.attn.set_onepass_tc(opts.attn_tc)?;
     let copy_gbps = copy_bandwidth_gbps(ctx, 1 << 30, 20)?;
     let owner = Owner::mint("cuda-decode-bench");
     let t0 = std::time::Instant::now();
