@@ -29,13 +29,16 @@
 // Latency: the block's first K/V loads are issued before the prologue (they depend only
 // on the length), and kernels whose state fits 128 registers ask for 2 blocks per SM
 // (A1_MINB), so one block's loads overlap another's arithmetic.
+//
+// The tensor-core loop (module `attention_onepass_tc`, f16 caches, sm_80+; `a1_tc_run`)
+// replaces the per-lane FMA loop: each warp takes 16-key tiles and runs q·Kᵀ and P·V as
+// mma.sync m16n8k16 with f16 hi/lo splits of q and p; the prologue, the block merge and
+// the last-block merge are the same.
 
 #define A1_WARPS 8
 #define A1_THREADS 256
 #define A1_MAX_SPLITS 64
 #define A1_LOG2E 1.4426950408889634f
-// Blocks per SM the kernel is built for: 2 when the q and accumulator registers
-// (2·G·16/sizeof(T) floats) leave room under 128 registers, else 1.
 
 // 16 bytes of a cache row, kept raw until used (f16: 8 values in 4 words).
 template <typename T>
@@ -82,6 +85,9 @@ template <typename T>
 struct A1Tc {
     static constexpr bool on = A1_TC_ARCH && sizeof(T) == 2;
 };
+// Blocks per SM the kernel is built for: the FMA loop 2 when the q and accumulator
+// registers (2·G·16/sizeof(T) floats) leave room under 128 registers, else 1; the
+// tensor-core loop 1 (about 200 registers at head size 128).
 #define A1_MINB(G, T) \
     (A1Tc<T>::on ? 1 : ((G) * (16 / (int)sizeof(T)) <= 32 && (G) <= 5 ? 2 : 1))
 
