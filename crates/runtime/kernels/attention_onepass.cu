@@ -332,8 +332,10 @@ __device__ __forceinline__ void attn_onepass(
     // key's row is written below).
     const int sub = lane / LPR, li = lane % LPR;
     const long long rstride = (long long)n_kv * HD;
-    const T* kb = kc + (long long)g * HD + li * VEC;
-    const T* vb = vc + (long long)g * HD + li * VEC;
+    const T* kg = kc + (long long)g * HD;  // kv head g's row 0
+    const T* vg = vc + (long long)g * HD;
+    const T* kb = kg + li * VEC;
+    const T* vb = vg + li * VEC;
     // A slot past kend keeps its previous (finite) row: its score is masked out and
     // its weight is 0.
     A1Raw<T> kr[U], vr[U];
@@ -344,8 +346,8 @@ __device__ __forceinline__ void attn_onepass(
     if constexpr (A1Tc<T>::on) {
         if (kt0 < kend) {
             const int gq = lane >> 2, c4 = lane & 3;
-            tl.load_k(kc + (long long)g * HD, rstride, kt0, k0, kend, gq, c4);
-            tl.load_v(vc + (long long)g * HD, rstride, kt0, k0, kend, gq, c4);
+            tl.load_k(kg, rstride, kt0, k0, kend, gq, c4);
+            tl.load_v(vg, rstride, kt0, k0, kend, gq, c4);
         }
     } else {
 #pragma unroll
@@ -429,8 +431,7 @@ __device__ __forceinline__ void attn_onepass(
     __syncthreads();
 
     if constexpr (A1Tc<T>::on) {
-        a1_tc_run<HD, G>(tl, qs, kc + (long long)g * HD, vc + (long long)g * HD, rstride, kt0, k0,
-                         kend, lane, warp, wo, wm, wl);
+        a1_tc_run<HD, G>(tl, qs, kg, vg, rstride, kt0, k0, kend, lane, warp, wo, wm, wl);
         // The new key (fused, last block) joins warp 0's state in shared memory.
         if (owns_new) {
             __syncthreads();

@@ -27,3 +27,31 @@ pub fn open_or_skip(what: &str) -> Option<Arc<CudaContext>> {
 pub fn pdl_ok(ctx: &CudaContext) -> bool {
     ctx.compute_capability().0 >= 9
 }
+
+/// The errors of a stored KV row (`got_k`, `got_v`) against its f64 references and the
+/// bound they must meet: f16 storage rounds (relative 2^-11), so an f16 cache is compared
+/// against the f16-rounded reference with 2e-3; an f32 cache with 1e-5.
+/// Returns (k error, v error, bound).
+pub fn stored_kv_errors(
+    f16_cache: bool,
+    got_k: &[f32],
+    got_v: &[f32],
+    want_k: &[f64],
+    want_v: &[f32],
+) -> (f64, f64, f64) {
+    let round = |x: f64| {
+        if f16_cache {
+            half::f16::from_f64(x).to_f64()
+        } else {
+            x
+        }
+    };
+    let want_k: Vec<f64> = want_k.iter().map(|x| round(*x)).collect();
+    let want_v: Vec<f64> = want_v.iter().map(|x| round(f64::from(*x))).collect();
+    let tol = if f16_cache { 2e-3 } else { 1e-5 };
+    (
+        super::max_abs_scaled(got_k, &want_k),
+        super::max_abs_scaled(got_v, &want_v),
+        tol,
+    )
+}
