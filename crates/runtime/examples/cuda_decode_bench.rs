@@ -4,10 +4,11 @@
 //!
 //! Run: `cuda_decode_bench [--layers 36] [--ctx 1024] [--steps 32] [--f32-kv] [--mxfp8]
 //! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
-//! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--attn-tc] [--unfused]
+//! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--attn-fma] [--unfused]
 //! [--no-persist] [--warps-cap W] [--capacity N] [--skip qkv,attn,o,gate_up,down,head,rope]`
 //! (`--unfused`: the RMSNorm and SwiGLU preparations as kernels of their own;
-//! `--attn-tc`: the one-pass attention's tensor-core loop over the f16 cache;
+//! `--attn-fma`: the one-pass attention's FMA loop over the f16 cache instead of its
+//! tensor-core loop;
 //! `--capacity`: a KV capacity above what the timed steps need, as a chat's attention
 //! bucket; `--skip`: leave parts out of the fused step, to see what each costs on the
 //! step's critical path; the logits are then meaningless).
@@ -63,7 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         compare_attn: flag("--compare-attn"),
         attn_min_keys: arg(&argv, "--min-keys").and_then(|v| v.parse().ok()),
-        attn_tc: flag("--attn-tc"),
+        attn_tc: !flag("--attn-fma"),
         fused: !flag("--unfused"),
         persistent: !flag("--no-persist"),
         warps_cap: arg(&argv, "--warps-cap").and_then(|v| v.parse().ok()),

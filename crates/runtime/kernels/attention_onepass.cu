@@ -30,10 +30,12 @@
 // on the length), and kernels whose state fits 128 registers ask for 2 blocks per SM
 // (A1_MINB), so one block's loads overlap another's arithmetic.
 //
-// The tensor-core loop (module `attention_onepass_tc`, f16 caches, sm_80+; `a1_tc_run`)
+// The tensor-core loop (f16 caches, sm_80+; `a1_tc_run`; the default since session 28)
 // replaces the per-lane FMA loop: each warp takes 16-key tiles and runs q·Kᵀ and P·V as
 // mma.sync m16n8k16 with f16 hi/lo splits of q and p; the prologue, the block merge and
-// the last-block merge are the same.
+// the last-block merge are the same. f32 caches and older archs run the FMA loop, and
+// the module `attention_onepass_fma` (A1_TC_WANTED 0) runs it for f16 caches too, for
+// comparisons and as a fallback.
 
 #define A1_WARPS 8
 #define A1_THREADS 256
@@ -70,11 +72,11 @@ struct A1Raw<float> {
     }
 };
 
-// The module built with A1_TC_WANTED 1 (`attention_onepass_tc`, opt-in) runs the
-// tensor-core loop (`a1_tc_run`) for f16 caches on sm_80 and later; f32 caches, older
-// archs and the default module run the FMA loop.
+// The default module (`attention_onepass`) runs the tensor-core loop (`a1_tc_run`) for
+// f16 caches on sm_80 and later; f32 caches, older archs and the module built with
+// A1_TC_WANTED 0 (`attention_onepass_fma`) run the FMA loop.
 #ifndef A1_TC_WANTED
-#define A1_TC_WANTED 0
+#define A1_TC_WANTED 1
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && A1_TC_WANTED
 #define A1_TC_ARCH 1

@@ -20,14 +20,15 @@
 //!   tokens, sequences leaving the batch after 8, 16 and 20 steps (the last four
 //!   steps of sequence 2 alone: its batch-1 step over its own buffers); every step's logits
 //!   against the CPU's: ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV), and the same argmax.
-//! - a 4085-token prompt decoded across the 4096-key bucket into the one-pass
-//!   attention with its fused q/k norm, RoPE and KV store (a 4608-token cache): every
-//!   step's logits against the CPU's, ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV); and two
+//! - 2037- and 4085-token prompts decoded across the 2048- and 4096-key buckets (from
+//!   the two-pass attention into the one-pass one with its fused q/k norm, RoPE and KV
+//!   store, then into the 4608-token cache's own capacity): every step's logits
+//!   against the CPU's, ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV); and two
 //!   sequences decoded together across it (sequence 1 alone for the last four steps),
-//!   with the batched two-pass attention (the default below the 8192-key bucket) and
+//!   with the batched two-pass attention (the default up to the 8192-key bucket) and
 //!   (in a child process, `FAVLO_CUDA_BATCH_ATTN=onepass`) each sequence's one-pass
 //!   attention, with the same bounds; and once more in a child process with the one-pass
-//!   attention's tensor-core loop (`FAVLO_CUDA_ATTN_TC=1`).
+//!   attention's FMA loop instead of its tensor-core loop (`FAVLO_CUDA_ATTN_TC=0`).
 //!
 //! Skips loudly (and passes) without CUDA; `FAVLO_REQUIRE_CUDA=1` turns that into a
 //! failure.
@@ -390,8 +391,8 @@ fn qwen3_cuda_batched_decode_matches_cpu() {
     }
 }
 
-/// The cache both long-context tests open (4608 tokens: the 4096 bucket, then the
-/// cache's own capacity on the one-pass kernel).
+/// The cache the long-context tests open (4608 tokens: the 2048, 3072 and 4096 buckets,
+/// then the cache's own capacity).
 const LONG_CONTEXT: usize = 4608;
 
 /// The random Qwen3 checkpoint, prompts of `lens` tokens drawn in turn from `seed`, and
@@ -414,42 +415,47 @@ fn long_context_fixture(
     (dir, prompts, want)
 }
 
-/// Decoding across a 4096-key capacity in a 4608-token cache: keys up to 4096 run in
-/// the 4096 bucket (two-pass attention after `qk_norm_rope_store`), keys past it in
-/// the cache's own capacity, where the one-pass kernel RMSNorms, rotates and stores
-/// q/k/v in its prologue (`decode_qkv`). A 4085-token prompt, then `STEPS` steps fed
-/// the CPU's greedy tokens (keys 4086..4109); every step's logits against the CPU's
-/// (MXFP8): max |Δ| / max |logit| ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV).
+/// Decoding across bucket lines in a 4608-token cache. A 2037-token prompt crosses
+/// from the 2048 bucket (two-pass attention after `qk_norm_rope_store`) into the 3072
+/// bucket, where the one-pass kernel RMSNorms, rotates and stores q/k/v in its prologue
+/// (`decode_qkv`); a 4085-token prompt crosses from the 4096 bucket into the cache's own
+/// capacity (one-pass on both sides). Each prompt, then `STEPS` steps fed the CPU's
+/// greedy tokens; every step's logits against the CPU's (MXFP8):
+/// max |Δ| / max |logit| ≤ 1e-4 (f32 KV) / 3e-3 (f16 KV).
 #[test]
 fn qwen3_cuda_decode_past_4096_keys_matches_cpu() {
     use common::open_context;
     if !cuda_ok("the CUDA long-context decode test") {
         return;
     }
-    const PROMPT: usize = 4085;
-    let (dir, prompts, mut traces) = long_context_fixture(&[PROMPT], 4085);
-    let (prompt, (want, toks)) = (&prompts[0], traces.remove(0));
+    let (dir, prompts, traces) = long_context_fixture(&[2037, 4085], 4085);
     for (kv_f16, tol) in [(false, 1e-4f32), (true, 3e-3)] {
         let opts = mxfp8_opts(Device::Cuda(0), kv_f16, 1);
         let mut gpu = open_context(dir.path(), opts, LONG_CONTEXT);
         let m = gpu.model();
-        let mut got = vec![0.0; VOCAB];
-        m.forward(prompt, 0, &mut got, false).unwrap();
-        let mut worst = rel(&got, &want[0]);
-        assert!(worst <= tol, "KV f16 {kv_f16}: prompt {worst:.2e}");
-        for (j, &t) in toks.iter().enumerate() {
-            m.forward(&[t], PROMPT + j, &mut got, false).unwrap();
-            let e = rel(&got, &want[j + 1]);
-            worst = worst.max(e);
+        for (prompt, (want, toks)) in prompts.iter().zip(&traces) {
+            let n = prompt.len();
+            let mut got = vec![0.0; VOCAB];
+            m.forward(prompt, 0, &mut got, false).unwrap();
+            let mut worst = rel(&got, &want[0]);
             assert!(
-                e <= tol,
-                "KV f16 {kv_f16} step {j} ({} keys): {e:.2e}",
-                PROMPT + j + 1
+                worst <= tol,
+                "KV f16 {kv_f16}: {n}-token prompt {worst:.2e}"
+            );
+            for (j, &t) in toks.iter().enumerate() {
+                m.forward(&[t], n + j, &mut got, false).unwrap();
+                let e = rel(&got, &want[j + 1]);
+                worst = worst.max(e);
+                assert!(
+                    e <= tol,
+                    "KV f16 {kv_f16} step {j} ({} keys): {e:.2e}",
+                    n + j + 1
+                );
+            }
+            eprintln!(
+                "qwen3 KV f16 {kv_f16}: {n}-token prompt and {STEPS} steps across a bucket line, worst vs CPU {worst:.2e} (bound {tol:.0e})"
             );
         }
-        eprintln!(
-            "qwen3 KV f16 {kv_f16}: {PROMPT}-token prompt and {STEPS} steps across the 4096-key bucket, worst vs CPU {worst:.2e} (bound {tol:.0e})"
-        );
     }
 }
 
@@ -469,8 +475,8 @@ fn qwen3_cuda_batched_decode_past_4096_keys_matches_cpu() {
     }
     let (dir, prompts, want) = long_context_fixture(&[4085, 4090], 4090);
     let mut path = std::env::var("FAVLO_CUDA_BATCH_ATTN").unwrap_or_else(|_| "default".into());
-    if std::env::var("FAVLO_CUDA_ATTN_TC").is_ok_and(|v| v == "1") {
-        path.push_str("+tc");
+    if std::env::var("FAVLO_CUDA_ATTN_TC").is_ok_and(|v| v == "0") {
+        path.push_str("+fma");
     }
     for (kv_f16, tol) in [(false, 1e-4f32), (true, 3e-3)] {
         let opts = mxfp8_opts(Device::Cuda(0), kv_f16, 2);
@@ -543,19 +549,19 @@ fn qwen3_cuda_batched_onepass_past_4096_keys() {
     past_4096_child(&[("FAVLO_CUDA_BATCH_ATTN", "onepass")], "onepass");
 }
 
-/// The same with the one-pass attention's tensor-core loop (`FAVLO_CUDA_ATTN_TC=1`):
-/// every step past 4096 keys, batched or alone, runs it over the f16 cache (the f32
-/// cache keeps the FMA loop).
+/// The same with the one-pass attention's FMA loop (`FAVLO_CUDA_ATTN_TC=0`) instead
+/// of its tensor-core loop: every step past the 2048-key bucket, batched or alone, runs
+/// it over the f16 cache as the f32 cache always does.
 #[test]
-fn qwen3_cuda_onepass_tc_past_4096_keys() {
-    if !cuda_ok("the CUDA long-context tensor-core one-pass test") {
+fn qwen3_cuda_onepass_fma_past_4096_keys() {
+    if !cuda_ok("the CUDA long-context FMA one-pass test") {
         return;
     }
     past_4096_child(
         &[
             ("FAVLO_CUDA_BATCH_ATTN", "onepass"),
-            ("FAVLO_CUDA_ATTN_TC", "1"),
+            ("FAVLO_CUDA_ATTN_TC", "0"),
         ],
-        "onepass+tc",
+        "onepass+fma",
     );
 }

@@ -38,23 +38,24 @@ const ONEPASS_SRC: &str = concat!(
     include_str!("../../kernels/attn_common.cuh"),
     include_str!("../../kernels/attention_onepass.cu")
 );
-/// The one-launch attention's kernel module.
+/// The one-launch attention's kernel module (the tensor-core loop for f16 caches on
+/// sm_80 and later).
 pub(crate) const ONEPASS_MODULE: Module = Module {
     name: "attention_onepass",
     src: ONEPASS_SRC,
 };
-/// The same kernels with the tensor-core loop for f16 caches (sm_80+), opt-in through
-/// [`AttentionDecode::set_onepass_tc`] and compiled only then.
-const ONEPASS_TC_SRC: &str = concat!(
-    "#define A1_TC_WANTED 1\n",
+/// The same kernels with the FMA loop for f16 caches too, loaded by
+/// [`AttentionDecode::set_onepass_tc`]`(false)` and compiled only then.
+const ONEPASS_FMA_SRC: &str = concat!(
+    "#define A1_TC_WANTED 0\n",
     include_str!("../../kernels/prep32.cuh"),
     include_str!("../../kernels/attn_common.cuh"),
     include_str!("../../kernels/attention_onepass.cu")
 );
-/// The tensor-core one-launch attention's kernel module.
-pub(crate) const ONEPASS_TC_MODULE: Module = Module {
-    name: "attention_onepass_tc",
-    src: ONEPASS_TC_SRC,
+/// The FMA-loop one-launch attention's kernel module.
+pub(crate) const ONEPASS_FMA_MODULE: Module = Module {
+    name: "attention_onepass_fma",
+    src: ONEPASS_FMA_SRC,
 };
 /// This family's kernel module (see [`super::warm`]).
 pub(crate) const MODULE: Module = Module {
@@ -73,13 +74,13 @@ pub(super) const MAX_SPLITS: usize = 1024;
 /// u32 counters (one per kv head) at the end of the partials buffer, for `OnePass`.
 const COUNTERS: usize = 256;
 
-/// Capacities above which [`AttnKernel::Auto`] picks `OnePass`. H200, with the
-/// one-round combine: in `cuda_decode_bench` the two-pass step was 4% faster than the
-/// fused one-pass step at a 2320-key capacity and 0.6% slower at 4368; in the chat
-/// (`favlo bench chat --context 32768`, random Qwen3-8B, 2561–2752 keys in the 4096-key
-/// bucket) the two-pass step decoded 443.7 tok/s against 425.2–425.5, so the line sits
-/// at the chat's 4096 bucket (docs/CUDA.md, session 23).
-pub const ATTN_ONEPASS_MIN_CAPACITY: usize = 4096;
+/// Capacities above which [`AttnKernel::Auto`] picks `OnePass`. With the tensor-core
+/// loop (session 28, H100, `cuda_decode_bench --pdl --compare-attn`, whole step as a
+/// graph, two-pass → fused one-pass): 1000 keys over 2048 2.121 → 2.131 ms, 2560 over
+/// 4096 2.262 → 2.237, 6100 over 8192 2.555 → 2.414; so the line sits below the chat's
+/// 3072 and 4096 buckets. (With the FMA loop it sat at 4096: the two-pass step was 4%
+/// faster at a 2320-key capacity on the H200, docs/CUDA.md session 23.)
+pub const ATTN_ONEPASS_MIN_CAPACITY: usize = 2048;
 
 /// Which attention decode kernel [`AttentionDecode`] launches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -237,10 +238,11 @@ pub struct AttentionDecode {
     pub min_keys: usize,
     /// `OnePass`: blocks per kv head instead of the occupancy-derived one wave (≤ 64).
     pub splits: Option<usize>,
+    /// The one-pass kernels (the tensor-core loop over f16 caches on sm_80+).
     one: onepass::OnePass,
-    /// The tensor-core one-pass kernels, once [`Self::set_onepass_tc`] loaded them.
-    one_tc: Option<onepass::OnePass>,
-    /// Whether the one-pass launches use `one_tc`.
+    /// The FMA-loop one-pass kernels, once [`Self::set_onepass_tc`]`(false)` loaded them.
+    one_fma: Option<onepass::OnePass>,
+    /// Whether the one-pass launches use `one` (else `one_fma`).
     tc_on: bool,
     /// [head dim 64?][f16?][group - 1] split kernels.
     split: [[[CudaFunction; 8]; 2]; 2],
@@ -310,8 +312,8 @@ impl AttentionDecode {
                 f("attn_decode_combine_prep_hd64_z".into())?,
             ],
             one: onepass::OnePass::load(ctx, &m1.module)?,
-            one_tc: None,
-            tc_on: false,
+            one_fma: None,
+            tc_on: true,
             pdl: false,
             kernel: AttnKernel::Auto,
             light_fence: false,
@@ -323,27 +325,28 @@ impl AttentionDecode {
 
     /// Whether the one-pass kernels run their tensor-core loop over f16 caches
     /// (`kernels/attention_onepass.cu`, `a1_tc_run`: q·Kᵀ and P·V as f16 mma with the f32
-    /// operands split into two f16 terms). Off by default: staged for measurement, not
-    /// yet run on a GPU. The first `true` compiles and loads its module; f32 caches run
-    /// the FMA loop either way.
+    /// operands split into two f16 terms) or the FMA loop. On by default (sm_80 and
+    /// later; older archs always run the FMA loop). The first `false` compiles and loads
+    /// the FMA module; f32 caches run the FMA loop either way.
     pub fn set_onepass_tc(&mut self, on: bool) -> Result<(), CudaError> {
-        if on && self.one_tc.is_none() {
-            let m = LoadedModule::load(&self.ctx, ONEPASS_TC_MODULE)?;
-            self.one_tc = Some(onepass::OnePass::load(&self.ctx, &m.module)?);
+        if !on && self.one_fma.is_none() {
+            let m = LoadedModule::load(&self.ctx, ONEPASS_FMA_MODULE)?;
+            self.one_fma = Some(onepass::OnePass::load(&self.ctx, &m.module)?);
         }
         self.tc_on = on;
         Ok(())
     }
 
-    /// Whether [`Self::set_onepass_tc`] switched the tensor-core loop on.
+    /// Whether the one-pass launches over f16 caches run the tensor-core loop: on unless
+    /// [`Self::set_onepass_tc`] switched it off, and the device is sm_80 or later.
     pub fn onepass_tc(&self) -> bool {
-        self.tc_on
+        self.tc_on && self.ctx.compute_capability().0 >= 8
     }
 
     /// The one-pass kernel set the launches use.
     fn one(&self) -> &onepass::OnePass {
-        match (&self.one_tc, self.tc_on) {
-            (Some(t), true) => t,
+        match (&self.one_fma, self.tc_on) {
+            (Some(f), false) => f,
             _ => &self.one,
         }
     }

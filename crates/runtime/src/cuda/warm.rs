@@ -65,7 +65,7 @@ impl KernelSet {
                     conv1d::MODULE,
                     rel_encoder::MODULE,
                     vits_dp::MODULE,
-                    attention::ONEPASS_TC_MODULE,
+                    attention::ONEPASS_FMA_MODULE,
                     gemm::MODULE,
                     kernels::GEMV_MODULE,
                     kernels::OPS_MODULE,

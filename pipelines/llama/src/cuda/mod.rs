@@ -442,9 +442,10 @@ impl CudaLlama {
         let pdl = ctx.compute_capability().0 >= 9;
         k.gemv.pdl = pdl;
         k.attn.pdl = pdl;
-        // The one-pass attention's tensor-core loop, opt-in for comparisons (staged).
-        if std::env::var("FAVLO_CUDA_ATTN_TC").is_ok_and(|v| v == "1") {
-            k.attn.set_onepass_tc(true).map_err(e)?;
+        // The one-pass attention runs its tensor-core loop over f16 caches;
+        // `FAVLO_CUDA_ATTN_TC=0` picks its FMA loop (for comparisons).
+        if std::env::var("FAVLO_CUDA_ATTN_TC").is_ok_and(|v| v == "0") {
+            k.attn.set_onepass_tc(false).map_err(e)?;
         }
         k.rope.pdl = pdl;
         k.ops.pdl = pdl;

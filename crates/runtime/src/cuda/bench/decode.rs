@@ -109,7 +109,8 @@ pub struct DecodeBenchOptions {
     pub compare_attn: bool,
     /// The one-pass attention's fewest keys per block (its default when `None`).
     pub attn_min_keys: Option<usize>,
-    /// The one-pass attention's tensor-core loop (`AttentionDecode::set_onepass_tc`).
+    /// The one-pass attention's tensor-core loop (`AttentionDecode::set_onepass_tc`;
+    /// default on), else its FMA loop.
     pub attn_tc: bool,
     /// The RMSNorm and SwiGLU preparations fused into the GEMVs that finish their
     /// inputs (`Epilogue`; default on), else separate kernels.
@@ -150,7 +151,7 @@ impl Default for DecodeBenchOptions {
             attn: AttnMode::Auto,
             compare_attn: false,
             attn_min_keys: None,
-            attn_tc: false,
+            attn_tc: true,
             fused: true,
             skip: 0,
             persistent: true,
