@@ -821,6 +821,27 @@ mod tests {
     }
 
     #[test]
+    fn the_batch1_step_runs_one_pass_attention_past_the_2048_bucket() {
+        use favlo_runtime::cuda::AttnKernel;
+        // Session 28's line (the one-pass kernel's tensor-core loop): the 256, 1024 and
+        // 2048 buckets run the two-pass kernels, 3072 and up the one-pass kernel.
+        for b in BUCKETS {
+            let want = if b <= 2048 {
+                AttnKernel::TwoPass
+            } else {
+                AttnKernel::OnePass
+            };
+            assert_eq!(AttnKernel::Auto.resolve(b), want, "bucket {b}");
+        }
+        // Where the batched step runs each sequence's one-pass attention, a sequence's
+        // batch-1 step runs it too.
+        assert_eq!(
+            AttnKernel::Auto.resolve(BATCH_ONEPASS_ABOVE + 1),
+            AttnKernel::OnePass
+        );
+    }
+
+    #[test]
     fn the_batched_step_runs_one_pass_attention_past_the_8192_bucket() {
         let above = batch_onepass_above(None);
         assert_eq!(above, BATCH_ONEPASS_ABOVE);
