@@ -31,7 +31,6 @@ export FAVLO_TEST_DCGAN_WEIGHTS="$(model dcgan-faces --file weights.tar)"
 echo "== cargo test"
 cargo test --workspace
 cargo test -p favlo-runtime --features cuda --lib --test cuda_kernels
-cargo test -p favlo-llama --features cuda --lib
 
 echo "== end-to-end (official openai and mcp SDKs against a live favlo serve, the preemption harness)"
 python3 -m pytest -q tests/e2e
