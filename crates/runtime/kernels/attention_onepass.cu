@@ -41,17 +41,20 @@
 #define A1_THREADS 256
 #define A1_MAX_SPLITS 64
 #define A1_LOG2E 1.4426950408889634f
+// FMA loop: K (and V) loads in flight per lane.
+#define A1_LOADS 4
 
 // 16 bytes of a cache row, kept raw until used (f16: 8 values in 4 words).
+__device__ __forceinline__ void a1_ld16(unsigned (&w)[4], const unsigned short* p) {
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
+}
 template <typename T>
 struct A1Raw;
 template <>
 struct A1Raw<unsigned short> {
     unsigned w[4];
-    __device__ __forceinline__ void load(const unsigned short* p) {
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
-    }
+    __device__ __forceinline__ void load(const unsigned short* p) { a1_ld16(w, p); }
     __device__ __forceinline__ void zero() { w[0] = w[1] = w[2] = w[3] = 0u; }
     __device__ __forceinline__ void widen(float* v) const {
 #pragma unroll
@@ -111,10 +114,6 @@ struct A1Tile {
     static constexpr int KL = HD / 32, VL = HD / 64;
     unsigned k[2][KL][4];
     unsigned v[4][VL][4];
-    __device__ __forceinline__ static void ld(unsigned (&w)[4], const unsigned short* p) {
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
-    }
     // Keys at or past kend read row k0 instead (finite; their scores are masked).
     __device__ __forceinline__ void load_k(const unsigned short* base, long long rs, int kt,
                                            int k0, int kend, int gq, int c) {
@@ -124,7 +123,7 @@ struct A1Tile {
             if (j >= kend) j = k0;
             const unsigned short* p = base + j * rs + 8 * c;
 #pragma unroll
-            for (int t = 0; t < KL; ++t) ld(k[n][t], p + 32 * t);
+            for (int t = 0; t < KL; ++t) a1_ld16(k[n][t], p + 32 * t);
         }
     }
     __device__ __forceinline__ void load_v(const unsigned short* base, long long rs, int kt,
@@ -135,7 +134,7 @@ struct A1Tile {
             if (j >= kend) j = k0;
             const unsigned short* p = base + j * rs + 8 * gq;
 #pragma unroll
-            for (int h = 0; h < VL; ++h) ld(v[kk][h], p + 64 * h);
+            for (int h = 0; h < VL; ++h) a1_ld16(v[kk][h], p + 64 * h);
         }
     }
 };
@@ -279,6 +278,180 @@ __device__ __forceinline__ float a1_store(float* p, float v) {
     return v;
 }
 
+// The tensor-core loop's new key (fused, last block; warp 0 after a block barrier): it
+// joins warp 0's state in shared memory.
+template <int HD, int G>
+__device__ __forceinline__ void a1_tc_new_key(const float (*qs)[HD], const float* knew,
+                                              const float* vnew, int lane,
+                                              float (*wo)[G][HD], float (*wm)[G],
+                                              float (*wl)[G]) {
+    for (int i = 0; i < G; ++i) {
+        float d = 0.f;
+#pragma unroll
+        for (int e = 0; e < HD / 32; ++e)
+            d = fmaf(qs[i][lane + 32 * e], knew[lane + 32 * e], d);
+#pragma unroll
+        for (int x = 16; x > 0; x >>= 1) d += __shfl_xor_sync(0xffffffffu, d, x);
+        const float mo = wm[0][i], mn = fmaxf(mo, d);
+        const float c = exp2f(mo - mn), p = exp2f(d - mn);
+#pragma unroll
+        for (int e = 0; e < HD / 32; ++e) {
+            float* w = &wo[0][i][lane + 32 * e];
+            *w = fmaf(p, vnew[lane + 32 * e], *w * c);
+        }
+        __syncwarp();
+        if (lane == 0) {
+            wm[0][i] = mn;
+            wl[0][i] = fmaf(wl[0][i], c, p);
+        }
+        __syncwarp();
+    }
+}
+
+// The FMA loop of one warp: U slots of KPW keys per load, the first tile already in
+// kr / vr / valid (from key wb); lane group `sub` (LPR lanes, this lane the li-th) holds
+// one key's row. Then the
+// new key (fused, last block: warp 0) and the warp's state into wm / wl / wo[warp].
+template <int HD, int G, typename T>
+__device__ __forceinline__ void a1_fma_run(A1Raw<T> (&kr)[A1_LOADS], A1Raw<T> (&vr)[A1_LOADS],
+                                           bool (&valid)[A1_LOADS], int wb,
+                                           const float (*qs)[HD], const T* kb, const T* vb,
+                                           long long rstride, int k0, int kend, int sub,
+                                           int li, int warp, bool owns_new, const float* knew,
+                                           const float* vnew, float (*wo)[G][HD],
+                                           float (*wm)[G], float (*wl)[G]) {
+    constexpr int VEC = 16 / (int)sizeof(T);
+    constexpr int LPR = HD / VEC;
+    constexpr int KPW = 32 / LPR;
+    constexpr int U = A1_LOADS;
+    constexpr int STEP = A1_WARPS * KPW;
+    const float NEG_INF = __int_as_float(0xff800000);
+    float qr[G][VEC];
+#pragma unroll
+    for (int i = 0; i < G; ++i)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) qr[i][e] = qs[i][li * VEC + e];
+    float m[G], l[G], o[G][VEC];
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        m[i] = NEG_INF;
+        l[i] = 0.f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) o[i][e] = 0.f;
+    }
+    for (; wb < kend; wb += U * STEP) {
+        if (wb != k0 + warp * KPW) {  // the first tile is loaded
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int j = wb + u * STEP + sub;
+                valid[u] = j < kend;
+                if (valid[u]) {
+                    kr[u].load(kb + j * rstride);
+                    vr[u].load(vb + j * rstride);
+                }
+            }
+        }
+        float sc[G][U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+        {
+            float kf[VEC];
+            kr[u].widen(kf);
+#pragma unroll
+            for (int i = 0; i < G; ++i) {
+                float d = qr[i][0] * kf[0];
+#pragma unroll
+                for (int e = 1; e < VEC; ++e) d = fmaf(qr[i][e], kf[e], d);
+                sc[i][u] = d;
+            }
+        }
+#pragma unroll
+        for (int x = LPR / 2; x > 0; x >>= 1)
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int i = 0; i < G; ++i) sc[i][u] += __shfl_xor_sync(0xffffffffu, sc[i][u], x);
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            float mt = m[i];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (valid[u]) mt = fmaxf(mt, sc[i][u]);
+            if (mt != NEG_INF) {
+                const float corr = exp2f(m[i] - mt);  // 0 while m = -inf
+                l[i] *= corr;
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) o[i][e] *= corr;
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const float p = valid[u] ? exp2f(sc[i][u] - mt) : 0.f;
+                    l[i] += p;
+                    float vf[VEC];
+                    vr[u].widen(vf);
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) o[i][e] = fmaf(p, vf[e], o[i][e]);
+                }
+                m[i] = mt;
+            }
+        }
+    }
+    // Merge the warp's lane groups (they hold different keys).
+#pragma unroll
+    for (int x = LPR; x < 32; x <<= 1) {
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            const float mo = __shfl_xor_sync(0xffffffffu, m[i], x);
+            const float lo = __shfl_xor_sync(0xffffffffu, l[i], x);
+            float oo[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) oo[e] = __shfl_xor_sync(0xffffffffu, o[i][e], x);
+            const float mn = fmaxf(m[i], mo);
+            if (mn != NEG_INF) {
+                const float c1 = exp2f(m[i] - mn), c2 = exp2f(mo - mn);
+                l[i] = l[i] * c1 + lo * c2;
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) o[i][e] = o[i][e] * c1 + oo[e] * c2;
+                m[i] = mn;
+            }
+        }
+    }
+    // The new key (fused, last block): warp 0 takes it from shared memory.
+    if (owns_new && warp == 0) {
+        float kk[VEC], vv[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            kk[e] = knew[li * VEC + e];
+            vv[e] = vnew[li * VEC + e];
+        }
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            float d = qr[i][0] * kk[0];
+#pragma unroll
+            for (int e = 1; e < VEC; ++e) d = fmaf(qr[i][e], kk[e], d);
+#pragma unroll
+            for (int x = LPR / 2; x > 0; x >>= 1) d += __shfl_xor_sync(0xffffffffu, d, x);
+            const float mn = fmaxf(m[i], d);
+            const float c = exp2f(m[i] - mn), p = exp2f(d - mn);
+            l[i] = l[i] * c + p;
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) o[i][e] = fmaf(p, vv[e], o[i][e] * c);
+            m[i] = mn;
+        }
+    }
+    if (sub == 0) {
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) wo[warp][i][li * VEC + e] = o[i][e];
+            if (li == 0) {
+                wm[warp][i] = m[i];
+                wl[warp][i] = l[i];
+            }
+        }
+    }
+}
+
 template <int HD, int G, typename T>
 __device__ __forceinline__ void attn_onepass(
     const float* __restrict__ q, const float* __restrict__ qkv, const float* __restrict__ bias,
@@ -292,7 +465,7 @@ __device__ __forceinline__ void attn_onepass(
     constexpr int VEC = 16 / (int)sizeof(T);  // values per 16-byte load
     constexpr int LPR = HD / VEC;             // lanes per cache row
     constexpr int KPW = 32 / LPR;             // keys per warp load
-    constexpr int U = 4;                      // K (and V) loads in flight per lane
+    constexpr int U = A1_LOADS;
     constexpr int STEP = NW * KPW;            // keys per block per load slot
     constexpr int P = HD / 32;                // prologue: dims per lane
     __shared__ __align__(16) float qs[G][HD];
@@ -434,158 +607,13 @@ __device__ __forceinline__ void attn_onepass(
 
     if constexpr (A1Tc<T>::on) {
         a1_tc_run<HD, G>(tl, qs, kg, vg, rstride, kt0, k0, kend, lane, warp, wo, wm, wl);
-        // The new key (fused, last block) joins warp 0's state in shared memory.
         if (owns_new) {
             __syncthreads();
-            if (warp == 0) {
-                for (int i = 0; i < G; ++i) {
-                    float d = 0.f;
-#pragma unroll
-                    for (int e = 0; e < HD / 32; ++e)
-                        d = fmaf(qs[i][lane + 32 * e], knew[lane + 32 * e], d);
-#pragma unroll
-                    for (int x = 16; x > 0; x >>= 1) d += __shfl_xor_sync(0xffffffffu, d, x);
-                    const float mo = wm[0][i], mn = fmaxf(mo, d);
-                    const float c = exp2f(mo - mn), p = exp2f(d - mn);
-#pragma unroll
-                    for (int e = 0; e < HD / 32; ++e) {
-                        float* w = &wo[0][i][lane + 32 * e];
-                        *w = fmaf(p, vnew[lane + 32 * e], *w * c);
-                    }
-                    __syncwarp();
-                    if (lane == 0) {
-                        wm[0][i] = mn;
-                        wl[0][i] = fmaf(wl[0][i], c, p);
-                    }
-                    __syncwarp();
-                }
-            }
+            if (warp == 0) a1_tc_new_key<HD, G>(qs, knew, vnew, lane, wo, wm, wl);
         }
     } else {
-        float qr[G][VEC];
-#pragma unroll
-        for (int i = 0; i < G; ++i)
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) qr[i][e] = qs[i][li * VEC + e];
-        float m[G], l[G], o[G][VEC];
-#pragma unroll
-        for (int i = 0; i < G; ++i) {
-            m[i] = NEG_INF;
-            l[i] = 0.f;
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) o[i][e] = 0.f;
-        }
-        for (; wb < kend; wb += U * STEP) {
-            if (wb != k0 + warp * KPW) {  // the first tile is loaded
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int j = wb + u * STEP + sub;
-                    valid[u] = j < kend;
-                    if (valid[u]) {
-                        kr[u].load(kb + j * rstride);
-                        vr[u].load(vb + j * rstride);
-                    }
-                }
-            }
-            float sc[G][U];
-#pragma unroll
-            for (int u = 0; u < U; ++u)
-#pragma unroll
-            {
-                float kf[VEC];
-                kr[u].widen(kf);
-#pragma unroll
-                for (int i = 0; i < G; ++i) {
-                    float d = qr[i][0] * kf[0];
-#pragma unroll
-                    for (int e = 1; e < VEC; ++e) d = fmaf(qr[i][e], kf[e], d);
-                    sc[i][u] = d;
-                }
-            }
-#pragma unroll
-            for (int x = LPR / 2; x > 0; x >>= 1)
-#pragma unroll
-                for (int u = 0; u < U; ++u)
-#pragma unroll
-                    for (int i = 0; i < G; ++i) sc[i][u] += __shfl_xor_sync(0xffffffffu, sc[i][u], x);
-#pragma unroll
-            for (int i = 0; i < G; ++i) {
-                float mt = m[i];
-#pragma unroll
-                for (int u = 0; u < U; ++u)
-                    if (valid[u]) mt = fmaxf(mt, sc[i][u]);
-                if (mt != NEG_INF) {
-                    const float corr = exp2f(m[i] - mt);  // 0 while m = -inf
-                    l[i] *= corr;
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e) o[i][e] *= corr;
-#pragma unroll
-                    for (int u = 0; u < U; ++u) {
-                        const float p = valid[u] ? exp2f(sc[i][u] - mt) : 0.f;
-                        l[i] += p;
-                        float vf[VEC];
-                        vr[u].widen(vf);
-#pragma unroll
-                        for (int e = 0; e < VEC; ++e) o[i][e] = fmaf(p, vf[e], o[i][e]);
-                    }
-                    m[i] = mt;
-                }
-            }
-        }
-        // Merge the warp's lane groups (they hold different keys).
-#pragma unroll
-        for (int x = LPR; x < 32; x <<= 1) {
-#pragma unroll
-            for (int i = 0; i < G; ++i) {
-                const float mo = __shfl_xor_sync(0xffffffffu, m[i], x);
-                const float lo = __shfl_xor_sync(0xffffffffu, l[i], x);
-                float oo[VEC];
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) oo[e] = __shfl_xor_sync(0xffffffffu, o[i][e], x);
-                const float mn = fmaxf(m[i], mo);
-                if (mn != NEG_INF) {
-                    const float c1 = exp2f(m[i] - mn), c2 = exp2f(mo - mn);
-                    l[i] = l[i] * c1 + lo * c2;
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e) o[i][e] = o[i][e] * c1 + oo[e] * c2;
-                    m[i] = mn;
-                }
-            }
-        }
-        // The new key (fused, last block): warp 0 takes it from shared memory.
-        if (owns_new && warp == 0) {
-            float kk[VEC], vv[VEC];
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) {
-                kk[e] = knew[li * VEC + e];
-                vv[e] = vnew[li * VEC + e];
-            }
-#pragma unroll
-            for (int i = 0; i < G; ++i) {
-                float d = qr[i][0] * kk[0];
-#pragma unroll
-                for (int e = 1; e < VEC; ++e) d = fmaf(qr[i][e], kk[e], d);
-#pragma unroll
-                for (int x = LPR / 2; x > 0; x >>= 1) d += __shfl_xor_sync(0xffffffffu, d, x);
-                const float mn = fmaxf(m[i], d);
-                const float c = exp2f(m[i] - mn), p = exp2f(d - mn);
-                l[i] = l[i] * c + p;
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) o[i][e] = fmaf(p, vv[e], o[i][e] * c);
-                m[i] = mn;
-            }
-        }
-        if (sub == 0) {
-#pragma unroll
-            for (int i = 0; i < G; ++i) {
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) wo[warp][i][li * VEC + e] = o[i][e];
-                if (li == 0) {
-                    wm[warp][i] = m[i];
-                    wl[warp][i] = l[i];
-                }
-            }
-        }
+        a1_fma_run<HD, G, T>(kr, vr, valid, wb, qs, kb, vb, rstride, k0, kend, sub, li, warp,
+                             owns_new, knew, vnew, wo, wm, wl);
     }
     __syncthreads();
     // The block's result per (head, dim): out directly, or this block's partial.

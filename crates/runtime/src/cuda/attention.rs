@@ -31,31 +31,29 @@ const SRC: &str = concat!(
     include_str!("../../kernels/attn_common.cuh"),
     include_str!("../../kernels/attention.cu")
 );
-/// The one-launch kernels, a module of their own: the two compile side by side on a
-/// first run (the one-pass set alone is most of the attention's compile time).
-const ONEPASS_SRC: &str = concat!(
-    include_str!("../../kernels/prep32.cuh"),
-    include_str!("../../kernels/attn_common.cuh"),
-    include_str!("../../kernels/attention_onepass.cu")
-);
-/// The one-launch attention's kernel module (the tensor-core loop for f16 caches on
-/// sm_80 and later).
+/// The one-launch kernels' source, after `$pre` (the FMA module's define).
+macro_rules! onepass_src {
+    ($($pre:expr),*) => {
+        concat!(
+            $($pre,)*
+            include_str!("../../kernels/prep32.cuh"),
+            include_str!("../../kernels/attn_common.cuh"),
+            include_str!("../../kernels/attention_onepass.cu")
+        )
+    };
+}
+/// The one-launch attention's kernel module, of its own: the two compile side by side
+/// on a first run (the one-pass set alone is most of the attention's compile time).
+/// Over f16 caches it runs the tensor-core loop.
 pub(crate) const ONEPASS_MODULE: Module = Module {
     name: "attention_onepass",
-    src: ONEPASS_SRC,
+    src: onepass_src!(),
 };
-/// The same kernels with the FMA loop for f16 caches too, loaded by
+/// The same kernels with the FMA loop over f16 caches too, loaded by
 /// [`AttentionDecode::set_onepass_tc`]`(false)` and compiled only then.
-const ONEPASS_FMA_SRC: &str = concat!(
-    "#define A1_TC_WANTED 0\n",
-    include_str!("../../kernels/prep32.cuh"),
-    include_str!("../../kernels/attn_common.cuh"),
-    include_str!("../../kernels/attention_onepass.cu")
-);
-/// The FMA-loop one-launch attention's kernel module.
 pub(crate) const ONEPASS_FMA_MODULE: Module = Module {
     name: "attention_onepass_fma",
-    src: ONEPASS_FMA_SRC,
+    src: onepass_src!("#define A1_TC_WANTED 0\n"),
 };
 /// This family's kernel module (see [`super::warm`]).
 pub(crate) const MODULE: Module = Module {
@@ -325,9 +323,8 @@ impl AttentionDecode {
 
     /// Whether the one-pass kernels run their tensor-core loop over f16 caches
     /// (`kernels/attention_onepass.cu`, `a1_tc_run`: q·Kᵀ and P·V as f16 mma with the f32
-    /// operands split into two f16 terms) or the FMA loop. On by default (sm_80 and
-    /// later; older archs always run the FMA loop). The first `false` compiles and loads
-    /// the FMA module; f32 caches run the FMA loop either way.
+    /// operands split into two f16 terms) or the FMA loop. On by default; the first
+    /// `false` compiles and loads the FMA module. f32 caches run the FMA loop either way.
     pub fn set_onepass_tc(&mut self, on: bool) -> Result<(), CudaError> {
         if !on && self.one_fma.is_none() {
             let m = LoadedModule::load(&self.ctx, ONEPASS_FMA_MODULE)?;
@@ -337,10 +334,10 @@ impl AttentionDecode {
         Ok(())
     }
 
-    /// Whether the one-pass launches over f16 caches run the tensor-core loop: on unless
-    /// [`Self::set_onepass_tc`] switched it off, and the device is sm_80 or later.
+    /// Whether the one-pass launches over f16 caches run the tensor-core loop (every
+    /// device a context opens is sm_80 or later, `MIN_COMPUTE_CAPABILITY`).
     pub fn onepass_tc(&self) -> bool {
-        self.tc_on && self.ctx.compute_capability().0 >= 8
+        self.tc_on
     }
 
     /// The one-pass kernel set the launches use.
