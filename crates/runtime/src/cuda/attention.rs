@@ -22,8 +22,11 @@ use super::launch::{arg_ptr, launch_ex};
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
+mod fused_o;
 mod onepass;
 
+pub(crate) use fused_o::FUSED_O_MODULE;
+pub use fused_o::OTail;
 pub use onepass::QkvRope;
 
 const SRC: &str = concat!(
@@ -242,6 +245,8 @@ pub struct AttentionDecode {
     one_fma: Option<onepass::OnePass>,
     /// Whether the one-pass launches use `one` (else `one_fma`).
     tc_on: bool,
+    /// The attention + o projection kernels, once [`Self::load_fused_o`] loaded them.
+    fused_o: Option<fused_o::FusedO>,
     /// [head dim 64?][f16?][group - 1] split kernels.
     split: [[[CudaFunction; 8]; 2]; 2],
     /// [head dim 64?] combine kernels (f32 out, x-prep out).
@@ -312,6 +317,7 @@ impl AttentionDecode {
             one: onepass::OnePass::load(ctx, &m1.module)?,
             one_fma: None,
             tc_on: true,
+            fused_o: None,
             pdl: false,
             kernel: AttnKernel::Auto,
             light_fence: false,
