@@ -44,7 +44,8 @@ __device__ __forceinline__ void attn_o(
     const int* __restrict__ lenp, int cap, int n_kv, int interleaved, int min_keys, int light,
     float eps, float scale, unsigned short* __restrict__ xhl, float* __restrict__ xs,
     const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,
-    float* __restrict__ y, int rows, int chunks, const GemvEpi e, unsigned* __restrict__ sync) {
+    float* __restrict__ y, int rows, int chunks, const GemvEpi e, unsigned* __restrict__ sync,
+    int early) {
     extern __shared__ __align__(16) unsigned char ao_smem[];
     unsigned char* wsm = ao_smem;                    // chunks × 4 KB of weights
     unsigned char* ssm = wsm + chunks * 4096;        // chunks × 256 bytes of scales
@@ -52,14 +53,23 @@ __device__ __forceinline__ void attn_o(
     const int bid = blockIdx.y * gridDim.x + blockIdx.x;
     const int tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;
     const bool has_tile = bid < tiles;
-    // The weights depend on nothing earlier kernels write: request them first.
-    if (has_tile) {
+    // The weights depend on nothing earlier kernels write: request them first (early),
+    // or, to measure what that buys, only once the attention is done.
+    auto load_w = [&]() {
         const unsigned char* src = wd + (long long)bid * chunks * 4096;
         for (int o = threadIdx.x * 16; o < chunks * 4096; o += blockDim.x * 16)
             cp_async16(wsm + o, src + o);
         const unsigned char* ssrc = ws + (long long)bid * chunks * 256;
         for (int o = threadIdx.x * 16; o < chunks * 256; o += blockDim.x * 16)
             cp_async16(ssm + o, ssrc + o);
+    };
+    if (has_tile && early == 1) load_w();
+    if (early == 2) {
+        // After the q|k|v GEMV has ended (its stream no longer competes), before the
+        // attention's own loads.
+        pdl_trigger();
+        pdl_wait();
+        if (has_tile) load_w();
     }
     cp_async_commit();
     const bool wrote = attn_onepass<HD, G, T>(
@@ -76,6 +86,7 @@ __device__ __forceinline__ void attn_o(
     }
     __syncthreads();  // the acquire above orders every thread's reads below
     if (has_tile) {
+        if (early == 0) load_w();
         // The whole x preparation (every kv head's output) into per-chunk slices,
         // through L2 (cp.async.cg skips L1, which may hold nothing of it anyway).
         const unsigned char* xb = reinterpret_cast<const unsigned char*>(xhl);
@@ -125,10 +136,10 @@ __device__ __forceinline__ void attn_o(
         const int* lenp, int cap, int n_kv, int interleaved, int min_keys, int light,          \
         float eps, float scale, unsigned short* xhl, float* xs, const unsigned char* wd,       \
         const unsigned char* ws, float* y, int rows, int chunks, const GemvEpi e,              \
-        unsigned* sync) {                                                                      \
+        unsigned* sync, int early) {                                                           \
         attn_o<HD, G, T>(qkv, bias, qw, kw, cos_t, sin_t, kc, vc, part, cnt, lenp, cap, n_kv,  \
                          interleaved, min_keys, light, eps, scale, xhl, xs, wd, ws, y, rows,   \
-                         chunks, e, sync);                                                     \
+                         chunks, e, sync, early);                                              \
     }
 
 AO_KERNEL(128, 4, f16, unsigned short)

@@ -247,6 +247,10 @@ pub struct AttentionDecode {
     tc_on: bool,
     /// The attention + o projection kernels, once [`Self::load_fused_o`] loaded them.
     fused_o: Option<fused_o::FusedO>,
+    /// When [`Self::decode_qkv_o`] requests the o weights: 1 (default) before the PDL
+    /// wait, 2 right after it (before the attention's loads), 0 after the attention
+    /// (to measure what the early request buys).
+    pub fused_o_early: i32,
     /// [head dim 64?][f16?][group - 1] split kernels.
     split: [[[CudaFunction; 8]; 2]; 2],
     /// [head dim 64?] combine kernels (f32 out, x-prep out).
@@ -318,6 +322,7 @@ impl AttentionDecode {
             one_fma: None,
             tc_on: true,
             fused_o: None,
+            fused_o_early: 1,
             pdl: false,
             kernel: AttnKernel::Auto,
             light_fence: false,

@@ -197,6 +197,7 @@ impl AttentionDecode {
         let light = i32::from(self.light_fence);
         let rows = l.rows as i32;
         let nch = chunks as i32;
+        let early = self.fused_o_early;
         let mut args = [
             arg_ptr(&p.qkv),
             arg_ptr(&p.bias),
@@ -225,6 +226,7 @@ impl AttentionDecode {
             arg_ptr(&nch),
             arg_ptr(&e),
             arg_ptr(&sp),
+            arg_ptr(&early),
         ];
         let cfg = LaunchConfig {
             grid_dim: (per_kv as u32, d.n_kv_heads as u32, 1),

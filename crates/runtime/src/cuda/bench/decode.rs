@@ -372,6 +372,12 @@ pub fn decode_bench(
     }
     if fp4 && (opts.attn == AttnMode::FusedO || opts.compare_attn) {
         k.attn.load_fused_o(NH * HD)?;
+        // Experiment switch: when the o weights are requested (late, mid, early).
+        k.attn.fused_o_early = match std::env::var("FAVLO_ATTN_O_WHEN").as_deref() {
+            Ok("late") => 0,
+            Ok("mid") => 2,
+            _ => 1,
+        };
     }
     let copy_gbps = copy_bandwidth_gbps(ctx, 1 << 30, 20)?;
     let owner = Owner::mint("cuda-decode-bench");
