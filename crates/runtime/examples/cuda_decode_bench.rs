@@ -4,11 +4,9 @@
 //!
 //! Run: `cuda_decode_bench [--layers 36] [--ctx 1024] [--steps 32] [--f32-kv] [--mxfp8]
 //! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
-//! [--attn auto|two|one|fused|light|fused-o] [--compare-attn] [--min-keys N] [--attn-fma] [--unfused]
+//! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--attn-fma] [--unfused]
 //! [--no-persist] [--warps-cap W] [--capacity N] [--skip qkv,attn,o,gate_up,down,head,rope]`
 //! (`--unfused`: the RMSNorm and SwiGLU preparations as kernels of their own;
-//! `--attn fused-o`: the fused attention and the o projection in one launch, an
-//! experiment (MXFP4; `--compare-attn` times it too);
 //! `--attn-fma`: the one-pass attention's FMA loop over the f16 cache instead of its
 //! tensor-core loop;
 //! `--capacity`: a KV capacity above what the timed steps need, as a chat's attention
@@ -62,7 +60,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Some("one") => AttnMode::OnePass,
             Some("fused") => AttnMode::Fused,
             Some("light") => AttnMode::FusedLight,
-            Some("fused-o") => AttnMode::FusedO,
             _ => AttnMode::Auto,
         },
         compare_attn: flag("--compare-attn"),
@@ -93,11 +90,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some((diff, max)) = d.fused_check {
         println!(
             "fused norms/SwiGLU: one step's logits vs separate kernels: max |diff| {diff:.3e} (max |logit| {max:.3e})"
-        );
-    }
-    if let Some((diff, max)) = d.attn_o_check {
-        println!(
-            "attention + o in one launch: one step's logits vs apart: max |diff| {diff:.3e} (max |logit| {max:.3e})"
         );
     }
     if let Some((diff, max)) = d.pdl_check {

@@ -452,10 +452,8 @@ __device__ __forceinline__ void a1_fma_run(A1Raw<T> (&kr)[A1_LOADS], A1Raw<T> (&
     }
 }
 
-// Returns whether this block wrote the output (the merging block of its kv head, or
-// the only active one): block-uniform.
 template <int HD, int G, typename T>
-__device__ __forceinline__ bool attn_onepass(
+__device__ __forceinline__ void attn_onepass(
     const float* __restrict__ q, const float* __restrict__ qkv, const float* __restrict__ bias,
     const float* __restrict__ qw, const float* __restrict__ kw, const float* __restrict__ cos_t,
     const float* __restrict__ sin_t, T* __restrict__ kc, T* __restrict__ vc,
@@ -497,7 +495,7 @@ __device__ __forceinline__ bool attn_onepass(
     constexpr int CR = A1Tc<T>::on ? A1_TC_KEYS : KPW;  // keys per block rounded to this
     chunk = (chunk + CR - 1) / CR * CR;
     const int nact = (len + chunk - 1) / chunk;
-    if (s >= nact) return false;
+    if (s >= nact) return;
     const int k0 = s * chunk, k1 = min(len, k0 + chunk);
     const bool fused = qkv != nullptr;
     const int pos = len - 1;
@@ -657,7 +655,7 @@ __device__ __forceinline__ bool attn_onepass(
             if (light && last_flag) asm volatile("fence.acq_rel.gpu;" ::: "memory");
         }
         __syncthreads();
-        if (!last_flag) return false;
+        if (!last_flag) return;
         if (!light) __threadfence();
         for (int i = warp; i < G; i += NW) {
             const float* ph = part + (long long)(g * G + i) * S * (HD + 4);
@@ -728,12 +726,7 @@ __device__ __forceinline__ bool attn_onepass(
         for (int b = warp; b < G * HD / 32; b += NW)
             prep32_store(fo[b * 32 + lane], lane, (long long)g * G * HD / 32 + b, xhl, xs);
     }
-    return true;
 }
-
-// A1_NO_KERNELS: the device code only, for a module that builds its own kernels on it
-// (attn_o.cu).
-#ifndef A1_NO_KERNELS
 
 // Kernel names: attn1_{f16,f32}_g{G}_hd{HD}.
 #define A1_KERNEL(HD, G, TN, T)                                                                \
@@ -762,4 +755,3 @@ A1_GROUPS(128, f16, unsigned short)
 A1_GROUPS(128, f32, float)
 A1_GROUPS(64, f16, unsigned short)
 A1_GROUPS(64, f32, float)
-#endif  // A1_NO_KERNELS

@@ -1,6 +1,6 @@
 // Favlo CUDA kernels: MXFP4 / MXFP8 (E4M3) GEMV on the tensor cores, y = W x: what
 // every GEMV kernel shares (loads, fragments, the mma, the fused epilogue). The module
-// is this file, then gemv_mma.cu, gemv_chunk.cuh, gemv_pp.cu, gemv_read_probe.cu, gemv_ring.cu,
+// is this file, then gemv_mma.cu, gemv_pp.cu, gemv_read_probe.cu, gemv_ring.cu,
 // gemv_prep.cu, gemv_batch.cu and gemv_chain.cu, in that order (src/cuda/gemv.rs).
 //
 // Variants of how the weights reach the registers (same fragments and arithmetic):

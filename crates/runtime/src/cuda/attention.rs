@@ -22,11 +22,8 @@ use super::launch::{arg_ptr, launch_ex};
 use super::{CudaError, driver_err};
 use crate::ledger::{Owner, SpanKind};
 
-mod fused_o;
 mod onepass;
 
-pub(crate) use fused_o::FUSED_O_MODULE;
-pub use fused_o::OTail;
 pub use onepass::QkvRope;
 
 const SRC: &str = concat!(
@@ -245,12 +242,6 @@ pub struct AttentionDecode {
     one_fma: Option<onepass::OnePass>,
     /// Whether the one-pass launches use `one` (else `one_fma`).
     tc_on: bool,
-    /// The attention + o projection kernels, once [`Self::load_fused_o`] loaded them.
-    fused_o: Option<fused_o::FusedO>,
-    /// When [`Self::decode_qkv_o`] requests the o weights: 1 (default) before the PDL
-    /// wait, 2 right after it (before the attention's loads), 0 after the attention
-    /// (to measure what the early request buys).
-    pub fused_o_early: i32,
     /// [head dim 64?][f16?][group - 1] split kernels.
     split: [[[CudaFunction; 8]; 2]; 2],
     /// [head dim 64?] combine kernels (f32 out, x-prep out).
@@ -321,8 +312,6 @@ impl AttentionDecode {
             one: onepass::OnePass::load(ctx, &m1.module)?,
             one_fma: None,
             tc_on: true,
-            fused_o: None,
-            fused_o_early: 1,
             pdl: false,
             kernel: AttnKernel::Auto,
             light_fence: false,

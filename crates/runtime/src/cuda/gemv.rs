@@ -30,7 +30,6 @@ const SRC: &str = concat!(
     include_str!("../../kernels/fp8_sw.cuh"),
     include_str!("../../kernels/gemv_common.cuh"),
     include_str!("../../kernels/gemv_mma.cu"),
-    include_str!("../../kernels/gemv_chunk.cuh"),
     include_str!("../../kernels/gemv_pp.cu"),
     include_str!("../../kernels/gemv_read_probe.cu"),
     include_str!("../../kernels/gemv_ring.cu"),

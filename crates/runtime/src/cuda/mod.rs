@@ -41,7 +41,7 @@ mod warm;
 
 pub use attention::{
     ATTN_HEAD_DIM, ATTN_HEAD_DIMS, ATTN_ONEPASS_MIN_CAPACITY, AttentionDecode, AttnKernel, AttnOut,
-    KvCache, OTail, QkvRope, attn_partials_len,
+    KvCache, QkvRope, attn_partials_len,
 };
 pub use attn_prefill::{AttnPrecision, PrefillOps, PrefillShape, QkNorm};
 pub use blas::{BlasLt, BlasOut};

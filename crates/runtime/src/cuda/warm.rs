@@ -66,7 +66,6 @@ impl KernelSet {
                     rel_encoder::MODULE,
                     vits_dp::MODULE,
                     attention::ONEPASS_FMA_MODULE,
-                    attention::FUSED_O_MODULE,
                     gemm::MODULE,
                     kernels::GEMV_MODULE,
                     kernels::OPS_MODULE,

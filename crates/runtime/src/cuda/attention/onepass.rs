@@ -16,15 +16,14 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaModule, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use cudarc::driver::{DriverError, sys};
 
-use super::fused_o::OTail;
 use super::{AttentionDecode, AttnOut, COUNTERS, KvCache, attn_partials_len, shape};
 use crate::cuda::context::{CudaContext, DeviceBuffer};
 use crate::cuda::launch::{arg_ptr, launch_ex};
 use crate::cuda::{CudaError, driver_err};
 
-pub(super) const THREADS: u32 = 256;
+const THREADS: u32 = 256;
 /// Most blocks per kv head (the merge's shared weights, `A1_MAX_SPLITS`).
-pub(super) const MAX_SPLITS: usize = 64;
+const MAX_SPLITS: usize = 64;
 
 /// The kernels and their occupancy.
 pub(super) struct OnePass {
@@ -32,7 +31,7 @@ pub(super) struct OnePass {
     f: [[[CudaFunction; 8]; 2]; 2],
     /// Resident blocks per SM of each kernel.
     occ: [[[u32; 8]; 2]; 2],
-    pub(super) sms: usize,
+    sms: usize,
 }
 
 /// The fused prologue's inputs: the q|k|v projection [(n_heads + 2·n_kv_heads)·hd] and
@@ -100,22 +99,22 @@ impl OnePass {
 
 /// Device pointers of one launch (0 = absent).
 #[derive(Default)]
-pub(super) struct Ptrs {
-    pub(super) q: u64,
-    pub(super) qkv: u64,
-    pub(super) bias: u64,
-    pub(super) qw: u64,
-    pub(super) kw: u64,
-    pub(super) cos: u64,
-    pub(super) sin: u64,
-    pub(super) k: u64,
-    pub(super) v: u64,
-    pub(super) part: u64,
-    pub(super) cnt: u64,
-    pub(super) len: u64,
-    pub(super) out: u64,
-    pub(super) xhl: u64,
-    pub(super) xs: u64,
+struct Ptrs {
+    q: u64,
+    qkv: u64,
+    bias: u64,
+    qw: u64,
+    kw: u64,
+    cos: u64,
+    sin: u64,
+    k: u64,
+    v: u64,
+    part: u64,
+    cnt: u64,
+    len: u64,
+    out: u64,
+    xhl: u64,
+    xs: u64,
 }
 
 /// `cuLaunchKernel` (plain stream order).
@@ -227,7 +226,7 @@ impl AttentionDecode {
         };
         (p.k, p.v) = (kp, vp);
         let f16 = matches!(cache, KvCache::F16 { .. });
-        self.onepass_launch(p, hi, f16, gi, d, lenp, partials, out, (false, 0.0), None)
+        self.onepass_launch(p, hi, f16, gi, d, lenp, partials, out, false, 0.0)
     }
 
     /// Attention for the token at position `*pos` straight from the q|k|v projection:
@@ -258,24 +257,6 @@ impl AttentionDecode {
             len_add: 1,
             scale,
         };
-        self.qkv_launch(src, cache, d, pos, partials, out, None)
-    }
-
-    /// [`Self::decode_qkv`], and with `tail` the o projection in the same launch
-    /// ([`super::fused_o`]).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn qkv_launch(
-        &self,
-        src: &QkvRope<'_>,
-        cache: &mut KvCache,
-        d: Dims,
-        pos: &DeviceBuffer<i32>,
-        partials: &mut DeviceBuffer<f32>,
-        out: AttnOut<'_>,
-        tail: Option<OTail<'_>>,
-    ) -> Result<(), CudaError> {
-        let (capacity, head_dim, n_heads, n_kv_heads) =
-            (d.capacity, d.head_dim, d.n_heads, d.n_kv_heads);
         let (hi, gi) = self.onepass_check(cache, d, partials, &out)?;
         let hd = head_dim;
         let heads = n_heads + 2 * n_kv_heads;
@@ -317,8 +298,7 @@ impl AttentionDecode {
             KvCache::F32 { k, v } => (k.slice.device_ptr_mut(s), v.slice.device_ptr_mut(s)),
         };
         (p.k, p.v) = (kp, vp);
-        let q = (src.interleaved, eps);
-        self.onepass_launch(p, hi, f16, gi, d, pos, partials, out, q, tail)
+        self.onepass_launch(p, hi, f16, gi, d, pos, partials, out, src.interleaved, eps)
     }
 
     /// Fills the partials, counter, length and output pointers and launches.
@@ -333,8 +313,8 @@ impl AttentionDecode {
         lenp: &DeviceBuffer<i32>,
         partials: &mut DeviceBuffer<f32>,
         out: AttnOut<'_>,
-        (interleaved, eps): (bool, f32),
-        tail: Option<OTail<'_>>,
+        interleaved: bool,
+        eps: f32,
     ) -> Result<(), CudaError> {
         let s = self.ctx.stream();
         let cnt_off = ((partials.len() - COUNTERS) * 4) as u64;
@@ -359,9 +339,6 @@ impl AttentionDecode {
             }
         }
         let splits = self.onepass_splits(hi, f16, gi, d);
-        if let Some(t) = tail {
-            return self.fused_o_launch(&p, f16, gi, d, splits, (interleaved, eps), t);
-        }
         let cfg = LaunchConfig {
             grid_dim: (splits as u32, d.n_kv_heads as u32, 1),
             block_dim: (THREADS, 1, 1),

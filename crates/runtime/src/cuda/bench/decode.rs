@@ -23,7 +23,6 @@ use std::sync::Arc;
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 use half::f16;
 
-use super::decode_attn_o::{attention_o, check_attn_o};
 use super::decode_fused::{check_fused, step_fused};
 use super::decode_parts::{DecodeParts, measure_parts};
 use super::gemv::describe;
@@ -60,10 +59,6 @@ pub enum AttnMode {
     /// `Fused` with one acq_rel fence per block before the merge
     /// (`AttentionDecode::light_fence`).
     FusedLight,
-    /// `Fused` and the o projection in the same launch
-    /// (`AttentionDecode::decode_qkv_o`; an experiment, MXFP4 only): the o GEMV's
-    /// weights reach shared memory while the attention runs.
-    FusedO,
 }
 
 impl AttnMode {
@@ -73,15 +68,6 @@ impl AttnMode {
         AttnMode::OnePass,
         AttnMode::Fused,
         AttnMode::FusedLight,
-    ];
-
-    /// The modes `compare_attn` times with MXFP4 weights: [`Self::ALL`] and `FusedO`.
-    pub const ALL_FP4: [AttnMode; 5] = [
-        AttnMode::TwoPass,
-        AttnMode::OnePass,
-        AttnMode::Fused,
-        AttnMode::FusedLight,
-        AttnMode::FusedO,
     ];
 
     /// `Auto` resolved for a cache of `capacity` keys.
@@ -191,9 +177,6 @@ pub struct DecodeBench {
     pub fused: bool,
     /// Fused: (max |logit difference| of one step fused and unfused, max |logit|).
     pub fused_check: Option<(f32, f32)>,
-    /// When [`AttnMode::FusedO`] runs: (max |logit difference| of one step with it and
-    /// with `Fused` and the o GEMV apart, max |logit|).
-    pub attn_o_check: Option<(f32, f32)>,
     /// Seconds to build and upload the model.
     pub setup_s: f64,
     /// Device bytes the run's buffers hold.
@@ -270,8 +253,6 @@ pub(super) struct Bufs {
     pub(super) ss: DeviceBuffer<f32>,
     pub(super) prep_f: XPrep,
     pub(super) pairs: DeviceBuffer<u32>,
-    /// [`AttnMode::FusedO`]'s two counters.
-    pub(super) osync: DeviceBuffer<u32>,
 }
 
 pub(super) struct Kernels {
@@ -364,21 +345,6 @@ pub fn decode_bench(
         k.attn.min_keys = mk;
     }
     k.attn.set_onepass_tc(opts.attn_tc)?;
-    let fp4 = opts.format == ElementFormat::Fp4E2M1;
-    if opts.attn == AttnMode::FusedO && !fp4 {
-        return Err(BenchError::Options(
-            "--attn fused-o needs MXFP4 weights".into(),
-        ));
-    }
-    if fp4 && (opts.attn == AttnMode::FusedO || opts.compare_attn) {
-        k.attn.load_fused_o(NH * HD)?;
-        // Experiment switch: when the o weights are requested (late, mid, early).
-        k.attn.fused_o_early = match std::env::var("FAVLO_ATTN_O_WHEN").as_deref() {
-            Ok("late") => 0,
-            Ok("mid") => 2,
-            _ => 1,
-        };
-    }
     let copy_gbps = copy_bandwidth_gbps(ctx, 1 << 30, 20)?;
     let owner = Owner::mint("cuda-decode-bench");
     let t0 = std::time::Instant::now();
@@ -398,12 +364,6 @@ pub fn decode_bench(
         None
     };
     k.skip = opts.skip;
-    let attn_o_check = if fp4 && opts.skip == 0 && (mode == AttnMode::FusedO || opts.compare_attn) {
-        Some(check_attn_o(ctx, &mut k, &mut m, start)?)
-    } else {
-        None
-    };
-    k.set_mode(mode);
     let pdl_check = if pdl {
         Some(check_pdl(ctx, &mut k, &mut m, start)?)
     } else {
@@ -430,12 +390,7 @@ pub fn decode_bench(
     drop(graph);
     let mut attn_modes = Vec::new();
     if opts.compare_attn {
-        let modes: &[AttnMode] = if fp4 {
-            &AttnMode::ALL_FP4
-        } else {
-            &AttnMode::ALL
-        };
-        for &mode in modes {
+        for mode in AttnMode::ALL {
             k.set_mode(mode);
             ctx.write(&mut m.b.pos, &[start])?;
             let graph = CudaGraph::capture(ctx, || step(&k, &mut m))?;
@@ -473,7 +428,6 @@ pub fn decode_bench(
         pdl_check,
         fused: opts.fused,
         fused_check,
-        attn_o_check,
         setup_s,
         live_bytes,
         weight_bytes,
@@ -552,12 +506,8 @@ pub(super) fn step(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
     for l in m.layers.iter_mut() {
         k.gemv.rms_norm_prep(&b.h, &l.attn_norm, EPS, &mut b.prep)?;
         k.gemv.gemv(&l.qkv, &b.prep, &mut b.qkv, false)?;
-        if k.mode == AttnMode::FusedO {
-            attention_o(k, l, b, cap, scale, false)?;
-        } else {
-            attention(k, l, b, cap, scale, true)?;
-            k.gemv.gemv(&l.o, &b.prep, &mut b.h, true)?;
-        }
+        attention(k, l, b, cap, scale, true)?;
+        k.gemv.gemv(&l.o, &b.prep, &mut b.h, true)?;
         k.gemv.rms_norm_prep(&b.h, &l.mlp_norm, EPS, &mut b.prep)?;
         k.gemv.gemv(&l.gate_up, &b.prep, &mut b.gu, false)?;
         k.gemv.swiglu_prep(&b.gu, INTER, &mut b.prep)?;
@@ -584,10 +534,7 @@ pub(super) fn attention(
     } else {
         AttnOut::F32(&mut b.attn)
     };
-    if matches!(
-        k.mode,
-        AttnMode::Fused | AttnMode::FusedLight | AttnMode::FusedO
-    ) {
+    if matches!(k.mode, AttnMode::Fused | AttnMode::FusedLight) {
         let src = QkvRope {
             qkv: &b.qkv,
             bias: None,
@@ -736,7 +683,6 @@ fn build(
         ss: scratch(HIDDEN / 32)?,
         prep_f: XPrep::new(ctx, owner, INTER)?,
         pairs: ctx.alloc::<u32>(owner, SpanKind::Scratch, INTER / 32)?,
-        osync: ctx.alloc::<u32>(owner, SpanKind::Scratch, 2)?,
     };
     Ok(Model {
         layers,

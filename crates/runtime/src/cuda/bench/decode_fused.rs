@@ -9,8 +9,7 @@
 //! differ only in where the RMSNorm's scalar is applied (f32 rounding).
 
 use super::BenchError;
-use super::decode::{AttnMode, EPS, HD, HIDDEN, Kernels, Model, agree, attention, step_logits};
-use super::decode_attn_o::attention_o;
+use super::decode::{EPS, HD, HIDDEN, Kernels, Model, agree, attention, step_logits};
 use crate::cuda::{CudaContext, CudaError, DeviceBuffer, Epilogue, NormIn};
 
 /// The consumer side of the model's RMSNorm over `parts`.
@@ -37,16 +36,12 @@ pub(super) fn step_fused(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
             let qkv = Epilogue::normed(norm_in(&b.ss));
             k.gemv.gemv_fused(&l.qkv, &b.prep_n, &mut b.qkv, qkv)?;
         }
-        if k.mode == AttnMode::FusedO && k.skip & 6 == 0 {
-            attention_o(k, l, b, cap, scale, true)?;
-        } else {
-            if k.skip & 2 == 0 {
-                attention(k, l, b, cap, scale, true)?;
-            }
-            if k.skip & 4 == 0 {
-                let o = Epilogue::residual_norm(&l.mlp_norm, &mut b.prep_n, &mut b.ss);
-                k.gemv.gemv_fused(&l.o, &b.prep, &mut b.h, o)?;
-            }
+        if k.skip & 2 == 0 {
+            attention(k, l, b, cap, scale, true)?;
+        }
+        if k.skip & 4 == 0 {
+            let o = Epilogue::residual_norm(&l.mlp_norm, &mut b.prep_n, &mut b.ss);
+            k.gemv.gemv_fused(&l.o, &b.prep, &mut b.h, o)?;
         }
         if k.skip & 8 == 0 {
             let gate_up = Epilogue::normed_swiglu(norm_in(&b.ss), &mut b.prep_f, &mut b.pairs);

@@ -128,8 +128,7 @@ pub(super) fn measure_parts(
     let k: &Kernels = k;
     let graph_attn_ms = graph_attn_modes
         .iter()
-        // FusedO's attention alone is Fused's (its o projection is timed with the GEMVs).
-        .find(|(md, _)| *md == mode0 || (mode0 == AttnMode::FusedO && *md == AttnMode::Fused))
+        .find(|(md, _)| *md == mode0)
         .map_or(f64::NAN, |(_, g)| *g);
 
     let graph_gemv_ms = graph_ms(ctx, 10, || {

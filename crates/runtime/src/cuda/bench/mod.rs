@@ -11,7 +11,6 @@
 //! here, so the library needs no `rand`), so two runs time the same bytes.
 
 mod decode;
-mod decode_attn_o;
 mod decode_fused;
 mod decode_parts;
 mod gemv;
