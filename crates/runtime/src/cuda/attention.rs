@@ -77,7 +77,7 @@ const COUNTERS: usize = 256;
 /// graph, two-pass → fused one-pass): 1000 keys over 2048 2.121 → 2.131 ms, 2560 over
 /// 4096 2.262 → 2.237, 6100 over 8192 2.555 → 2.414; so the line sits below the chat's
 /// 3072 and 4096 buckets. (With the FMA loop it sat at 4096: the two-pass step was 4%
-/// faster at a 2320-key capacity on the H200, docs/CUDA.md session 23.)
+/// faster at a 2320-key capacity on the H200, docs/CUDA-JOURNAL.md session 23.)
 pub const ATTN_ONEPASS_MIN_CAPACITY: usize = 2048;
 
 /// Which attention decode kernel [`AttentionDecode`] launches.

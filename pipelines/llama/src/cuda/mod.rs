@@ -55,7 +55,7 @@ use upload::DevLayer;
 pub(crate) const MAX_CONTEXT: usize = 32_768;
 /// Attention capacity buckets below the cache's own capacity: the two-pass attention's
 /// grid covers its capacity, so a bucket close to the keys saves it work. H200, random
-/// Qwen3-8B, `favlo bench chat --context 32768` (docs/CUDA.md, session 23): 2048 for
+/// Qwen3-8B, `favlo bench chat --context 32768` (docs/CUDA-JOURNAL.md, session 23): 2048 for
 /// 1537..1792 keys, 479.3–480.7 tok/s against 437.0–437.6 in the 4096 bucket (then on
 /// the one-pass kernel); 3072 for 2561..2752 keys, 444.5–447.4 against 425.2–425.5.
 /// Past 4096 (session 24) for the batched decode, whose two-pass kernels run at every
