@@ -260,3 +260,106 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
         }
     }
 }
+
+// Asynchronous epilogue (EPI 5 and 6 of gemm_persist_body, a 4-stage ring): a consumer
+// warpgroup stages its whole 64 rows × 128 tokens at once (token-major, rows padded to
+// GM_STG_LD floats) and the copy engine stores them (`y +=`: reduce-adds them in L2)
+// while the warpgroup goes on to the next tile, so the tile's bytes reach memory under
+// the next tile's tensor-core work instead of in a burst that every multiprocessor of
+// the wave makes at the same moment. The staging is written again one tile later, once
+// the copy engine has read it. SWIGLU (EPI 6): both warpgroups stage gate and up, their
+// 256 threads write silu(gate)·up over the gate staging, and warpgroup 0's first warp
+// stores it (64 outputs per token, y[token, 64 nt ..], ldy = n / 2). Needs n and ldy
+// multiples of 4 (SWIGLU: n a multiple of 128); the caller checks.
+#define GA_STG_BYTES (GM_TILE * GM_STG_LD * 4)  // one warpgroup's staging of a whole tile
+
+template <int SWIGLU>
+__device__ __forceinline__ void gm_epilogue_async(const float* acc, float* y, const float* rs,
+                                                  int m, int n, int ldy, int accumulate, int mt,
+                                                  int nt, int c, int wq, int g, int t, int lane,
+                                                  float* stg) {
+    const int lr = 16 * wq + g;              // the thread's first row in the warpgroup's 64
+    const int row0 = nt * GM_TILE + 64 * c;  // the warpgroup's first row in y
+    const int rows = min(64, n - row0);      // <= 0: a warpgroup past the last row
+    // The copy engine has read what this thread's lanes gave it from the previous tile's
+    // staging (only warp 0's lanes issue; each waits for its own bulk groups), and this
+    // thread's copy of a row scale (gm_rs_fetch) has landed; the barrier shares both.
+    if (wq == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    if (SWIGLU)
+        gm_pair_sync();
+    else
+        gm_named_sync(1 + c);
+#pragma unroll
+    for (int j = 0; j < GM_TILE / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int tl = 8 * j + 2 * t + e;  // token within the tile
+            const float r = rs[tl];
+            float* s0 = stg + tl * GM_STG_LD + lr;
+            s0[0] = acc[4 * j + e] * r;
+            s0[8] = acc[4 * j + 2 + e] * r;
+        }
+    }
+    if (SWIGLU) {
+        gm_pair_sync();
+        float* sg = stg - c * (GA_STG_BYTES / 4);  // warpgroup 0's staging: gate
+        const float* su = sg + GA_STG_BYTES / 4;   // warpgroup 1's: up
+        const int tid = 128 * c + 32 * wq + lane;
+#pragma unroll
+        for (int u = 0; u < GM_TILE * 64 / 4 / 256; ++u) {
+            const int q = tid + 256 * u;
+            const int tl = q >> 4, col = 4 * (q & 15);
+            float4* pg = reinterpret_cast<float4*>(sg + tl * GM_STG_LD + col);
+            const float4 gv = *pg;
+            const float4 uv = *reinterpret_cast<const float4*>(su + tl * GM_STG_LD + col);
+            *pg = make_float4(silu_fp8(gv.x) * uv.x, silu_fp8(gv.y) * uv.y,
+                              silu_fp8(gv.z) * uv.z, silu_fp8(gv.w) * uv.w);
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the copy engine
+        gm_pair_sync();
+        const int oc = nt * 64;
+        if (c == 0 && wq == 0 && oc < n / 2) {
+            const u32 bytes = (u32)min(64, n / 2 - oc) * 4u;
+#pragma unroll
+            for (int h2 = 0; h2 < GM_TILE / 32; ++h2) {
+                const int tl = lane + 32 * h2;
+                const int tok = mt * GM_TILE + tl;
+                if (tok < m)
+                    asm volatile(
+                        "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(
+                            y + (size_t)tok * ldy + oc),
+                        "r"(gm_smem(sg + tl * GM_STG_LD)), "r"(bytes)
+                        : "memory");
+            }
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        }
+        return;
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // visible to the copy engine
+    gm_named_sync(1 + c);
+    if (wq == 0 && rows > 0) {
+        const u32 bytes = (u32)rows * 4u;
+#pragma unroll
+        for (int h2 = 0; h2 < GM_TILE / 32; ++h2) {
+            const int tl = lane + 32 * h2;
+            const int tok = mt * GM_TILE + tl;
+            if (tok < m) {
+                float* dst = y + (size_t)tok * ldy + row0;
+                const u32 src = gm_smem(stg + tl * GM_STG_LD);
+                if (accumulate)
+                    asm volatile(
+                        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], "
+                        "%2;" ::"l"(dst),
+                        "r"(src), "r"(bytes)
+                        : "memory");
+                else
+                    asm volatile(
+                        "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
+                        "r"(src), "r"(bytes)
+                        : "memory");
+            }
+        }
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+}
