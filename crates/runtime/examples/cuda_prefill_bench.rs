@@ -312,14 +312,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t0.elapsed().as_secs_f64() * 1e3,
         g.from_cache
     );
-    // FAVLO_PREFILL_STORE=direct|bulk|vector|vector-add|async: how the persistent kernel writes a tile
+    // FAVLO_PREFILL_STORE=direct|bulk|vector|vector-add: how the persistent kernel writes a tile
     // ([`TileStore`]), for the default rows and FAVLO_PREFILL_PROFILE.
     match std::env::var("FAVLO_PREFILL_STORE").as_deref() {
         Ok("direct") => g.store = TileStore::Direct,
         Ok("bulk") => g.store = TileStore::Bulk,
         Ok("vector") => g.store = TileStore::Vector,
         Ok("vector-add") => g.store = TileStore::VectorAdd,
-        Ok("async") => g.store = TileStore::Async,
         Ok(v) => return Err(format!("FAVLO_PREFILL_STORE={v}: not a tile store").into()),
         Err(_) => {}
     }
@@ -466,10 +465,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (
             "16-byte stores, y += by 16-byte loads and stores",
             TileStore::VectorAdd,
-        ),
-        (
-            "the whole tile by the copy engine under the next tile",
-            TileStore::Async,
         ),
     ];
     let saved = g.store;

@@ -246,9 +246,7 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
 // shared memory (`gm_epilogue_staged`, 64 tokens per round; the ring has fewer stages so
 // the staging fits): 1 = the copy engine for everything; 2 = plain results by 16-byte
 // thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=` as 16-byte
-// loads, adds and stores); 4 = SwiGLU of gate | up row pairs (n a multiple of 128);
-// 5, 6 = the whole tile staged and stored by the copy engine while the next tile runs
-// (`gm_epilogue_async`; plain or `y +=`, and SwiGLU).
+// loads, adds and stores); 4 = SwiGLU of gate | up row pairs (n a multiple of 128).
 template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
@@ -304,8 +302,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
         // warpgroup copies them in (one per thread, cp.async) as its tile starts, so
         // their latency falls under the main loop, not on the epilogue's first multiply.
         __shared__ float gm_rs[2][GM_TILE];
-        const bool staged =
-            EPI == 4 || EPI == 6 || (EPI && (n & 3) == 0 && (ldy & 3) == 0);
+        const bool staged = EPI == 4 || (EPI && (n & 3) == 0 && (ldy & 3) == 0);
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
             const int mt = tile % m_tiles, nt = tile / m_tiles;
             if (staged) gm_rs_fetch(&gm_rs[c][32 * wq + lane], xr, mt * GM_TILE + 32 * wq + lane, m);
@@ -315,7 +312,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
             // `y +=` by the threads: the first round's residuals are fetched into the
             // staging before the call that runs any of the tile's last U stages.
             bool fetch = EPI == 3 && staged && accumulate;
-            float* const stg = stg0 + c * ((EPI >= 5 ? GA_STG_BYTES : GM_STG_BYTES) / 4);
+            float* const stg = stg0 + c * (GM_STG_BYTES / 4);
             int kb = 0;
             for (; kb + U <= kblocks; kb += U) {
                 if (fetch && kb + U > kblocks - U) {
@@ -334,12 +331,9 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                               lane);
             }
             it += kblocks;
-            if (staged && EPI >= 5)
-                gm_epilogue_async<EPI == 6>(acc, y, gm_rs[c], m, n, ldy, accumulate, mt, nt, c,
-                                            wq, g, t, lane, stg);
-            else if (staged)
-                gm_epilogue_staged<(EPI >= 5 ? 3 : EPI)>(acc, y, gm_rs[c], m, n, ldy, accumulate,
-                                                         mt, nt, c, wq, g, t, lane, stg);
+            if (staged)
+                gm_epilogue_staged<EPI>(acc, y, gm_rs[c], m, n, ldy, accumulate, mt, nt, c, wq,
+                                        g, t, lane, stg);
             else
                 gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
         }
@@ -530,22 +524,6 @@ GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_a, 2, 0, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_a, 2, 4, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_swiglu, 2, 0, 4)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_swiglu, 2, 4, 4)
-
-// The asynchronous epilogue (EPI 5, 6) over a 4-stage ring: 4 × GM_STAGE_BYTES + 2 ×
-// GA_STG_BYTES of dynamic shared memory (GEMM_ASYNC_SMEM in gemm.rs).
-#define GEMM_ASYNC_KERNEL(name, GROUP, EPI)                                                 \
-    extern "C" __global__ void __launch_bounds__(384, 1)                                    \
-        name(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq, \
-             const float* __restrict__ xc, const float* __restrict__ xr, float* y, int m,     \
-             int n, int kblocks, int ldy, int accumulate) {                                 \
-        gemm_persist_body<0, 2, GROUP, 4, EPI>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy,    \
-                                               accumulate);                                 \
-    }
-
-GEMM_ASYNC_KERNEL(gemm_mxfp8_e4m3_persist_async, 0, 5)
-GEMM_ASYNC_KERNEL(gemm_mxfp8_e4m3_group4_async, 4, 5)
-GEMM_ASYNC_KERNEL(gemm_mxfp8_e4m3_persist_swiglu_async, 0, 6)
-GEMM_ASYNC_KERNEL(gemm_mxfp8_e4m3_group4_swiglu_async, 4, 6)
 
 #define GEMM_W3_KERNEL(name, WFMT)                                                          \
     extern "C" __global__ void __launch_bounds__(512, 1)                                    \

@@ -44,9 +44,6 @@ const GEMM_SMEM: usize = 6 * 33792;
 /// Dynamic shared memory of the staged-epilogue kernels (`GEMM_STAGED_KERNEL`): 5 ring
 /// stages plus two `GM_STG_BYTES` (64 tokens × 68 floats) staging buffers.
 const GEMM_STAGED_SMEM: usize = 5 * 33792 + 2 * 64 * 68 * 4;
-/// Dynamic shared memory of the asynchronous-epilogue kernels (`GEMM_ASYNC_KERNEL`): 4 ring
-/// stages plus two `GA_STG_BYTES` (128 tokens × 68 floats) stagings of a whole tile.
-const GEMM_ASYNC_SMEM: usize = 4 * 33792 + 2 * 128 * 68 * 4;
 /// Dynamic shared memory of the three-consumer kernel: `G3_STAGES` × `G3_STAGE_BYTES`.
 const GEMM_W3_SMEM: usize = 5 * 41984;
 /// Hopper's largest dynamic shared memory per block (227 KB) less the kernels' 1 KB of
@@ -55,7 +52,6 @@ const SM90_DYNAMIC_SMEM: usize = 227 * 1024 - 1024;
 const _: () = assert!(
     GEMM_SMEM <= SM90_DYNAMIC_SMEM
         && GEMM_STAGED_SMEM <= SM90_DYNAMIC_SMEM
-        && GEMM_ASYNC_SMEM <= SM90_DYNAMIC_SMEM
         && GEMM_W3_SMEM <= SM90_DYNAMIC_SMEM,
     "a GEMM kernel's shared memory does not fit a Hopper block"
 );
@@ -200,10 +196,6 @@ pub struct GemmMx {
     /// The staged kernels with the SwiGLU epilogue ([`Self::gemm_swiglu`]): per-step
     /// promotion, grouped.
     e4m3_swiglu: [CudaFunction; 2],
-    /// [`TileStore::Async`]'s kernels: plain / `y +=` and SwiGLU, each per-step then
-    /// grouped.
-    e4m3_async: [CudaFunction; 2],
-    e4m3_swiglu_async: [CudaFunction; 2],
     sms: usize,
     e4m3_swap: CudaFunction,
     probe: CudaFunction,
@@ -224,8 +216,7 @@ pub struct GemmMx {
 
 /// How the persistent E4M3 GEMM writes a finished 128 × 128 tile of `y`. The staged
 /// kinds run a 5-stage ring instead of 6 (the staging takes the sixth stage's shared
-/// memory; [`Self::Async`] stages a whole tile and runs 4) and fall back to per-thread
-/// stores when `n` is not a multiple of 4.
+/// memory) and fall back to per-thread stores when `n` is not a multiple of 4.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TileStore {
     /// Per-thread 4-byte stores in the wgmma fragment order (`y +=`: the residuals
@@ -242,11 +233,6 @@ pub enum TileStore {
     /// a round's residuals, adds and 16-byte stores (no copy engine). Default: the
     /// `y +=` GEMMs 3–10% faster than [`Self::Vector`] on the H200 (docs/CUDA.md).
     VectorAdd,
-    /// The whole tile staged in shared memory and stored (`y +=`: reduce-added in L2) by
-    /// the copy engine while the consumers run the next tile, over a 4-stage ring: the
-    /// tile's bytes leave under tensor-core work instead of in the burst every
-    /// multiprocessor of a wave makes at once (experimental).
-    Async,
 }
 
 impl GemmMx {
@@ -305,21 +291,8 @@ impl GemmMx {
                 big_with("gemm_mxfp8_e4m3_persist_swiglu", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_swiglu", GEMM_STAGED_SMEM)?,
             ],
-            e4m3_async: [
-                big_with("gemm_mxfp8_e4m3_persist_async", GEMM_ASYNC_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_async", GEMM_ASYNC_SMEM)?,
-            ],
-            e4m3_swiglu_async: [
-                big_with("gemm_mxfp8_e4m3_persist_swiglu_async", GEMM_ASYNC_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_swiglu_async", GEMM_ASYNC_SMEM)?,
-            ],
             group_stages: 4,
-            // FAVLO_GEMM_STORE=async picks the asynchronous epilogue (for comparisons).
-            store: if std::env::var("FAVLO_GEMM_STORE").is_ok_and(|v| v == "async") {
-                TileStore::Async
-            } else {
-                TileStore::VectorAdd
-            },
+            store: TileStore::VectorAdd,
             sms: ctx
                 .raw()
                 .attribute(
@@ -460,21 +433,21 @@ impl GemmMx {
         let ff = w.rows / 2;
         check_gemm(op, x, w, y, ff)?;
         let tiles = x.m.div_ceil(GEMM_TILE) * w.rows.div_ceil(GEMM_TILE);
-        let (f, smem) = if self.store == TileStore::Async {
-            (
-                &self.e4m3_swiglu_async[usize::from(grouped)],
-                GEMM_ASYNC_SMEM,
-            )
-        } else {
-            (&self.e4m3_swiglu[usize::from(grouped)], GEMM_STAGED_SMEM)
-        };
         let cfg = LaunchConfig {
             grid_dim: (tiles.min(self.sms) as u32, 1, 1),
             block_dim: (384, 1, 1),
-            shared_mem_bytes: smem as u32,
+            shared_mem_bytes: GEMM_STAGED_SMEM as u32,
         };
         // Rows a multiple of 128 (tile_gemm_swiglu): every tile holds 64 outputs.
-        self.run(f, cfg, x, w, y, (ff, false), op)
+        self.run(
+            &self.e4m3_swiglu[usize::from(grouped)],
+            cfg,
+            x,
+            w,
+            y,
+            (ff, false),
+            op,
+        )
     }
 
     /// A timing probe with the same loads and tensor-core steps as [`Self::gemm`] but no
@@ -519,7 +492,6 @@ impl GemmMx {
             TileStore::Bulk => Some(0),
             TileStore::Vector => Some(1),
             TileStore::VectorAdd => Some(2),
-            TileStore::Async => Some(3),
         };
         let f = match (w.format, kernel) {
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
@@ -527,7 +499,6 @@ impl GemmMx {
             (ElementFormat::Fp8E4M3, GemmKernel::Serial) => &self.e4m3,
             (ElementFormat::Fp8E4M3, GemmKernel::Pipelined) => &self.e4m3_pipe,
             (ElementFormat::Fp8E4M3, GemmKernel::Persistent) => match (staged, grouped) {
-                (Some(3), g) => &self.e4m3_async[usize::from(g)],
                 (Some(i), true) => &self.e4m3_group_s[i],
                 (Some(i), false) => &self.e4m3_persist_s[i],
                 (None, true) => &self.e4m3_group[usize::from(self.group_stages >= 4)],
@@ -548,10 +519,10 @@ impl GemmMx {
             GemmKernel::Persistent => LaunchConfig {
                 grid_dim: ((mt * nt).min(self.sms) as u32, 1, 1),
                 block_dim: (384, 1, 1),
-                shared_mem_bytes: match staged {
-                    Some(3) => GEMM_ASYNC_SMEM,
-                    Some(_) => GEMM_STAGED_SMEM,
-                    None => GEMM_SMEM,
+                shared_mem_bytes: if staged.is_some() {
+                    GEMM_STAGED_SMEM
+                } else {
+                    GEMM_SMEM
                 } as u32,
             },
             GemmKernel::Wide3 => LaunchConfig {
