@@ -289,9 +289,9 @@ ATTN_GROUPS(64, _hd64)
 // nsplit); an empty warp's share within them (max -inf, partial 0) weighs 0.
 template <int HD>
 __device__ __forceinline__ float combine_head(const float* __restrict__ part, int nsplit,
-                                              int used, int h, int d) {
+                                              int used) {
     constexpr int R = 64;  // two splits per lane
-    const int lane = d & 31;
+    const int h = blockIdx.x, d = threadIdx.x, lane = d & 31;
     const float* p = part + (long long)h * nsplit * (HD + 4);
     const float ninf = __int_as_float(0xff800000);
     float M = ninf, L = 0.f, O = 0.f;
@@ -331,15 +331,12 @@ __device__ __forceinline__ void combine_f32(const float* __restrict__ part,
     pdl_trigger();
     pdl_wait();
     const int used = splits_used(lenp, len_add, cap, nsplit);
-    out[blockIdx.x * HD + threadIdx.x] =
-        combine_head<HD>(part, nsplit, used, blockIdx.x, threadIdx.x);
+    out[blockIdx.x * HD + threadIdx.x] = combine_head<HD>(part, nsplit, used);
 }
 
 // As combine_f32, writing the output straight into the GEMV's x preparation (head h's
-// HD values are blocks (HD/32) h ..); one warp per block of 32. HPB heads per block
-// (HD · HPB threads): fewer multiprocessors hold a combine block when the o GEMV's
-// blocks, each a whole multiprocessor, look for room.
-template <int HD, int HPB = 1>
+// HD values are blocks (HD/32) h ..); one warp per block of 32.
+template <int HD>
 __device__ __forceinline__ void combine_prep(const float* __restrict__ part, int nsplit,
                                              unsigned short* __restrict__ xhl,
                                              float* __restrict__ xs,
@@ -348,11 +345,9 @@ __device__ __forceinline__ void combine_prep(const float* __restrict__ part, int
     pdl_trigger();  // the GEMV that reads xhl / xs may start streaming its weights
     pdl_wait();     // the partials come from the split kernel
     const int used = splits_used(lenp, len_add, cap, nsplit);
-    const int h = HPB == 1 ? blockIdx.x : blockIdx.x * HPB + threadIdx.x / HD;
-    const int d = HPB == 1 ? threadIdx.x : threadIdx.x % HD;
-    const float v = combine_head<HD>(part, nsplit, used, h, d);
+    const float v = combine_head<HD>(part, nsplit, used);
     prep32_store(v, threadIdx.x & 31,
-                 (long long)blockIdx.x * HPB * (HD / 32) + (threadIdx.x >> 5), xhl, xs);
+                 (long long)blockIdx.x * (HD / 32) + (threadIdx.x >> 5), xhl, xs);
 }
 
 // The combines take the split kernel's length arguments (lenp, len_add, cap) to read
@@ -372,13 +367,6 @@ extern "C" __global__ void __launch_bounds__(128)
                              unsigned short* __restrict__ xhl, float* __restrict__ xs,
                              const int* __restrict__ lenp, int len_add, int cap) {
     combine_prep<128>(part, nsplit, xhl, xs, lenp, len_add, cap);
-}
-// combine_prep with four heads per block (head size 128, n_heads a multiple of 4).
-extern "C" __global__ void __launch_bounds__(512)
-    attn_decode_combine_prep_x4(const float* __restrict__ part, int nsplit,
-                                unsigned short* __restrict__ xhl, float* __restrict__ xs,
-                                const int* __restrict__ lenp, int len_add, int cap) {
-    combine_prep<128, 4>(part, nsplit, xhl, xs, lenp, len_add, cap);
 }
 extern "C" __global__ void __launch_bounds__(64)
     attn_decode_combine_prep_hd64(const float* __restrict__ part, int nsplit,

@@ -261,25 +261,22 @@ fn attention_decode_matches_reference() {
     // two-pass kernel, then the one-pass default, then the one-pass kernel's tensor-core
     // loop (more cases: `cuda_attn_onepass`).
     // (f32 caches run the FMA loop either way: the tensor-core loop only over f16.)
-    // The two-pass kernels also with four heads per combine block (`combine_x4`).
     let kernels = [
-        (AttnKernel::TwoPass, false, false),
-        (AttnKernel::TwoPass, false, true),
-        (AttnKernel::OnePass, false, false),
-        (AttnKernel::OnePass, true, false),
+        (AttnKernel::TwoPass, false),
+        (AttnKernel::OnePass, false),
+        (AttnKernel::OnePass, true),
     ];
-    for (f16_cache, pdl, (kernel, tc, x4)) in [false, true]
+    for (f16_cache, pdl, (kernel, tc)) in [false, true]
         .into_iter()
         .flat_map(|pdl| {
             kernels
                 .into_iter()
                 .flat_map(move |k| [(true, pdl, k), (false, pdl, k)])
         })
-        .filter(|&(f16_cache, _, (_, tc, _))| f16_cache || !tc)
+        .filter(|&(f16_cache, _, (_, tc))| f16_cache || !tc)
     {
         a.pdl = pdl && common::cuda::pdl_ok(&ctx);
         a.kernel = kernel;
-        a.combine_x4 = x4;
         a.set_onepass_tc(tc).unwrap();
         check_attention(&ctx, &a, f16_cache, 32, 8, 1024, 1024, 1);
         check_attention(&ctx, &a, f16_cache, 32, 8, 1, 64, 2);

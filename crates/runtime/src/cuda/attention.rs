@@ -247,12 +247,6 @@ pub struct AttentionDecode {
     /// [head dim 64?] combine kernels (f32 out, x-prep out).
     combine: [CudaFunction; 2],
     combine_prep: [CudaFunction; 2],
-    /// The x-prep combine with four heads per block (head size 128).
-    combine_prep_x4: CudaFunction,
-    /// Run [`Self::combine_prep_x4`] where it applies (`FAVLO_ATTN_COMBINE4=1`;
-    /// experimental): 8 blocks of 512 threads instead of 32 of 128 for 32 heads, so fewer
-    /// multiprocessors hold a combine block when the o GEMV's blocks look for room.
-    pub combine_x4: bool,
     /// The same split and x-prep combine kernels over several sequences
     /// (`decode_batch.rs`).
     pub(super) split_z: [[[CudaFunction; 8]; 2]; 2],
@@ -307,8 +301,6 @@ impl AttentionDecode {
                 f("attn_decode_combine_prep".into())?,
                 f("attn_decode_combine_prep_hd64".into())?,
             ],
-            combine_prep_x4: f("attn_decode_combine_prep_x4".into())?,
-            combine_x4: std::env::var("FAVLO_ATTN_COMBINE4").is_ok_and(|v| v == "1"),
             split_z: [
                 [set("f32", "_z")?, set("f16", "_z")?],
                 [set("f32", "_hd64_z")?, set("f16", "_hd64_z")?],
@@ -512,8 +504,7 @@ impl AttentionDecode {
                     .map_err(driver_err("cuLaunchKernel(attn_decode_combine)"))?;
             }
             AttnOut::Prep(p) => {
-                let (f, cfg) = self.combine_prep_launch(hi, n_heads, cfg);
-                let mut b = s.launch_builder(f);
+                let mut b = s.launch_builder(&self.combine_prep[hi]);
                 b.arg(&partials.slice)
                     .arg(&ns)
                     .arg(&mut p.hl.slice)
@@ -527,26 +518,6 @@ impl AttentionDecode {
             }
         }
         Ok(())
-    }
-
-    /// The x-prep combine kernel and its launch shape for `n_heads` heads (`cfg`: one
-    /// block of HD threads per head): four heads per block with [`Self::combine_x4`].
-    fn combine_prep_launch(
-        &self,
-        hi: usize,
-        n_heads: usize,
-        cfg: LaunchConfig,
-    ) -> (&CudaFunction, LaunchConfig) {
-        if self.combine_x4 && ATTN_HEAD_DIMS[hi] == 128 && n_heads.is_multiple_of(4) {
-            let cfg = LaunchConfig {
-                grid_dim: ((n_heads / 4) as u32, 1, 1),
-                block_dim: (512, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            (&self.combine_prep_x4, cfg)
-        } else {
-            (&self.combine_prep[hi], cfg)
-        }
     }
 
     /// [`Self::decode`]'s two launches through `cuLaunchKernelEx` with programmatic
@@ -624,9 +595,8 @@ impl AttentionDecode {
                     arg_ptr(&len_add),
                     arg_ptr(&cap),
                 ];
-                let (f, cfg) = self.combine_prep_launch(hi, n_heads, cfg);
                 // SAFETY: as in `decode`.
-                unsafe { launch_ex(s, f, cfg, &mut args) }
+                unsafe { launch_ex(s, &self.combine_prep[hi], cfg, &mut args) }
                     .map_err(driver_err("cuLaunchKernelEx(attn_decode_combine_prep)"))
             }
         }
