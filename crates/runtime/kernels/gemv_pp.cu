@@ -78,9 +78,7 @@ __device__ __forceinline__ void chunk_touch(const uint4 (&q)[8], uint2 sc,
 // into L2 (one 128-byte line per lane covers its 4 KB), so more of the warp's stream is
 // in flight without holding registers. MODE: `chunk_mma`'s timing probes, and 3 = loads
 // only (`chunk_touch`).
-// PRE2: the warp's second chunk is requested before the PDL wait too (a block then holds
-// two chunks per warp of weights before the kernel before it ends).
-template <int FMT, int PD = 0, int MODE = 0, int PRE2 = 0>
+template <int FMT, int PD = 0, int MODE = 0>
 __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ wd,
                                              const unsigned char* __restrict__ ws,
                                              const unsigned short* __restrict__ xhl,
@@ -128,7 +126,6 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
         for (int k = 1; k < PD; ++k) prefetch(c + k * nwarps);
     }
     if (c < chunks) load(c, qa, sa);
-    if (PRE2 && c + nwarps < chunks) load(c + nwarps, qb, sb);
     pdl_wait();
     if (c < chunks) stage_x(c, 0);
     cp_async_commit();
@@ -138,7 +135,7 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
         const int c1 = c + nwarps, c2 = c + 2 * nwarps;
         if (c1 < chunks) {
             stage_x(c1, 1);
-            if (!PRE2 || c != warp) load(c1, qb, sb);
+            load(c1, qb, sb);
         }
         cp_async_commit();
         cp_async_wait1();
@@ -166,13 +163,6 @@ extern "C" __global__ void __launch_bounds__(512) gemv_mxfp4_pp(
     const unsigned short* __restrict__ xhl, const float* __restrict__ xs, float* __restrict__ y,
     int rows, int chunks, const GemvEpi e) {
     gemv_pp_body<4>(wd, ws, xhl, xs, y, rows, chunks, e);
-}
-
-extern "C" __global__ void __launch_bounds__(512) gemv_mxfp4_pp_pre2(
-    const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,
-    const unsigned short* __restrict__ xhl, const float* __restrict__ xs, float* __restrict__ y,
-    int rows, int chunks, const GemvEpi e) {
-    gemv_pp_body<4, 0, 0, 1>(wd, ws, xhl, xs, y, rows, chunks, e);
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemv_mxfp8_pp(

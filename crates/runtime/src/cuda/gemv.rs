@@ -188,8 +188,6 @@ pub struct GemvMma {
     fp4_pf: CudaFunction,
     fp8_pf: CudaFunction,
     pp: [CudaFunction; 2],
-    /// The FP4 ping-pong kernel requesting two chunks per warp before the PDL wait.
-    pp_pre2_fn: CudaFunction,
     /// Ping-pong with L2 prefetch [FP4, FP8] × distance 2, 3.
     pp_pf: [[CudaFunction; 2]; 2],
     /// Ring kernels, [FP4, FP8] × depth 2, 3, 4.
@@ -233,9 +231,6 @@ pub struct GemvMma {
     /// [`GemvKernel::PingPong`]: prefetch the chunk this many loop steps ahead into L2
     /// (0 = off, 2 or 3).
     pub pp_prefetch: u8,
-    /// [`GemvKernel::PingPong`], FP4: each warp requests its first two chunks before the
-    /// PDL wait (experimental; benchmarks).
-    pub pp_pre2: bool,
     /// True when the module came from the disk cache.
     pub from_cache: bool,
     /// [`GemvKernel::Regs`] only: the weight loads with the L2 256-byte prefetch hint
@@ -366,13 +361,11 @@ impl GemvMma {
             pdl: false,
             select_as_pdl: false,
             pp_prefetch: 0,
-            pp_pre2: false,
             fp4: f("gemv_mxfp4_mma")?,
             fp8: f("gemv_mxfp8_mma")?,
             fp4_pf: f("gemv_mxfp4_mma_pf")?,
             fp8_pf: f("gemv_mxfp8_mma_pf")?,
             pp: [f("gemv_mxfp4_pp")?, f("gemv_mxfp8_pp")?],
-            pp_pre2_fn: f("gemv_mxfp4_pp_pre2")?,
             pp_pf: [
                 [f("gemv_mxfp4_pp_pf2")?, f("gemv_mxfp4_pp_pf3")?],
                 [f("gemv_mxfp8_pp_pf2")?, f("gemv_mxfp8_pp_pf3")?],
@@ -716,7 +709,6 @@ impl GemvMma {
                 let f = match self.pp_prefetch {
                     2 => &self.pp_pf[fi][0],
                     3 => &self.pp_pf[fi][1],
-                    _ if self.pp_pre2 && fi == 0 => &self.pp_pre2_fn,
                     _ => &self.pp[fi],
                 };
                 (f, w, 0)

@@ -257,11 +257,6 @@ pub(super) struct Bufs {
 
 pub(super) struct Kernels {
     pub(super) gemv: GemvMma,
-    /// The fused step's o GEMV, when `FAVLO_BENCH_O_WARPS=W` (and `FAVLO_BENCH_O_PRE2=1`)
-    /// give it blocks of W warps (and two chunks per warp requested before the PDL
-    /// wait): an experiment on whether o's blocks can become resident beside the
-    /// attention's.
-    pub(super) gemv_o: Option<GemvMma>,
     pub(super) attn: AttentionDecode,
     pub(super) ops: DecodeOps,
     pub(super) mode: AttnMode,
@@ -338,22 +333,8 @@ pub fn decode_bench(
         })
         .collect::<Vec<_>>()
         .join(", ");
-    let gemv_o = match std::env::var("FAVLO_BENCH_O_WARPS").map(|v| v.parse::<usize>()) {
-        Ok(Ok(w)) => {
-            let mut g = GemvMma::load(ctx)?;
-            g.kernel = opts.kernel;
-            g.ring_override = Some((w, 2));
-            g.pp_prefetch = opts.pp_prefetch;
-            g.persistent = opts.persistent;
-            g.select_as_pdl = pdl;
-            g.pp_pre2 = std::env::var("FAVLO_BENCH_O_PRE2").is_ok_and(|v| v == "1");
-            Some(g)
-        }
-        _ => None,
-    };
     let mut k = Kernels {
         gemv,
-        gemv_o,
         attn: AttentionDecode::load(ctx)?,
         ops: DecodeOps::load(ctx)?,
         mode: opts.attn,
@@ -473,9 +454,6 @@ fn check_pdl(
     let h0 = ctx.download(&m.b.h)?;
     let plain = step_logits(ctx, k, m, &h0, start)?;
     k.gemv.pdl = true;
-    if let Some(g) = k.gemv_o.as_mut() {
-        g.pdl = true;
-    }
     k.attn.pdl = true;
     k.ops.pdl = true;
     let with = step_logits(ctx, k, m, &h0, start)?;

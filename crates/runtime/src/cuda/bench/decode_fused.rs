@@ -41,10 +41,7 @@ pub(super) fn step_fused(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
         }
         if k.skip & 4 == 0 {
             let o = Epilogue::residual_norm(&l.mlp_norm, &mut b.prep_n, &mut b.ss);
-            k.gemv_o
-                .as_ref()
-                .unwrap_or(&k.gemv)
-                .gemv_fused(&l.o, &b.prep, &mut b.h, o)?;
+            k.gemv.gemv_fused(&l.o, &b.prep, &mut b.h, o)?;
         }
         if k.skip & 8 == 0 {
             let gate_up = Epilogue::normed_swiglu(norm_in(&b.ss), &mut b.prep_f, &mut b.pairs);
