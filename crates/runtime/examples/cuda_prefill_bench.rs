@@ -26,7 +26,7 @@
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 use favlo_runtime::cuda::{
     CudaContext, CudaError, DeviceBuffer, GemmActs, GemmKernel, GemmMx, GemmWeights, TileStore,
-    copy_bandwidth_gbps, tile_gemm, tile_gemm_swiglu, tile_gemm_swiglu_runs, time_ms,
+    copy_bandwidth_gbps, tile_gemm, tile_gemm_swiglu, time_ms,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
@@ -35,11 +35,6 @@ use rand::{Rng, SeedableRng};
 /// The H200's dense FP8 tensor-core rate from the datasheet (TFLOP/s).
 const FP8_PEAK_TFLOPS: f64 = 1979.0;
 const LAYERS: usize = 36;
-
-/// TFLOP/s of `flop` in `ms`.
-fn tflops(flop: f64, ms: f64) -> f64 {
-    flop / (ms * 1e-3) / 1e12
-}
 
 /// Random packed E4M3 bytes (NaN codes avoided), scales 2^-10..2^-4; or random E2M1
 /// codes with scales 2^-6..2^0 (MXFP4).
@@ -279,121 +274,6 @@ fn swiglu_probe(
     Ok(())
 }
 
-/// `FAVLO_PREFILL_PINGPONG=1`: the persistent kernel against the ping-pong one
-/// (`GemmKernel::PingPong`), each matrix as the chat runs it (gate|up through the SwiGLU
-/// GEMM, its rows paired in runs of 64 for the persistent kernel and of 32 for the
-/// ping-pong one), 36 layers, and all GEMMs layer by layer; the two kernels alternated
-/// three times after a second of warm-up, so drift in the clock under the power cap falls
-/// on both alike. The SwiGLU outputs of the two are compared bit for bit first.
-fn pingpong_probe(
-    ctx: &CudaContext,
-    owner: &Owner,
-    g: &mut GemmMx,
-    mats: &[Mat],
-    acts: &[GemmActs],
-    y: &mut DeviceBuffer<f32>,
-) -> Result<(), Box<dyn std::error::Error>> {
-    // Per matrix, per kernel: the weights the chat would run (SwiGLU pairings for gate|up).
-    let mut swiglu: Vec<Option<[Vec<GemmWeights>; 2]>> = Vec::new();
-    for mm in mats {
-        if mm.name != "gate|up" {
-            swiglu.push(None);
-            continue;
-        }
-        let view = MxView::new(mm.layout, &mm.packed)?;
-        let pair = |run: usize| -> Result<Vec<GemmWeights>, Box<dyn std::error::Error>> {
-            let w0 = GemmWeights::upload(ctx, owner, &tile_gemm_swiglu_runs(view, run)?)?;
-            let mut v = Vec::with_capacity(LAYERS);
-            for _ in 1..LAYERS {
-                v.push(w0.duplicate(ctx, owner)?);
-            }
-            v.insert(0, w0);
-            Ok(v)
-        };
-        swiglu.push(Some([pair(64)?, pair(32)?]));
-    }
-    let kernels = [GemmKernel::Persistent, GemmKernel::PingPong];
-    let run = |g: &GemmMx, ki: usize, mi: usize, l: usize, y: &mut DeviceBuffer<f32>| {
-        let mm = &mats[mi];
-        match &swiglu[mi] {
-            Some(p) => g.gemm_swiglu(&acts[mm.xin], &p[ki][l], y),
-            None => g.gemm(&acts[mm.xin], &mm.copies[l], y, mm.accumulate),
-        }
-    };
-    // Bit for bit: every matrix, layer 0, both kernels.
-    for (mi, mm) in mats.iter().enumerate() {
-        let mut outs = Vec::new();
-        for (ki, &kernel) in kernels.iter().enumerate() {
-            g.kernel = kernel;
-            if mm.accumulate {
-                ctx.write(y, &vec![0f32; y.len()])?;
-            }
-            run(g, ki, mi, 0, y)?;
-            outs.push(ctx.download(y)?);
-        }
-        let same = outs[0]
-            .iter()
-            .zip(&outs[1])
-            .all(|(a, b)| a.to_bits() == b.to_bits());
-        println!(
-            "{}: ping-pong bit-identical to persistent: {same}",
-            mats[mi].name
-        );
-        if !same {
-            return Err(format!("{}: the ping-pong output differs", mats[mi].name).into());
-        }
-    }
-    g.kernel = GemmKernel::Persistent;
-    let m = acts[0].rows();
-    let flop: Vec<f64> = mats
-        .iter()
-        .map(|mm| 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64)
-        .collect();
-    let all_flop: f64 = flop.iter().sum();
-    let everything = |g: &GemmMx, ki: usize, y: &mut DeviceBuffer<f32>| {
-        for l in 0..LAYERS {
-            for mi in 0..mats.len() {
-                run(g, ki, mi, l, y)?;
-            }
-        }
-        Ok(())
-    };
-    let t0 = std::time::Instant::now();
-    while t0.elapsed() < std::time::Duration::from_secs(1) {
-        everything(g, 0, y)?;
-        ctx.synchronize()?;
-    }
-    println!(
-        "\n| kernel (turn) | q|k|v TF/s | o TF/s | gate|up SwiGLU TF/s | down TF/s | all GEMMs ms | TFLOP/s | % of FP8 peak |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for turn in 0..3 {
-        for (ki, &kernel) in kernels.iter().enumerate() {
-            g.kernel = kernel;
-            let mut per = Vec::new();
-            for (mi, fl) in flop.iter().enumerate() {
-                let ms = time_ms(ctx, 2, 7, || {
-                    (0..LAYERS).try_for_each(|l| run(g, ki, mi, l, y))
-                })?;
-                per.push(tflops(*fl, ms));
-            }
-            let all = time_ms(ctx, 2, 7, || everything(g, ki, y))?;
-            println!(
-                "| {kernel:?} ({}) | {:.0} | {:.0} | {:.0} | {:.0} | {all:.3} | {:.0} | {:.1}% |",
-                turn + 1,
-                per[0],
-                per[1],
-                per[2],
-                per[3],
-                tflops(all_flop, all),
-                100.0 * tflops(all_flop, all) / FP8_PEAK_TFLOPS
-            );
-        }
-    }
-    g.kernel = GemmKernel::Persistent;
-    Ok(())
-}
-
 /// max|y − ref| / max|ref| over the first `toks` tokens, all columns.
 fn check(xq: &[f32], wf: &[f32], y: &[f32], n: usize, k: usize, toks: usize) -> f64 {
     let (mut err, mut max) = (0f64, 0f64);
@@ -527,7 +407,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (GemmKernel::Pipelined, false),
             (GemmKernel::Serial, false),
             (GemmKernel::Serial, true),
-            (GemmKernel::PingPong, false),
         ] {
             g.kernel = kernel;
             g.desc_swap = swap;
@@ -560,9 +439,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::var("FAVLO_PREFILL_SWIGLU_PROBE").is_ok_and(|v| v == "1") {
         return swiglu_probe(&ctx, &owner, &g, &mats, &acts, &mut y);
     }
-    if std::env::var("FAVLO_PREFILL_PINGPONG").is_ok_and(|v| v == "1") {
-        return pingpong_probe(&ctx, &owner, &mut g, &mats, &acts, &mut y);
-    }
     if std::env::var("FAVLO_PREFILL_ORDER_PROBE").is_ok_and(|v| v == "1") {
         return order_probe(&ctx, &g, &mats, &acts, &mut y);
     }
@@ -577,6 +453,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let (warm, reps) = (2, 7);
+    let tflops = |flop: f64, ms: f64| flop / (ms * 1e-3) / 1e12;
 
     // The ways the persistent kernel can write a tile, checked then timed over the whole
     // prefill's GEMMs (the first row is the default as loaded).

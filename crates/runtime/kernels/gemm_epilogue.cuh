@@ -120,9 +120,7 @@ __device__ __forceinline__ void gm_pair_sync() { asm volatile("bar.sync 3, 256;"
 // them; the second round's loaded first, then added and stored); 4 = SwiGLU: the weight rows
 // are gate | up pairs per tile (rows 64 nt .. 64 nt + 63 of gate for warpgroup 0, of
 // up for warpgroup 1), and both warpgroups' 256 threads write silu(gate) * up to
-// y[token, 64 nt + col] (ldy = n / 2; plain results only); 5 = SwiGLU within each
-// warpgroup (rows 0..31 of its 64 gate, 32..63 up; the ping-pong kernel): y[token,
-// 64 nt + 32 c + col].
+// y[token, 64 nt + col] (ldy = n / 2; plain results only).
 template <int EPI>
 __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
                                                    const float* rs, int m, int n,
@@ -179,28 +177,6 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
                     s0[8] = acc[4 * j + 2 + e] * r;
                 }
             }
-        }
-        if (EPI == 5) {
-            // SwiGLU within one warpgroup (the ping-pong kernel): its 64 rows are 32 gate
-            // rows then the same 32 up rows; 64 tokens × 32 outputs per round.
-            gm_named_sync(1 + c);
-            const int oc0 = nt * 64 + 32 * c;
-#pragma unroll
-            for (int u = 0; u < HT * 32 / 4 / 128; ++u) {
-                const int q = tid + 128 * u;
-                const int tl = q >> 3, col = 4 * (q & 7);
-                const int tok = mt * GM_TILE + HT * hf + tl;
-                const int oc = oc0 + col;
-                if (tok < m && oc < n / 2) {
-                    const float4 gv = *reinterpret_cast<const float4*>(stg + tl * GM_STG_LD + col);
-                    const float4 uv =
-                        *reinterpret_cast<const float4*>(stg + tl * GM_STG_LD + 32 + col);
-                    *reinterpret_cast<float4*>(y + (size_t)tok * ldy + oc) =
-                        make_float4(silu_fp8(gv.x) * uv.x, silu_fp8(gv.y) * uv.y,
-                                    silu_fp8(gv.z) * uv.z, silu_fp8(gv.w) * uv.w);
-                }
-            }
-            continue;  // the next round's first barrier orders these reads before its writes
         }
         if (EPI == 4) {
             gm_pair_sync();

@@ -139,46 +139,28 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
 // step is as many FP32 issue slots as the FP8 tensor cores' rate allows). Stage i + 1
 // goes into the other temporary before stage i is promoted; none stays in flight across
 // calls (see gm_pipe_steps).
-//
-// SB, XO, SO, CO: the stage's bytes and the offsets of its activation tile, weight scales
-// and activation scales (the 128-row stage by default; the ping-pong kernel's 64-row
-// stage, `PP_*`, passes its own and c = 0).
-// PP (the ping-pong kernel): a warpgroup skips the other's stages, so before waiting for
-// stage i it makes sure the other warpgroup has seen stage i - NS land (`other`, the
-// stream index after the last stage it saw; only stages before this unit's first, `it0`,
-// are the other's): a wait by parity is only right on a barrier at most one phase
-// behind. It publishes the stages it has seen in `mine`.
-template <int WFMT, int NST, int NS = GM_STAGES, int SB = GM_STAGE_BYTES,
-          int XO = GM_TILE_BYTES, int SO = GM_SCALE_OFF, int CO = GM_C_OFF, int PP = 0>
+template <int WFMT, int NST, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb, u8* ring,
                                                u64* full, u64* empty, int kb, int c, int r0,
-                                               int lane, volatile int* mine = nullptr,
-                                               const volatile int* other = nullptr,
-                                               int it0 = 0) {
+                                               int lane) {
     const u32 ring0 = gm_smem(ring);
     float f0[2], f1[2];
     auto scales = [&](int st) {
         const int s = (kb + st) % NS;
-        if (PP) {
-            const int need = min(kb + st - NS + 1, it0);
-            while (*other < need) {
-            }
-        }
         gm_bar_wait(&full[s], ((kb + st) / NS) & 1);
-        if (PP && lane == 0) *mine = kb + st + 1;
-        const u8* p = ring + s * SB;
-        const float cq = *reinterpret_cast<const float*>(p + CO);
-        f0[st & 1] = gm_e8m0(p[SO + r0 * 4]) * cq;
-        f1[st & 1] = gm_e8m0(p[SO + (r0 + 8) * 4]) * cq;
+        const u8* p = ring + s * GM_STAGE_BYTES;
+        const float cq = *reinterpret_cast<const float*>(p + GM_C_OFF);
+        f0[st & 1] = gm_e8m0(p[GM_SCALE_OFF + r0 * 4]) * cq;
+        f1[st & 1] = gm_e8m0(p[GM_SCALE_OFF + (r0 + 8) * 4]) * cq;
     };
     auto issue = [&](float* d, int st) {
-        const u32 b = ring0 + ((kb + st) % NS) * SB;
+        const u32 b = ring0 + ((kb + st) % NS) * GM_STAGE_BYTES;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-        gm_wgmma<WFMT, 0>(d, gm_desc<0>(b + 8192 * c), gm_desc<0>(b + XO));
+        gm_wgmma<WFMT, 0>(d, gm_desc<0>(b + 8192 * c), gm_desc<0>(b + GM_TILE_BYTES));
 #pragma unroll
         for (int q = 1; q < 4; ++q)
             gm_wgmma<WFMT, 1>(d, gm_desc<0>(b + 256 * q + 8192 * c),
-                              gm_desc<0>(b + 256 * q + XO));
+                              gm_desc<0>(b + 256 * q + GM_TILE_BYTES));
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     };
     scales(0);
@@ -357,125 +339,6 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
         }
         // The copy engine's last stores (and reads of the staging) complete before exit.
         if (EPI && wq == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-    }
-}
-
-// Ping-pong (grouped weights only): each consumer warpgroup runs whole half tiles (its
-// 64 weight rows × 128 tokens, all k) on its own, the two taking turns, so one's
-// epilogue runs while the other's main loop has the tensor cores. The producer streams
-// the block's half tiles in order (tile t's half 0, its half 1, tile t + grid's half 0,
-// ...), each stage holding one half's weights, the whole activation tile (read twice
-// per tile, once per half), their scales; warpgroup c consumes the stream's half tiles
-// 2j + c. The turns need no barrier of their own: a half tile's first stage is loaded
-// only when the ring has room, i.e. when the half tile before it is NS stages from its
-// end (each warpgroup only checks that the other has seen a stage land before waiting on
-// that stage's slot again, see gm_group_steps). EPI: as gemm_persist_body (3: plain or `y +=` by the threads), or 5: SwiGLU with
-// each 64-row half holding 32 gate rows then the same 32 up rows (`tile_gemm_swiglu`
-// with runs of 32).
-#define PP_X_OFF 8192
-#define PP_S_OFF (PP_X_OFF + GM_TILE_BYTES)
-#define PP_C_OFF (PP_S_OFF + 256)
-#define PP_STAGE_TX (PP_C_OFF + 16)
-#define PP_STAGE_BYTES 25600  // PP_STAGE_TX rounded up to 1 KB
-#define PP_STAGES 7
-
-template <int EPI>
-__device__ __forceinline__ void gemm_pp_body(const u8* __restrict__ w, const u8* __restrict__ ws,
-                                             const u8* __restrict__ xq,
-                                             const float* __restrict__ xc,
-                                             const float* __restrict__ xr, float* y, int m, int n,
-                                             int kblocks, int ldy, int accumulate) {
-    constexpr int NS = PP_STAGES;
-    extern __shared__ __align__(1024) u8 gm_ring[];
-    __shared__ u64 full[NS], empty[NS];
-    __shared__ int seen[2];  // per consumer warpgroup: the stream index after the last stage it saw
-    const int tid = threadIdx.x;
-    const int wg = tid >> 7;
-    const int m_tiles = (m + GM_TILE - 1) / GM_TILE, n_tiles = (n + GM_TILE - 1) / GM_TILE;
-    const int tiles = m_tiles * n_tiles;
-    float* const stg0 = reinterpret_cast<float*>(gm_ring + NS * PP_STAGE_BYTES);
-    if (tid < 2) seen[tid] = 0;
-    if (tid == 0) {
-        for (int s = 0; s < NS; ++s) {
-            gm_bar_init(&full[s], 1);
-            gm_bar_init(&empty[s], 4);  // the 4 warps of the warpgroup that consumed it
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-        if (tid == 0) {
-            int it = 0;
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                const int mt = tile % m_tiles, nt = tile / m_tiles;
-                for (int c = 0; c < 2; ++c) {
-                    const u8* wsrc = w + (size_t)nt * kblocks * GM_TILE_BYTES + 8192 * c;
-                    const u8* xsrc = xq + (size_t)mt * kblocks * GM_TILE_BYTES;
-                    const u8* ssrc = ws + (size_t)nt * kblocks * 512 + 256 * c;
-                    const float* csrc = xc + (size_t)mt * kblocks * 4;
-                    for (int kb = 0; kb < kblocks; ++kb, ++it) {
-                        const int s = it % NS;
-                        if (it >= NS) gm_bar_wait(&empty[s], ((it / NS) - 1) & 1);
-                        u8* st = gm_ring + s * PP_STAGE_BYTES;
-                        gm_bar_expect(&full[s], PP_STAGE_TX);
-                        gm_bulk(st, wsrc + (size_t)kb * GM_TILE_BYTES, 8192, &full[s]);
-                        gm_bulk(st + PP_X_OFF, xsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES,
-                                &full[s]);
-                        gm_bulk(st + PP_S_OFF, ssrc + (size_t)kb * 512, 256, &full[s]);
-                        gm_bulk(st + PP_C_OFF, csrc + (size_t)kb * 4, 16, &full[s]);
-                    }
-                }
-            }
-        }
-    } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-        const int c = wg - 1;
-        const int lane = tid & 31, wq = (tid >> 5) & 3;
-        const int g = lane >> 2, t = lane & 3;
-        const int lr = 16 * wq + g;  // the thread's first row in its half
-        float acc[64], ta[64], tb[64];
-#pragma unroll
-        for (int i = 0; i < 64; ++i) {
-            ta[i] = 0.f;
-            tb[i] = 0.f;
-        }
-        __shared__ float pp_rs[2][GM_TILE];
-        const bool staged = EPI == 5 || ((n & 3) == 0 && (ldy & 3) == 0);
-        float* const stg = stg0 + c * (GM_STG_BYTES / 4);
-        int j = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++j) {
-            const int mt = tile % m_tiles, nt = tile / m_tiles;
-            const int it = (2 * j + c) * kblocks;
-            if (staged) gm_rs_fetch(&pp_rs[c][32 * wq + lane], xr, mt * GM_TILE + 32 * wq + lane, m);
-#pragma unroll
-            for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-            bool fetch = EPI == 3 && staged && accumulate;
-            int kb = 0;
-            for (; kb + 4 <= kblocks; kb += 4) {
-                if (fetch && kb + 4 > kblocks - 4) {
-                    gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
-                    fetch = false;
-                }
-                gm_group_steps<0, 4, NS, PP_STAGE_BYTES, PP_X_OFF, PP_S_OFF, PP_C_OFF, 1>(
-                    acc, ta, tb, gm_ring, full, empty, it + kb, 0, lr, lane, &seen[c],
-                    &seen[1 - c], it);
-            }
-            for (; kb < kblocks; ++kb) {
-                if (fetch) {
-                    gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
-                    fetch = false;
-                }
-                gm_group_steps<0, 1, NS, PP_STAGE_BYTES, PP_X_OFF, PP_S_OFF, PP_C_OFF, 1>(
-                    acc, ta, tb, gm_ring, full, empty, it + kb, 0, lr, lane, &seen[c],
-                    &seen[1 - c], it);
-            }
-            if (staged)
-                gm_epilogue_staged<EPI>(acc, y, pp_rs[c], m, n, ldy, accumulate, mt, nt, c, wq, g,
-                                        t, lane, stg);
-            else
-                gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, 64 * c + lr, t);
-        }
     }
 }
 
@@ -679,22 +542,4 @@ extern "C" __global__ void __launch_bounds__(512, 1)
                         const float* __restrict__ xr, float* y, int m, int n, int kblocks,
                         int ldy, int accumulate) {
     gemm_w3_body<0, 1>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate);
-}
-
-// The ping-pong kernels (`gemm_pp_body`): plain or `y +=` by the threads, and SwiGLU;
-// PP_STAGES × PP_STAGE_BYTES + 2 × GM_STG_BYTES of dynamic shared memory
-// (GEMM_PP_SMEM in gemm.rs).
-extern "C" __global__ void __launch_bounds__(384, 1)
-    gemm_mxfp8_e4m3_group4_pp(const u8* __restrict__ w, const u8* __restrict__ ws,
-                              const u8* __restrict__ xq, const float* __restrict__ xc,
-                              const float* __restrict__ xr, float* y, int m, int n, int kblocks,
-                              int ldy, int accumulate) {
-    gemm_pp_body<3>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate);
-}
-extern "C" __global__ void __launch_bounds__(384, 1)
-    gemm_mxfp8_e4m3_group4_pp_swiglu(const u8* __restrict__ w, const u8* __restrict__ ws,
-                                     const u8* __restrict__ xq, const float* __restrict__ xc,
-                                     const float* __restrict__ xr, float* y, int m, int n,
-                                     int kblocks, int ldy, int accumulate) {
-    gemm_pp_body<5>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate);
 }

@@ -46,17 +46,13 @@ const GEMM_SMEM: usize = 6 * 33792;
 const GEMM_STAGED_SMEM: usize = 5 * 33792 + 2 * 64 * 68 * 4;
 /// Dynamic shared memory of the three-consumer kernel: `G3_STAGES` × `G3_STAGE_BYTES`.
 const GEMM_W3_SMEM: usize = 5 * 41984;
-/// Dynamic shared memory of the ping-pong kernels: `PP_STAGES` × `PP_STAGE_BYTES` plus
-/// two `GM_STG_BYTES` staging buffers.
-const GEMM_PP_SMEM: usize = 7 * 25600 + 2 * 64 * 68 * 4;
 /// Hopper's largest dynamic shared memory per block (227 KB) less the kernels' 1 KB of
 /// static shared memory (the mbarriers, aligned to the ring's 1 KB).
 const SM90_DYNAMIC_SMEM: usize = 227 * 1024 - 1024;
 const _: () = assert!(
     GEMM_SMEM <= SM90_DYNAMIC_SMEM
         && GEMM_STAGED_SMEM <= SM90_DYNAMIC_SMEM
-        && GEMM_W3_SMEM <= SM90_DYNAMIC_SMEM
-        && GEMM_PP_SMEM <= SM90_DYNAMIC_SMEM,
+        && GEMM_W3_SMEM <= SM90_DYNAMIC_SMEM,
     "a GEMM kernel's shared memory does not fit a Hopper block"
 );
 
@@ -176,11 +172,6 @@ pub enum GemmKernel {
     /// Three consumer warpgroups per block (192 weight rows × 128 tokens, 512 threads),
     /// the serial loop in each (experimental).
     Wide3,
-    /// Persistent, with the consumer warpgroups taking turns on whole half tiles (64
-    /// weight rows × 128 tokens each), so one's epilogue runs under the other's main
-    /// loop (experimental; grouped E4M3 weights with [`TileStore::VectorAdd`], the
-    /// persistent kernel otherwise).
-    PingPong,
 }
 
 /// The MXFP8 GEMM kernels of one context.
@@ -205,8 +196,6 @@ pub struct GemmMx {
     /// The staged kernels with the SwiGLU epilogue ([`Self::gemm_swiglu`]): per-step
     /// promotion, grouped.
     e4m3_swiglu: [CudaFunction; 2],
-    /// The ping-pong kernels ([`GemmKernel::PingPong`]): plain or `y +=`, SwiGLU.
-    e4m3_pp: [CudaFunction; 2],
     sms: usize,
     e4m3_swap: CudaFunction,
     probe: CudaFunction,
@@ -301,10 +290,6 @@ impl GemmMx {
             e4m3_swiglu: [
                 big_with("gemm_mxfp8_e4m3_persist_swiglu", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_swiglu", GEMM_STAGED_SMEM)?,
-            ],
-            e4m3_pp: [
-                big_with("gemm_mxfp8_e4m3_group4_pp", GEMM_PP_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_pp_swiglu", GEMM_PP_SMEM)?,
             ],
             group_stages: 4,
             store: TileStore::VectorAdd,
@@ -434,18 +419,14 @@ impl GemmMx {
     ) -> Result<(), CudaError> {
         let op = "gemm_mx_swiglu";
         let grouped = w.grouped && x.grouped;
-        // The ping-pong kernel pairs gate and up rows in runs of 32, the persistent one in
-        // runs of 64.
-        let pp = self.kernel == GemmKernel::PingPong && grouped;
-        let run = if pp { GEMM_TILE / 4 } else { GEMM_TILE / 2 };
-        let kernel_ok = matches!(self.kernel, GemmKernel::Persistent | GemmKernel::PingPong);
-        if !w.swiglu || w.swiglu_run != run || !kernel_ok || (grouped && self.group_stages < 4) {
+        if !w.swiglu || self.kernel != GemmKernel::Persistent || (grouped && self.group_stages < 4)
+        {
             return Err(shape(
                 op,
                 format!(
-                    "needs weights from tile_gemm_swiglu_runs (swiglu {}, runs of {} rows, this \
-                     kernel's {run}) and the persistent kernel with 4 grouped stages ({:?}, {})",
-                    w.swiglu, w.swiglu_run, self.kernel, self.group_stages
+                    "needs weights from tile_gemm_swiglu (swiglu {}) and the persistent kernel \
+                     with 4 grouped stages ({:?}, {})",
+                    w.swiglu, self.kernel, self.group_stages
                 ),
             ));
         }
@@ -455,15 +436,18 @@ impl GemmMx {
         let cfg = LaunchConfig {
             grid_dim: (tiles.min(self.sms) as u32, 1, 1),
             block_dim: (384, 1, 1),
-            shared_mem_bytes: if pp { GEMM_PP_SMEM } else { GEMM_STAGED_SMEM } as u32,
-        };
-        let f = if pp {
-            &self.e4m3_pp[1]
-        } else {
-            &self.e4m3_swiglu[usize::from(grouped)]
+            shared_mem_bytes: GEMM_STAGED_SMEM as u32,
         };
         // Rows a multiple of 128 (tile_gemm_swiglu): every tile holds 64 outputs.
-        self.run(f, cfg, x, w, y, (ff, false), op)
+        self.run(
+            &self.e4m3_swiglu[usize::from(grouped)],
+            cfg,
+            x,
+            w,
+            y,
+            (ff, false),
+            op,
+        )
     }
 
     /// A timing probe with the same loads and tensor-core steps as [`Self::gemm`] but no
@@ -495,19 +479,6 @@ impl GemmMx {
             self.kernel
         };
         let grouped = w.grouped && x.grouped;
-        // The ping-pong kernel covers grouped E4M3 weights with the threads' stores; any
-        // other case runs the persistent kernel.
-        let kernel = match kernel {
-            GemmKernel::PingPong
-                if !(grouped
-                    && self.group_stages >= 4
-                    && self.store == TileStore::VectorAdd
-                    && w.format == ElementFormat::Fp8E4M3) =>
-            {
-                GemmKernel::Persistent
-            }
-            k => k,
-        };
         // The staged kernel, if any (index into `e4m3_persist_s` / `e4m3_group_s`). Two
         // grouped stages per call have none (the slower choice).
         let staged = match self.store {
@@ -533,14 +504,11 @@ impl GemmMx {
                 (None, true) => &self.e4m3_group[usize::from(self.group_stages >= 4)],
                 (None, false) => &self.e4m3_persist,
             },
-            (ElementFormat::Fp8E4M3, GemmKernel::PingPong) => &self.e4m3_pp[0],
             (ElementFormat::Fp8E4M3, GemmKernel::Wide3) if grouped => &self.e4m3_w3_group,
             (ElementFormat::Fp8E4M3, GemmKernel::Wide3) => &self.e4m3_w3,
             (ElementFormat::Fp8E5M2, GemmKernel::Serial) => &self.e5m2,
             (ElementFormat::Fp8E5M2, GemmKernel::Pipelined) => &self.e5m2_pipe,
-            (ElementFormat::Fp8E5M2, GemmKernel::Persistent | GemmKernel::PingPong) => {
-                &self.e5m2_persist
-            }
+            (ElementFormat::Fp8E5M2, GemmKernel::Persistent) => &self.e5m2_persist,
             (ElementFormat::Fp8E5M2, GemmKernel::Wide3) => &self.e5m2_w3,
             (ElementFormat::Fp4E2M1, _) => {
                 return Err(shape(op, "MXFP4 codes must be folded by tile_gemm".into()));
@@ -556,11 +524,6 @@ impl GemmMx {
                 } else {
                     GEMM_SMEM
                 } as u32,
-            },
-            GemmKernel::PingPong => LaunchConfig {
-                grid_dim: ((mt * nt).min(self.sms) as u32, 1, 1),
-                block_dim: (384, 1, 1),
-                shared_mem_bytes: GEMM_PP_SMEM as u32,
             },
             GemmKernel::Wide3 => LaunchConfig {
                 grid_dim: (mt as u32, w.rows.div_ceil(192) as u32, 1),

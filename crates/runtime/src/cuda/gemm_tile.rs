@@ -48,8 +48,6 @@ pub struct GemmWeightsHost {
     pub scales: Vec<u8>,
     /// Gate | up rows re-paired for [`GemmMx::gemm_swiglu`](super::GemmMx::gemm_swiglu) ([`tile_gemm_swiglu`]).
     pub swiglu: bool,
-    /// Rows per gate or up run of the pairing ([`tile_gemm_swiglu_runs`]; 0 when plain).
-    pub swiglu_run: usize,
 }
 
 impl GemmWeightsHost {
@@ -73,34 +71,24 @@ pub fn tile_gemm(view: MxView<'_>) -> Result<GemmWeightsHost, CudaError> {
 /// rows 64j .. 64j + 63, so the two consumer warpgroups of one block finish the gate
 /// and up halves of the same 64 outputs.
 pub fn tile_gemm_swiglu(view: MxView<'_>) -> Result<GemmWeightsHost, CudaError> {
-    tile_gemm_swiglu_runs(view, GEMM_TILE / 2)
-}
-
-/// [`tile_gemm_swiglu`] with gate and up alternating in runs of `run` rows (64: the
-/// persistent kernel's pairing; 32: [`GemmKernel::PingPong`](super::GemmKernel::PingPong)'s,
-/// each 64-row half tile holding 32 gate rows and the same 32 up rows).
-pub fn tile_gemm_swiglu_runs(view: MxView<'_>, run: usize) -> Result<GemmWeightsHost, CudaError> {
     let rows = view.layout.rows;
     let ff = rows / 2;
-    if rows == 0 || !rows.is_multiple_of(128) || !matches!(run, 32 | 64) {
+    if rows == 0 || !rows.is_multiple_of(128) {
         return Err(CudaError::Shape {
             op: "tile_gemm_swiglu",
-            detail: format!(
-                "{rows} rows in runs of {run}: gate | up halves must be multiples of 64, runs 32 or 64"
-            ),
+            detail: format!("{rows} rows: gate | up halves must be multiples of 64"),
         });
     }
+    let half = GEMM_TILE / 2;
     let source = move |r: usize| {
-        let (pair, i) = (r / (2 * run), r % (2 * run));
-        if i < run {
-            pair * run + i
+        let (tile, i) = (r / GEMM_TILE, r % GEMM_TILE);
+        if i < half {
+            tile * half + i
         } else {
-            ff + pair * run + i - run
+            ff + tile * half + i - half
         }
     };
-    let mut host = tile_gemm_rows(view, source, true)?;
-    host.swiglu_run = run;
-    Ok(host)
+    tile_gemm_rows(view, source, true)
 }
 
 /// [`tile_gemm`] with tiled row r taken from row `source(r)` of the matrix.
@@ -146,7 +134,6 @@ fn tile_gemm_rows(
         data,
         scales,
         swiglu,
-        swiglu_run: 0,
     })
 }
 
@@ -193,8 +180,6 @@ pub struct GemmWeights {
     pub kblocks: usize,
     /// See [`GemmWeightsHost::swiglu`].
     pub swiglu: bool,
-    /// See [`GemmWeightsHost::swiglu_run`].
-    pub swiglu_run: usize,
     pub(super) data: DeviceBuffer<u8>,
     pub(super) scales: DeviceBuffer<u8>,
 }
@@ -213,7 +198,6 @@ impl GemmWeights {
             cols: host.cols,
             kblocks: host.kblocks,
             swiglu: host.swiglu,
-            swiglu_run: host.swiglu_run,
             data: ctx.upload(owner, SpanKind::Resident, &host.data)?,
             scales: ctx.upload(owner, SpanKind::Resident, &host.scales)?,
         })
@@ -235,7 +219,6 @@ impl GemmWeights {
             cols: self.cols,
             kblocks: self.kblocks,
             swiglu: self.swiglu,
-            swiglu_run: self.swiglu_run,
             data,
             scales,
         })
@@ -300,19 +283,6 @@ mod tests {
                     "{format:?} row {r}"
                 );
             }
-            // Runs of 32 (the ping-pong kernel): gate 32 rows, then the same 32 up rows.
-            let runs = tile_gemm_swiglu_runs(view, 32).unwrap();
-            assert!(runs.swiglu && runs.swiglu_run == 32 && paired.swiglu_run == 64);
-            for r in 0..2 * ff {
-                let (p, i) = (r / 64, r % 64);
-                let src = if i < 32 {
-                    32 * p + i
-                } else {
-                    ff + 32 * p + i - 32
-                };
-                assert_eq!(row_of(&runs, r), row_of(&plain, src), "{format:?} row {r}");
-            }
-            assert!(tile_gemm_swiglu_runs(view, 16).is_err());
             let odd = MxLayout::new(format, 2 * 96, cols);
             let b = vec![0u8; odd.total_bytes()];
             assert!(tile_gemm_swiglu(MxView::new(odd, &b).unwrap()).is_err());
