@@ -319,8 +319,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok("bulk") => g.store = TileStore::Bulk,
         Ok("vector") => g.store = TileStore::Vector,
         Ok("vector-add") => g.store = TileStore::VectorAdd,
-        Ok("vector-add-early") => g.store = TileStore::VectorAddEarly,
-        Ok("vector-add-round2") => g.store = TileStore::VectorAddRound2,
         Ok(v) => return Err(format!("FAVLO_PREFILL_STORE={v}: not a tile store").into()),
         Err(_) => {}
     }
@@ -467,30 +465,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (
             "16-byte stores, y += by 16-byte loads and stores",
             TileStore::VectorAdd,
-        ),
-        (
-            "the same, second round's residuals loaded early",
-            TileStore::VectorAddEarly,
-        ),
-        (
-            "16-byte stores, y += by 16-byte loads and stores (again)",
-            TileStore::VectorAdd,
-        ),
-        (
-            "the same, second round's residuals loaded early (again)",
-            TileStore::VectorAddEarly,
-        ),
-        (
-            "the same, second round's residuals loaded as it starts",
-            TileStore::VectorAddRound2,
-        ),
-        (
-            "16-byte stores, y += by 16-byte loads and stores (third)",
-            TileStore::VectorAdd,
-        ),
-        (
-            "the same, second round's residuals loaded as it starts (again)",
-            TileStore::VectorAddRound2,
         ),
     ];
     let saved = g.store;

@@ -115,8 +115,7 @@ __device__ __forceinline__ void gm_res_fetch(float* stg, const float* __restrict
 __device__ __forceinline__ void gm_pair_sync() { asm volatile("bar.sync 3, 256;" ::: "memory"); }
 
 // EPI (as in gemm_persist_body): 1 = the copy engine for everything; 2 = plain results
-// by thread stores, `y +=` by the copy engine; 3 (and 5, 6: the second round's residuals
-// loaded at the start, or at the second round's start) = threads for both (`y +=`: the first
+// by thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=`: the first
 // round's residual pieces already in the staging (gm_res_fetch), the product added to
 // them; the second round's loaded first, then added and stored); 4 = SwiGLU: the weight rows
 // are gate | up pairs per tile (rows 64 nt .. 64 nt + 63 of gate for warpgroup 0, of
@@ -145,27 +144,12 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
         const int tok = mt * GM_TILE + HT * hf + tl;
         return (tok < m && col < rows) ? y + (size_t)tok * ldy + row0 + col : nullptr;
     };
-    // `y +=` (EPI 3, 5, 6): the first round's residuals are in the staging already
-    // (gm_res_fetch); the second round's are loaded after its products are staged (EPI
-    // 3), here, before the first round (EPI 5: the main loop's temporaries are dead now,
-    // so their registers hold them, and their latency falls under the first round), or
-    // as the second round starts, before its products are staged (EPI 6).
-    constexpr bool EARLY = EPI == 5 || EPI == 6;
-    const bool add = (EPI == 3 || EARLY) && accumulate;
-    constexpr int RES2 = EARLY ? PIECES : 1;
-    float4 res2[RES2];
-    auto load_res2 = [&]() {
-#pragma unroll
-        for (int u = 0; u < RES2; ++u) {
-            int tl, col;
-            const float* p = piece(1, u, tl, col);
-            res2[u] = p ? *reinterpret_cast<const float4*>(p) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-    };
-    if (EPI == 5 && add) load_res2();
+    // `y +=` (EPI 3): the first round's residuals are in the staging already
+    // (gm_res_fetch); the second round's are loaded after its products are staged
+    // (earlier, they would need registers the main loop's temporaries hold).
+    const bool add = EPI == 3 && accumulate;
 #pragma unroll
     for (int hf = 0; hf < GM_TILE / HT; ++hf) {
-        if (EPI == 6 && add && hf == 1) load_res2();
         // What this warpgroup staged last has been read: by its threads (this barrier),
         // or by the copy engine (lanes of warp 0 issued it; each waits for its own bulk
         // groups first).
@@ -218,18 +202,14 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
         if (threads) {
             gm_named_sync(1 + c);
             if (add && hf == 1) {
-                // `y +=`, second round: every residual piece loaded before any store
-                // (EPI 5: loaded already).
+                // `y +=`, second round: every residual piece loaded before any store.
                 float4 res[PIECES];
 #pragma unroll
                 for (int u = 0; u < PIECES; ++u) {
                     int tl, col;
                     const float* p = piece(hf, u, tl, col);
-                    if (EARLY)
-                        res[u] = res2[u < RES2 ? u : 0];
-                    else
-                        res[u] = p ? *reinterpret_cast<const float4*>(p)
-                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+                    res[u] = p ? *reinterpret_cast<const float4*>(p)
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
                 }
 #pragma unroll
                 for (int u = 0; u < PIECES; ++u) {

@@ -246,9 +246,7 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
 // shared memory (`gm_epilogue_staged`, 64 tokens per round; the ring has fewer stages so
 // the staging fits): 1 = the copy engine for everything; 2 = plain results by 16-byte
 // thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=` as 16-byte
-// loads, adds and stores); 4 = SwiGLU of gate | up row pairs (n a multiple of 128); 5, 6 =
-// as 3, the second round's residuals loaded as the epilogue starts (5) or as its second
-// round starts (6).
+// loads, adds and stores); 4 = SwiGLU of gate | up row pairs (n a multiple of 128).
 template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
@@ -310,19 +308,10 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
             if (staged) gm_rs_fetch(&gm_rs[c][32 * wq + lane], xr, mt * GM_TILE + 32 * wq + lane, m);
 #pragma unroll
             for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-            if (EPI == 5 || EPI == 6) {
-                // Defined afresh per tile, the temporaries are dead in the epilogue, whose
-                // early residual loads take their registers.
-#pragma unroll
-                for (int i = 0; i < 64; ++i) {
-                    ta[i] = 0.f;
-                    tb[i] = 0.f;
-                }
-            }
             constexpr int U = GROUP ? GROUP : NST;  // stages per call
             // `y +=` by the threads: the first round's residuals are fetched into the
             // staging before the call that runs any of the tile's last U stages.
-            bool fetch = (EPI == 3 || EPI == 5 || EPI == 6) && staged && accumulate;
+            bool fetch = EPI == 3 && staged && accumulate;
             float* const stg = stg0 + c * (GM_STG_BYTES / 4);
             int kb = 0;
             for (; kb + U <= kblocks; kb += U) {
@@ -533,10 +522,6 @@ GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_s, 2, 4, 1)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_v, 2, 4, 2)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_a, 2, 0, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_a, 2, 4, 3)
-GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_e, 2, 0, 5)
-GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_e, 2, 4, 5)
-GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_r, 2, 0, 6)
-GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_r, 2, 4, 6)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_swiglu, 2, 0, 4)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_swiglu, 2, 4, 4)
 

@@ -190,10 +190,9 @@ pub struct GemmMx {
     /// The three-consumer kernel with grouped promotion.
     e4m3_w3_group: CudaFunction,
     /// The persistent kernels with staged epilogues ([`TileStore::Bulk`],
-    /// [`TileStore::Vector`], [`TileStore::VectorAdd`], [`TileStore::VectorAddEarly`]):
-    /// per-step promotion, then grouped.
-    e4m3_persist_s: [CudaFunction; 5],
-    e4m3_group_s: [CudaFunction; 5],
+    /// [`TileStore::Vector`], [`TileStore::VectorAdd`]): per-step promotion, then grouped.
+    e4m3_persist_s: [CudaFunction; 3],
+    e4m3_group_s: [CudaFunction; 3],
     /// The staged kernels with the SwiGLU epilogue ([`Self::gemm_swiglu`]): per-step
     /// promotion, grouped.
     e4m3_swiglu: [CudaFunction; 2],
@@ -234,13 +233,6 @@ pub enum TileStore {
     /// a round's residuals, adds and 16-byte stores (no copy engine). Default: the
     /// `y +=` GEMMs 3–10% faster than [`Self::Vector`] on the H200 (docs/CUDA.md).
     VectorAdd,
-    /// [`Self::VectorAdd`] with the second round's residuals loaded into registers as
-    /// the epilogue starts (the main loop's temporaries are dead then), so their
-    /// latency falls under the first round instead of stalling the second.
-    VectorAddEarly,
-    /// [`Self::VectorAdd`] with the second round's residuals loaded as that round
-    /// starts, before its products are staged.
-    VectorAddRound2,
 }
 
 impl GemmMx {
@@ -289,15 +281,11 @@ impl GemmMx {
                 big_with("gemm_mxfp8_e4m3_persist_s", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_persist_v", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_persist_e", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_persist_r", GEMM_STAGED_SMEM)?,
             ],
             e4m3_group_s: [
                 big_with("gemm_mxfp8_e4m3_group4_s", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_v", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_e", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_r", GEMM_STAGED_SMEM)?,
             ],
             e4m3_swiglu: [
                 big_with("gemm_mxfp8_e4m3_persist_swiglu", GEMM_STAGED_SMEM)?,
@@ -504,8 +492,6 @@ impl GemmMx {
             TileStore::Bulk => Some(0),
             TileStore::Vector => Some(1),
             TileStore::VectorAdd => Some(2),
-            TileStore::VectorAddEarly => Some(3),
-            TileStore::VectorAddRound2 => Some(4),
         };
         let f = match (w.format, kernel) {
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
