@@ -466,19 +466,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "16-byte stores, y += by 16-byte loads and stores",
             TileStore::VectorAdd,
         ),
-        (
-            "the same, barrier waits with a suspend hint",
-            TileStore::VectorAddHint,
-        ),
-        (
-            "the same, and stage slots stepped",
-            TileStore::VectorAddHintSteps,
-        ),
-        ("the same, and descriptors offset", TileStore::VectorAddLean),
-        ("VectorAdd again", TileStore::VectorAdd),
-        ("hint again", TileStore::VectorAddHint),
-        ("hint and steps again", TileStore::VectorAddHintSteps),
-        ("lean again", TileStore::VectorAddLean),
     ];
     let saved = g.store;
     println!(

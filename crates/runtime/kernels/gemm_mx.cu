@@ -139,54 +139,28 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
 // step is as many FP32 issue slots as the FP8 tensor cores' rate allows). Stage i + 1
 // goes into the other temporary before stage i is promoted; none stays in flight across
 // calls (see gm_pipe_steps).
-//
-// OPT (experiment): 1 = barrier waits with a suspend-time hint; 2 = that, and each
-// stage's ring slot and phase stepped from the call's first instead of divided out; 3 =
-// that, and the wgmma descriptors offset from the first slot's.
-template <int WFMT, int NST, int NS = GM_STAGES, int OPT = 0>
+template <int WFMT, int NST, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb, u8* ring,
                                                u64* full, u64* empty, int kb, int c, int r0,
                                                int lane) {
     const u32 ring0 = gm_smem(ring);
     float f0[2], f1[2];
-    const int s0 = kb % NS;
-    const u32 ph0 = (u32)(kb / NS) & 1u;
-    // Ring slot of stage st of this call (st < NS).
-    auto slot = [&](int st) -> int {
-        if (OPT >= 2) return s0 + st >= NS ? s0 + st - NS : s0 + st;
-        return (kb + st) % NS;
-    };
-    auto phase = [&](int st) -> u32 {
-        if (OPT >= 2) return s0 + st >= NS ? ph0 ^ 1u : ph0;
-        return ((kb + st) / NS) & 1;
-    };
     auto scales = [&](int st) {
-        const int s = slot(st);
-        gm_bar_wait_t<OPT >= 1>(&full[s], phase(st));
+        const int s = (kb + st) % NS;
+        gm_bar_wait(&full[s], ((kb + st) / NS) & 1);
         const u8* p = ring + s * GM_STAGE_BYTES;
         const float cq = *reinterpret_cast<const float*>(p + GM_C_OFF);
         f0[st & 1] = gm_e8m0(p[GM_SCALE_OFF + r0 * 4]) * cq;
         f1[st & 1] = gm_e8m0(p[GM_SCALE_OFF + (r0 + 8) * 4]) * cq;
     };
-    // OPT 3: the descriptors of the ring's first slot, once; a stage's are those plus
-    // its offset (a descriptor's address field is the shared address / 16, and no ring
-    // address carries out of it).
-    const u64 da0 = gm_desc<0>(ring0 + 8192 * c), db0 = gm_desc<0>(ring0 + GM_TILE_BYTES);
     auto issue = [&](float* d, int st) {
-        const u32 b = ring0 + slot(st) * GM_STAGE_BYTES;
-        const u64 off = (u64)(slot(st) * (GM_STAGE_BYTES >> 4));
+        const u32 b = ring0 + ((kb + st) % NS) * GM_STAGE_BYTES;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-        if (OPT >= 3) {
-            gm_wgmma<WFMT, 0>(d, da0 + off, db0 + off);
+        gm_wgmma<WFMT, 0>(d, gm_desc<0>(b + 8192 * c), gm_desc<0>(b + GM_TILE_BYTES));
 #pragma unroll
-            for (int q = 1; q < 4; ++q) gm_wgmma<WFMT, 1>(d, da0 + off + 16 * q, db0 + off + 16 * q);
-        } else {
-            gm_wgmma<WFMT, 0>(d, gm_desc<0>(b + 8192 * c), gm_desc<0>(b + GM_TILE_BYTES));
-#pragma unroll
-            for (int q = 1; q < 4; ++q)
-                gm_wgmma<WFMT, 1>(d, gm_desc<0>(b + 256 * q + 8192 * c),
-                                  gm_desc<0>(b + 256 * q + GM_TILE_BYTES));
-        }
+        for (int q = 1; q < 4; ++q)
+            gm_wgmma<WFMT, 1>(d, gm_desc<0>(b + 256 * q + 8192 * c),
+                              gm_desc<0>(b + 256 * q + GM_TILE_BYTES));
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     };
     scales(0);
@@ -203,19 +177,19 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         }
         __syncwarp();  // stage i's operands may be overwritten
-        if (lane == 0) gm_bar_arrive(&empty[slot(i)]);
+        if (lane == 0) gm_bar_arrive(&empty[(kb + i) % NS]);
         const float a = f0[i & 1], b = f1[i & 1];
         gm_promote(acc, cur, a, b);
     }
 }
 
 // N stages of one consumer warpgroup: grouped promotion (GROUP) or one per k step.
-template <int WFMT, int N, int GROUP, int NS = GM_STAGES, int OPT = 0>
+template <int WFMT, int N, int GROUP, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_stages(float* acc, float* ta, float* tb, u8* ring,
                                           u64* full, u64* empty, int kb, int c, int r0,
                                           int lane) {
     if (GROUP)
-        gm_group_steps<WFMT, N, NS, OPT>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
+        gm_group_steps<WFMT, N, NS>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
     else
         gm_pipe_steps<WFMT, N, NS>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
 }
@@ -273,7 +247,7 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
 // the staging fits): 1 = the copy engine for everything; 2 = plain results by 16-byte
 // thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=` as 16-byte
 // loads, adds and stores); 4 = SwiGLU of gate | up row pairs (n a multiple of 128).
-template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0, int OPT = 0>
+template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
                                                   const u8* __restrict__ xq,
@@ -300,7 +274,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                 const float* csrc = xc + (size_t)mt * kblocks * 4;
                 for (int kb = 0; kb < kblocks; ++kb, ++it) {
                     const int s = it % NS;
-                    if (it >= NS) gm_bar_wait_t<OPT >= 1>(&empty[s], ((it / NS) - 1) & 1);
+                    if (it >= NS) gm_bar_wait(&empty[s], ((it / NS) - 1) & 1);
                     u8* st = gm_ring + s * GM_STAGE_BYTES;
                     gm_bar_expect(&full[s], GM_STAGE_TX);
                     gm_bulk(st, wsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
@@ -345,16 +319,16 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                     gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
-                gm_stages<WFMT, U, GROUP, NS, OPT>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
-                                                   r0, lane);
+                gm_stages<WFMT, U, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                                              lane);
             }
             for (; kb < kblocks; ++kb) {
                 if (fetch) {
                     gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
-                gm_stages<WFMT, 1, GROUP, NS, OPT>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
-                                                   r0, lane);
+                gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                                              lane);
             }
             it += kblocks;
             if (staged)
@@ -548,19 +522,6 @@ GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_s, 2, 4, 1)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_v, 2, 4, 2)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_a, 2, 0, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_a, 2, 4, 3)
-
-// Experiment: the same with OPT (see gm_group_steps).
-#define GEMM_OPT_KERNEL(name, OPT)                                                          \
-    extern "C" __global__ void __launch_bounds__(384, 1)                                    \
-        name(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq, \
-             const float* __restrict__ xc, const float* __restrict__ xr, float* y, int m,     \
-             int n, int kblocks, int ldy, int accumulate) {                                 \
-        gemm_persist_body<0, 2, 4, 5, 3, OPT>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy,     \
-                                              accumulate);                                  \
-    }
-GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_ah, 1)
-GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_ac, 2)
-GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_ad, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_swiglu, 2, 0, 4)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_swiglu, 2, 4, 4)
 
