@@ -70,6 +70,26 @@ __device__ __forceinline__ void gm_bar_wait(u64* bar, u32 parity) {
             : "memory");
     } while (!ok);
 }
+// gm_bar_wait with a suspend-time hint: a thread whose phase is not complete sleeps in
+// the barrier (up to ~10 ms) instead of coming back to issue the test again.
+__device__ __forceinline__ void gm_bar_wait_hint(u64* bar, u32 parity) {
+    u32 ok;
+    do {
+        asm volatile(
+            "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n\t"
+            "selp.u32 %0, 1, 0, p;\n\t}"
+            : "=r"(ok)
+            : "r"(gm_smem(bar)), "r"(parity), "r"(0x989680u)
+            : "memory");
+    } while (!ok);
+}
+template <int HINT>
+__device__ __forceinline__ void gm_bar_wait_t(u64* bar, u32 parity) {
+    if (HINT)
+        gm_bar_wait_hint(bar, parity);
+    else
+        gm_bar_wait(bar, parity);
+}
 __device__ __forceinline__ void gm_bulk(void* dst, const void* src, u32 bytes, u64* bar) {
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
