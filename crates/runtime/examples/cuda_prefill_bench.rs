@@ -93,68 +93,6 @@ fn time_layers(
     })
 }
 
-/// `FAVLO_PREFILL_LOOP_PROBES=1`: the default grouped loop beside its timing probes
-/// (wrong results, not checked), alternated twice: what each part of the loop costs.
-fn loop_probes(
-    ctx: &CudaContext,
-    g: &mut GemmMx,
-    mats: &[Mat],
-    acts: &[GemmActs],
-    y: &mut DeviceBuffer<f32>,
-    m: usize,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let (warm, reps) = (2, 7);
-    let tflops = |flop: f64, ms: f64| flop / (ms * 1e-3) / 1e12;
-    let all_flop: f64 = mats
-        .iter()
-        .map(|mm| 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64)
-        .sum();
-    println!(
-        "\n| loop | q|k|v TF/s | o TF/s | gate|up TF/s | down TF/s | all GEMMs ms | TFLOP/s | % of FP8 peak |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    let saved = g.store;
-    for _ in 0..2 {
-        for store in [
-            TileStore::VectorAdd,
-            TileStore::VectorAddLateFactors,
-            TileStore::VectorAddDoneFactors,
-            TileStore::ProbeNoLoads,
-            TileStore::ProbeNoMma,
-            TileStore::ProbeNoEpilogue,
-            TileStore::ProbeComputeOnly,
-            TileStore::ProbeLoadsOnly,
-            TileStore::ProbeLoadsOnlySplit,
-            TileStore::ProbeBarriersOnly,
-        ] {
-            g.store = store;
-            let mut per = Vec::new();
-            for mm in mats {
-                let flop = 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64;
-                let ms = time_ms(ctx, warm, reps, || {
-                    for w in &mm.copies {
-                        g.gemm(&acts[mm.xin], w, y, mm.accumulate)?;
-                    }
-                    Ok(())
-                })?;
-                per.push(tflops(flop, ms));
-            }
-            let all = time_layers(ctx, g, mats, acts, y, (warm, reps))?;
-            println!(
-                "| {store:?} | {:.0} | {:.0} | {:.0} | {:.0} | {all:.3} | {:.0} | {:.1}% |",
-                per[0],
-                per[1],
-                per[2],
-                per[3],
-                tflops(all_flop, all),
-                100.0 * tflops(all_flop, all) / FP8_PEAK_TFLOPS
-            );
-        }
-    }
-    g.store = saved;
-    Ok(())
-}
-
 /// `FAVLO_PREFILL_ORDER_PROBE=1`: where the whole prefill's GEMMs lose time against the
 /// per-matrix loops. Each launch is followed by an event, so every launch's time (with
 /// any gap before it) is known, in two orders: each matrix's 36 copies in a row (as the
@@ -506,9 +444,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::var("FAVLO_PREFILL_ORDER_PROBE").is_ok_and(|v| v == "1") {
         return order_probe(&ctx, &g, &mats, &acts, &mut y);
     }
-    if std::env::var("FAVLO_PREFILL_LOOP_PROBES").is_ok_and(|v| v == "1") {
-        return loop_probes(&ctx, &mut g, &mats, &acts, &mut y, m);
-    }
     if std::env::var("FAVLO_PREFILL_PROFILE").is_ok_and(|v| v == "1") {
         for mm in &mats {
             g.gemm(&acts[mm.xin], &mm.copies[1], &mut y, mm.accumulate)?;
@@ -526,26 +461,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // prefill's GEMMs (the first row is the default as loaded).
     let variants = [
         ("as loaded", g.store),
+        ("per-thread stores", TileStore::Direct),
+        ("copy engine", TileStore::Bulk),
+        ("16-byte stores, y += by the copy engine", TileStore::Vector),
         (
-            "factors read after the issue",
-            TileStore::VectorAddLateFactors,
+            "16-byte stores, y += by 16-byte loads and stores",
+            TileStore::VectorAdd,
         ),
         (
-            "factors read when the stage is done",
-            TileStore::VectorAddDoneFactors,
+            "the same, warpgroups issuing in turn",
+            TileStore::VectorAddTurns,
         ),
+        ("in turn, one temporary", TileStore::VectorAddTurnsOne),
         ("VectorAdd again", TileStore::VectorAdd),
+        ("in turn again", TileStore::VectorAddTurns),
         (
-            "factors read after the issue",
-            TileStore::VectorAddLateFactors,
+            "in turn, one temporary, again",
+            TileStore::VectorAddTurnsOne,
         ),
-        (
-            "factors read when the stage is done",
-            TileStore::VectorAddDoneFactors,
-        ),
-        ("VectorAdd again", TileStore::VectorAdd),
-        ("in turn", TileStore::VectorAddTurns),
-        ("operand copies of 4 KB", TileStore::VectorAddSplit),
     ];
     let saved = g.store;
     println!(

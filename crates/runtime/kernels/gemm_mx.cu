@@ -148,20 +148,6 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
 // OPT (experiment): 1 = the two consumer warpgroups issue their stages in turn (named
 // barriers 4 + c, see gm_turn_*); 2 = that, with one temporary (each stage issued,
 // waited for and promoted; the other warpgroup's stage covers the promotion).
-// Timing probes (wrong results), OR-ed flags: GM_P_NOLOAD (the producer only arrives:
-// stale operands), GM_P_NOMMA, GM_P_NOPROM (no promotion), GM_P_NOEPI (no epilogue:
-// one never-taken store keeps the accumulators alive). GM_P_SPLIT (not a probe): each
-// 16 KB operand copy issued as four 4 KB copies.
-#define GM_P_NOLOAD 8
-#define GM_P_NOMMA 16
-#define GM_P_NOPROM 32
-#define GM_P_NOEPI 64
-#define GM_P_SPLIT 128
-// GM_P_LATEF: a stage's factors read just after its wgmmas are issued (not between its
-// barrier wait and the issue); GM_P_LATEF2: read once the stage is done, before it is
-// released (experiments).
-#define GM_P_LATEF 512
-#define GM_P_LATEF2 1024
 template <int WFMT, int NST, int NS = GM_STAGES, int OPT = 0>
 __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb, u8* ring,
                                                u64* full, u64* empty, int kb, int c, int r0,
@@ -174,17 +160,9 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
     // Ring slot and phase parity of stage st of this call.
     auto slot = [&](int st) -> int { return s0 + st >= NS ? s0 + st - NS : s0 + st; };
     auto phase = [&](int st) -> u32 { return s0 + st >= NS ? ph0 ^ 1u : ph0; };
-    constexpr bool LATE = (OPT & (GM_P_LATEF | GM_P_LATEF2)) != 0;
-    auto factors = [&](int st) {
-        const u8* p = ring + slot(st) * GM_STAGE_BYTES;
-        const float cq = *reinterpret_cast<const float*>(p + GM_C_OFF);
-        f0[st & 1] = gm_e8m0(p[GM_SCALE_OFF + r0 * 4]) * cq;
-        f1[st & 1] = gm_e8m0(p[GM_SCALE_OFF + (r0 + 8) * 4]) * cq;
-    };
     auto scales = [&](int st) {
         const int s = slot(st);
         gm_bar_wait_hint(&full[s], phase(st));
-        if (LATE) return;
         const u8* p = ring + s * GM_STAGE_BYTES;
         const float cq = *reinterpret_cast<const float*>(p + GM_C_OFF);
         f0[st & 1] = gm_e8m0(p[GM_SCALE_OFF + r0 * 4]) * cq;
@@ -196,16 +174,13 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
     const u64 da0 = gm_desc<0>(ring0 + 8192 * c), db0 = gm_desc<0>(ring0 + GM_TILE_BYTES);
     auto issue = [&](float* d, int st) {
         const u64 off = (u64)(slot(st) * (GM_STAGE_BYTES >> 4));
-        if (OPT == 1 || OPT == 2) gm_turn_wait(c);
-        if (!(OPT & GM_P_NOMMA)) {
-            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-            gm_wgmma<WFMT, 0>(d, da0 + off, db0 + off);
+        if (OPT) gm_turn_wait(c);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        gm_wgmma<WFMT, 0>(d, da0 + off, db0 + off);
 #pragma unroll
-            for (int q = 1; q < 4; ++q)
-                gm_wgmma<WFMT, 1>(d, da0 + off + 16 * q, db0 + off + 16 * q);
-        }
+        for (int q = 1; q < 4; ++q) gm_wgmma<WFMT, 1>(d, da0 + off + 16 * q, db0 + off + 16 * q);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        if (OPT == 1 || OPT == 2) gm_turn_pass(c);
+        if (OPT) gm_turn_pass(c);
     };
     if (OPT == 2) {
 #pragma unroll
@@ -221,7 +196,6 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
     }
     scales(0);
     issue(ta, 0);
-    if (OPT & GM_P_LATEF) factors(0);
 #pragma unroll
     for (int i = 0; i < NST; ++i) {
         float* cur = (i & 1) ? tb : ta;
@@ -229,16 +203,14 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
         if (i + 1 < NST) {
             scales(i + 1);
             issue(nxt, i + 1);
-            if (OPT & GM_P_LATEF) factors(i + 1);
             asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
         } else {
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         }
-        if (OPT & GM_P_LATEF2) factors(i);
         __syncwarp();  // stage i's operands may be overwritten
         if (lane == 0) gm_bar_arrive(&empty[slot(i)]);
         const float a = f0[i & 1], b = f1[i & 1];
-        if (!(OPT & GM_P_NOPROM)) gm_promote(acc, cur, a, b);
+        gm_promote(acc, cur, a, b);
     }
 }
 
@@ -335,24 +307,8 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                     const int s = it % NS;
                     // The grouped kernels' producer sleeps in its waits too (their lean loop).
                     if (it >= NS) gm_bar_wait_t<GROUP != 0>(&empty[s], ((it / NS) - 1) & 1);
-                    if (OPT & GM_P_NOLOAD) {
-                        gm_bar_arrive(&full[s]);
-                        continue;
-                    }
                     u8* st = gm_ring + s * GM_STAGE_BYTES;
                     gm_bar_expect(&full[s], GM_STAGE_TX);
-                    if (OPT & GM_P_SPLIT) {
-#pragma unroll
-                        for (int q = 0; q < 4; ++q) {
-                            gm_bulk(st + 4096 * q, wsrc + (size_t)kb * GM_TILE_BYTES + 4096 * q,
-                                    4096, &full[s]);
-                            gm_bulk(st + GM_TILE_BYTES + 4096 * q,
-                                    xsrc + (size_t)kb * GM_TILE_BYTES + 4096 * q, 4096, &full[s]);
-                        }
-                        gm_bulk(st + GM_SCALE_OFF, ssrc + (size_t)kb * 512, 512, &full[s]);
-                        gm_bulk(st + GM_C_OFF, csrc + (size_t)kb * 4, 16, &full[s]);
-                        continue;
-                    }
                     gm_bulk(st, wsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
                     gm_bulk(st + GM_TILE_BYTES, xsrc + (size_t)kb * GM_TILE_BYTES,
                             GM_TILE_BYTES, &full[s]);
@@ -375,7 +331,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
         }
         int it = 0;
         // OPT: warpgroup 0 issues first; its last turn is taken after the last tile.
-        if ((OPT == 1 || OPT == 2) && c == 1) gm_turn_pass(c);
+        if (OPT && c == 1) gm_turn_pass(c);
         // The staged epilogue reads the tile's row scales from shared memory: each
         // warpgroup copies them in (one per thread, cp.async) as its tile starts, so
         // their latency falls under the main loop, not on the epilogue's first multiply.
@@ -383,13 +339,13 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
         const bool staged = EPI == 4 || (EPI && (n & 3) == 0 && (ldy & 3) == 0);
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
             const int mt = tile % m_tiles, nt = tile / m_tiles;
-            if (staged && !(OPT & GM_P_NOEPI)) gm_rs_fetch(&gm_rs[c][32 * wq + lane], xr, mt * GM_TILE + 32 * wq + lane, m);
+            if (staged) gm_rs_fetch(&gm_rs[c][32 * wq + lane], xr, mt * GM_TILE + 32 * wq + lane, m);
 #pragma unroll
             for (int i = 0; i < 64; ++i) acc[i] = 0.f;
             constexpr int U = GROUP ? GROUP : NST;  // stages per call
             // `y +=` by the threads: the first round's residuals are fetched into the
             // staging before the call that runs any of the tile's last U stages.
-            bool fetch = EPI == 3 && staged && accumulate && !(OPT & GM_P_NOEPI);
+            bool fetch = EPI == 3 && staged && accumulate;
             float* const stg = stg0 + c * (GM_STG_BYTES / 4);
             int kb = 0;
             for (; kb + U <= kblocks; kb += U) {
@@ -409,18 +365,13 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                    r0, lane);
             }
             it += kblocks;
-            if (OPT & GM_P_NOEPI) {
-                float s = 0.f;
-#pragma unroll
-                for (int i = 0; i < 64; ++i) s += acc[i];
-                if (s == -1234.5f) y[tid] = s;
-            } else if (staged)
+            if (staged)
                 gm_epilogue_staged<EPI>(acc, y, gm_rs[c], m, n, ldy, accumulate, mt, nt, c, wq,
                                         g, t, lane, stg);
             else
                 gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
         }
-        if ((OPT == 1 || OPT == 2) && c == 0) gm_turn_wait(c);
+        if (OPT && c == 0) gm_turn_wait(c);
         // The copy engine's last stores (and reads of the staging) complete before exit.
         if (EPI && wq == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     }
@@ -618,16 +569,6 @@ GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_a, 2, 4, 3)
     }
 GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_ao, 1)
 GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_a1, 2)
-GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_p4, GM_P_NOLOAD)
-GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_p6, GM_P_NOMMA)
-GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_p7, GM_P_NOEPI)
-GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_p8, GM_P_NOLOAD | GM_P_NOEPI)
-GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_p9, GM_P_NOMMA | GM_P_NOPROM | GM_P_NOEPI)
-GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_pa, GM_P_NOLOAD | GM_P_NOMMA | GM_P_NOPROM | GM_P_NOEPI)
-GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_pe, GM_P_NOEPI | GM_P_NOMMA | GM_P_NOPROM | GM_P_SPLIT)
-GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_as, GM_P_SPLIT)
-GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_al, GM_P_LATEF)
-GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_am, GM_P_LATEF2)
 
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_swiglu, 2, 0, 4)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_swiglu, 2, 4, 4)

@@ -335,9 +335,6 @@ fn check_gemm(
         (GemmKernel::Persistent, 4, TileStore::VectorAdd),
         (GemmKernel::Persistent, 4, TileStore::VectorAddTurns),
         (GemmKernel::Persistent, 4, TileStore::VectorAddTurnsOne),
-        (GemmKernel::Persistent, 4, TileStore::VectorAddSplit),
-        (GemmKernel::Persistent, 4, TileStore::VectorAddLateFactors),
-        (GemmKernel::Persistent, 4, TileStore::VectorAddDoneFactors),
         (GemmKernel::Wide3, 4, TileStore::Direct),
         (GemmKernel::Pipelined, 4, TileStore::Direct),
         (GemmKernel::Serial, 4, TileStore::Direct),
@@ -365,13 +362,7 @@ fn check_gemm(
             .map(|(_, y)| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
     };
     let base = bits("Persistent 4 stages VectorAdd");
-    for store in [
-        "VectorAddTurns",
-        "VectorAddTurnsOne",
-        "VectorAddSplit",
-        "VectorAddLateFactors",
-        "VectorAddDoneFactors",
-    ] {
+    for store in ["VectorAddTurns", "VectorAddTurnsOne"] {
         let v = bits(&format!("Persistent 4 stages {store}"));
         assert!(
             v.is_some() && v == base,

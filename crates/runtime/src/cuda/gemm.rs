@@ -191,8 +191,8 @@ pub struct GemmMx {
     e4m3_w3_group: CudaFunction,
     /// The persistent kernels with staged epilogues ([`TileStore::Bulk`],
     /// [`TileStore::Vector`], [`TileStore::VectorAdd`]): per-step promotion, then grouped.
-    e4m3_persist_s: [CudaFunction; 15],
-    e4m3_group_s: [CudaFunction; 15],
+    e4m3_persist_s: [CudaFunction; 5],
+    e4m3_group_s: [CudaFunction; 5],
     /// The staged kernels with the SwiGLU epilogue ([`Self::gemm_swiglu`]): per-step
     /// promotion, grouped.
     e4m3_swiglu: [CudaFunction; 2],
@@ -238,25 +238,6 @@ pub enum TileStore {
     VectorAddTurns,
     /// [`Self::VectorAddTurns`] with one temporary accumulator (experiment).
     VectorAddTurnsOne,
-    /// [`Self::VectorAdd`] with each 16 KB operand copy issued as four 4 KB ones
-    /// (experiment).
-    VectorAddSplit,
-    /// [`Self::VectorAdd`] with a stage's promotion factors read just after its wgmmas
-    /// are issued, not between its barrier wait and the issue (experiment).
-    VectorAddLateFactors,
-    /// [`Self::VectorAdd`] with a stage's factors read once its wgmmas are done, before
-    /// it is released (experiment).
-    VectorAddDoneFactors,
-    /// Timing probes of [`Self::VectorAdd`]'s grouped loop (wrong results): no loads
-    /// (stale operands); no wgmma; no epilogue; wgmma and promotion alone; loads alone;
-    /// the ring's barriers alone; loads alone, split as [`Self::VectorAddSplit`].
-    ProbeNoLoads,
-    ProbeNoMma,
-    ProbeNoEpilogue,
-    ProbeComputeOnly,
-    ProbeLoadsOnly,
-    ProbeBarriersOnly,
-    ProbeLoadsOnlySplit,
 }
 
 impl GemmMx {
@@ -307,16 +288,6 @@ impl GemmMx {
                 big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
             ],
             e4m3_group_s: [
                 big_with("gemm_mxfp8_e4m3_group4_s", GEMM_STAGED_SMEM)?,
@@ -324,16 +295,6 @@ impl GemmMx {
                 big_with("gemm_mxfp8_e4m3_group4_a", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_ao", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_a1", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_as", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_p4", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_p6", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_p7", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_p8", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_p9", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_pa", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_pe", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_al", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_am", GEMM_STAGED_SMEM)?,
             ],
             e4m3_swiglu: [
                 big_with("gemm_mxfp8_e4m3_persist_swiglu", GEMM_STAGED_SMEM)?,
@@ -542,16 +503,6 @@ impl GemmMx {
             TileStore::VectorAdd => Some(2),
             TileStore::VectorAddTurns => Some(3),
             TileStore::VectorAddTurnsOne => Some(4),
-            TileStore::VectorAddSplit => Some(5),
-            TileStore::ProbeNoLoads => Some(6),
-            TileStore::ProbeNoMma => Some(7),
-            TileStore::ProbeNoEpilogue => Some(8),
-            TileStore::ProbeComputeOnly => Some(9),
-            TileStore::ProbeLoadsOnly => Some(10),
-            TileStore::ProbeBarriersOnly => Some(11),
-            TileStore::ProbeLoadsOnlySplit => Some(12),
-            TileStore::VectorAddLateFactors => Some(13),
-            TileStore::VectorAddDoneFactors => Some(14),
         };
         let f = match (w.format, kernel) {
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
