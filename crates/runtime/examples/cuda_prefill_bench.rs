@@ -319,8 +319,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok("bulk") => g.store = TileStore::Bulk,
         Ok("vector") => g.store = TileStore::Vector,
         Ok("vector-add") => g.store = TileStore::VectorAdd,
-        Ok("turns") => g.store = TileStore::VectorAddTurns,
-        Ok("turns-one") => g.store = TileStore::VectorAddTurnsOne,
         Ok(v) => return Err(format!("FAVLO_PREFILL_STORE={v}: not a tile store").into()),
         Err(_) => {}
     }
@@ -467,17 +465,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (
             "16-byte stores, y += by 16-byte loads and stores",
             TileStore::VectorAdd,
-        ),
-        (
-            "the same, warpgroups issuing in turn",
-            TileStore::VectorAddTurns,
-        ),
-        ("in turn, one temporary", TileStore::VectorAddTurnsOne),
-        ("VectorAdd again", TileStore::VectorAdd),
-        ("in turn again", TileStore::VectorAddTurns),
-        (
-            "in turn, one temporary, again",
-            TileStore::VectorAddTurnsOne,
         ),
     ];
     let saved = g.store;

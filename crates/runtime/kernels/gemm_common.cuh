@@ -90,14 +90,6 @@ __device__ __forceinline__ void gm_bar_wait_t(u64* bar, u32 parity) {
     else
         gm_bar_wait(bar, parity);
 }
-// Turns of the two consumer warpgroups (experiment): warpgroup c waits at named barrier
-// 4 + c until the other has passed it the turn (an arrive of its 128 threads there).
-__device__ __forceinline__ void gm_turn_wait(int c) {
-    asm volatile("bar.sync %0, 256;" ::"r"(4 + c) : "memory");
-}
-__device__ __forceinline__ void gm_turn_pass(int c) {
-    asm volatile("bar.arrive %0, 256;" ::"r"(5 - c) : "memory");
-}
 __device__ __forceinline__ void gm_bulk(void* dst, const void* src, u32 bytes, u64* bar) {
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::

@@ -144,11 +144,7 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
 // promotion, against 143 before): the stages' ring slots and phases are stepped from
 // the call's first, the wgmma descriptors are the ring's first slot's plus an offset,
 // and the barrier waits sleep (suspend hint) instead of polling.
-//
-// OPT (experiment): 1 = the two consumer warpgroups issue their stages in turn (named
-// barriers 4 + c, see gm_turn_*); 2 = that, with one temporary (each stage issued,
-// waited for and promoted; the other warpgroup's stage covers the promotion).
-template <int WFMT, int NST, int NS = GM_STAGES, int OPT = 0>
+template <int WFMT, int NST, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb, u8* ring,
                                                u64* full, u64* empty, int kb, int c, int r0,
                                                int lane) {
@@ -174,26 +170,12 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
     const u64 da0 = gm_desc<0>(ring0 + 8192 * c), db0 = gm_desc<0>(ring0 + GM_TILE_BYTES);
     auto issue = [&](float* d, int st) {
         const u64 off = (u64)(slot(st) * (GM_STAGE_BYTES >> 4));
-        if (OPT) gm_turn_wait(c);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
         gm_wgmma<WFMT, 0>(d, da0 + off, db0 + off);
 #pragma unroll
         for (int q = 1; q < 4; ++q) gm_wgmma<WFMT, 1>(d, da0 + off + 16 * q, db0 + off + 16 * q);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        if (OPT) gm_turn_pass(c);
     };
-    if (OPT == 2) {
-#pragma unroll
-        for (int i = 0; i < NST; ++i) {
-            scales(i);
-            issue(ta, i);
-            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-            __syncwarp();
-            if (lane == 0) gm_bar_arrive(&empty[slot(i)]);
-            gm_promote(acc, ta, f0[i & 1], f1[i & 1]);
-        }
-        return;
-    }
     scales(0);
     issue(ta, 0);
 #pragma unroll
@@ -215,12 +197,12 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
 }
 
 // N stages of one consumer warpgroup: grouped promotion (GROUP) or one per k step.
-template <int WFMT, int N, int GROUP, int NS = GM_STAGES, int OPT = 0>
+template <int WFMT, int N, int GROUP, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_stages(float* acc, float* ta, float* tb, u8* ring,
                                           u64* full, u64* empty, int kb, int c, int r0,
                                           int lane) {
     if (GROUP)
-        gm_group_steps<WFMT, N, NS, OPT>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
+        gm_group_steps<WFMT, N, NS>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
     else
         gm_pipe_steps<WFMT, N, NS>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
 }
@@ -278,7 +260,7 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
 // the staging fits): 1 = the copy engine for everything; 2 = plain results by 16-byte
 // thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=` as 16-byte
 // loads, adds and stores); 4 = SwiGLU of gate | up row pairs (n a multiple of 128).
-template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0, int OPT = 0>
+template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
                                                   const u8* __restrict__ xq,
@@ -330,8 +312,6 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
             tb[i] = 0.f;
         }
         int it = 0;
-        // OPT: warpgroup 0 issues first; its last turn is taken after the last tile.
-        if (OPT && c == 1) gm_turn_pass(c);
         // The staged epilogue reads the tile's row scales from shared memory: each
         // warpgroup copies them in (one per thread, cp.async) as its tile starts, so
         // their latency falls under the main loop, not on the epilogue's first multiply.
@@ -353,16 +333,16 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                     gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
-                gm_stages<WFMT, U, GROUP, NS, OPT>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
-                                                   r0, lane);
+                gm_stages<WFMT, U, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                                              lane);
             }
             for (; kb < kblocks; ++kb) {
                 if (fetch) {
                     gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
-                gm_stages<WFMT, 1, GROUP, NS, OPT>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
-                                                   r0, lane);
+                gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                                              lane);
             }
             it += kblocks;
             if (staged)
@@ -371,7 +351,6 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
             else
                 gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
         }
-        if (OPT && c == 0) gm_turn_wait(c);
         // The copy engine's last stores (and reads of the staging) complete before exit.
         if (EPI && wq == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     }
@@ -557,19 +536,6 @@ GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_s, 2, 4, 1)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_v, 2, 4, 2)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_a, 2, 0, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_a, 2, 4, 3)
-
-// Experiment: the same with OPT (see gm_group_steps).
-#define GEMM_OPT_KERNEL(name, OPT)                                                          \
-    extern "C" __global__ void __launch_bounds__(384, 1)                                    \
-        name(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq, \
-             const float* __restrict__ xc, const float* __restrict__ xr, float* y, int m,     \
-             int n, int kblocks, int ldy, int accumulate) {                                 \
-        gemm_persist_body<0, 2, 4, 5, 3, OPT>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy,     \
-                                              accumulate);                                  \
-    }
-GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_ao, 1)
-GEMM_OPT_KERNEL(gemm_mxfp8_e4m3_group4_a1, 2)
-
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_swiglu, 2, 0, 4)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_swiglu, 2, 4, 4)
 

@@ -333,8 +333,6 @@ fn check_gemm(
         (GemmKernel::Persistent, 4, TileStore::Bulk),
         (GemmKernel::Persistent, 4, TileStore::Vector),
         (GemmKernel::Persistent, 4, TileStore::VectorAdd),
-        (GemmKernel::Persistent, 4, TileStore::VectorAddTurns),
-        (GemmKernel::Persistent, 4, TileStore::VectorAddTurnsOne),
         (GemmKernel::Wide3, 4, TileStore::Direct),
         (GemmKernel::Pipelined, 4, TileStore::Direct),
         (GemmKernel::Serial, 4, TileStore::Direct),
@@ -355,20 +353,6 @@ fn check_gemm(
     g.kernel = GemmKernel::Persistent;
     g.group_stages = 4;
     g.store = TileStore::VectorAdd;
-    // The turn-taking variants change no arithmetic.
-    let bits = |label: &str| {
-        ys.iter()
-            .find(|(l, _)| l == label)
-            .map(|(_, y)| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
-    };
-    let base = bits("Persistent 4 stages VectorAdd");
-    for store in ["VectorAddTurns", "VectorAddTurnsOne"] {
-        let v = bits(&format!("Persistent 4 stages {store}"));
-        assert!(
-            v.is_some() && v == base,
-            "{m}x{n}x{k}: {store} is not bit-identical to VectorAdd"
-        );
-    }
     // Tokens checked: all for small m, else a spread that touches every 128-token tile.
     let toks: Vec<usize> = if m * n * k <= 1 << 28 {
         (0..m).collect()
