@@ -557,3 +557,36 @@ extern "C" __global__ void __launch_bounds__(512, 1)
                         int ldy, int accumulate) {
     gemm_w3_body<0, 1>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate);
 }
+
+// The tensor cores' dense E4M3 rate on this card as it runs (`GemmMx::tensor_ceiling`,
+// the prefill benchmark's ceiling): one block per multiprocessor, two warpgroups each
+// chaining `stages` × 4 m64n128k32 wgmmas on operands already in shared memory (finite
+// codes cycling through GEMM_TC_SLOTS ring-sized slots), one stage in flight beside the
+// one issued, no loads, no promotion; one store per thread at the end. Under load the
+// power cap sets the clock, so this is the rate a GEMM of these instructions could reach.
+#define GEMM_TC_SLOTS 4
+extern "C" __global__ void __launch_bounds__(256, 1) gemm_tc_ceiling(int stages, float* sink) {
+    extern __shared__ __align__(1024) u8 gm_tc_ring[];
+    for (int i = threadIdx.x; i < GEMM_TC_SLOTS * GM_STAGE_BYTES / 4; i += blockDim.x)
+        reinterpret_cast<u32*>(gm_tc_ring)[i] = (i * 2654435761u) & 0x37373737u;  // |v| < 1
+    __syncthreads();
+    const int c = threadIdx.x >> 7;
+    const u32 ring0 = gm_smem(gm_tc_ring);
+    const u64 da0 = gm_desc<0>(ring0 + 8192 * c), db0 = gm_desc<0>(ring0 + GM_TILE_BYTES);
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    for (int s = 0; s < stages; ++s) {
+        const u64 off = (u64)((s % GEMM_TC_SLOTS) * (GM_STAGE_BYTES >> 4));
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int q = 0; q < 4; ++q) gm_wgmma<0, 1>(acc, da0 + off + 16 * q, db0 + off + 16 * q);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    float t = 0.f;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) t += acc[i];
+    sink[blockIdx.x * blockDim.x + threadIdx.x] = t;
+}

@@ -673,3 +673,35 @@ fn gemm_swiglu_matches_gemm_then_swiglu() {
     }
     g.kernel = GemmKernel::Persistent;
 }
+
+#[test]
+fn tensor_ceiling_runs_every_stage_and_refuses_a_short_sink() {
+    let Some((ctx, g)) = setup() else { return };
+    let owner = Owner::mint("cuda-test-gemm-ceiling");
+    let n = g.tensor_ceiling_threads();
+    let mut sink = ctx.alloc::<f32>(&owner, SpanKind::Scratch, n).unwrap();
+    // Each thread's sum of its accumulators: the 4 slots' products, once per 4 stages,
+    // so 8 stages give twice what 4 give (all codes are positive and finite), within
+    // the tensor cores' own accumulation error (they add with ~14 significant bits, so
+    // 16 more k steps onto a sum may lose a few 2^-13 of it: bound 1%; a stage that did
+    // not run would miss by 12% or more).
+    g.tensor_ceiling(4, &mut sink).unwrap();
+    let four = ctx.download(&sink).unwrap();
+    g.tensor_ceiling(8, &mut sink).unwrap();
+    let eight = ctx.download(&sink).unwrap();
+    for (i, (a, b)) in four.iter().zip(&eight).enumerate() {
+        assert!(a.is_finite() && *a > 0.0, "thread {i}: 4 stages gave {a}");
+        let r = *b as f64 / (2.0 * *a as f64);
+        assert!(
+            (r - 1.0).abs() < 1e-2,
+            "thread {i}: 8 stages {b} against 4 stages {a}"
+        );
+    }
+    let mut short = ctx.alloc::<f32>(&owner, SpanKind::Scratch, n - 1).unwrap();
+    assert!(matches!(
+        g.tensor_ceiling(4, &mut short),
+        Err(CudaError::Shape { .. })
+    ));
+    drop((sink, short));
+    ctx.sweep(&owner).unwrap();
+}

@@ -46,13 +46,16 @@ const GEMM_SMEM: usize = 6 * 33792;
 const GEMM_STAGED_SMEM: usize = 5 * 33792 + 2 * 64 * 68 * 4;
 /// Dynamic shared memory of the three-consumer kernel: `G3_STAGES` × `G3_STAGE_BYTES`.
 const GEMM_W3_SMEM: usize = 5 * 41984;
+/// Dynamic shared memory of the tensor-core ceiling kernel: `GEMM_TC_SLOTS` ring stages.
+const GEMM_TC_SMEM: usize = 4 * 33792;
 /// Hopper's largest dynamic shared memory per block (227 KB) less the kernels' 1 KB of
 /// static shared memory (the mbarriers, aligned to the ring's 1 KB).
 const SM90_DYNAMIC_SMEM: usize = 227 * 1024 - 1024;
 const _: () = assert!(
     GEMM_SMEM <= SM90_DYNAMIC_SMEM
         && GEMM_STAGED_SMEM <= SM90_DYNAMIC_SMEM
-        && GEMM_W3_SMEM <= SM90_DYNAMIC_SMEM,
+        && GEMM_W3_SMEM <= SM90_DYNAMIC_SMEM
+        && GEMM_TC_SMEM <= SM90_DYNAMIC_SMEM,
     "a GEMM kernel's shared memory does not fit a Hopper block"
 );
 
@@ -199,6 +202,7 @@ pub struct GemmMx {
     sms: usize,
     e4m3_swap: CudaFunction,
     probe: CudaFunction,
+    tc_ceiling: CudaFunction,
     row_scale: CudaFunction,
     quant: CudaFunction,
     /// The consumer loop (default [`GemmKernel::Persistent`]).
@@ -303,6 +307,7 @@ impl GemmMx {
             kernel: GemmKernel::Persistent,
             e4m3_swap: big("gemm_mxfp8_e4m3_swap")?,
             probe: big("gemm_mxfp8_e4m3_probe")?,
+            tc_ceiling: big_with("gemm_tc_ceiling", GEMM_TC_SMEM)?,
             row_scale: f("gemm_row_scale")?,
             quant: f("gemm_quant_x")?,
             desc_swap: false,
@@ -448,6 +453,49 @@ impl GemmMx {
             (ff, false),
             op,
         )
+    }
+
+    /// Threads of [`Self::tensor_ceiling`]'s grid: one float of `sink` each.
+    pub fn tensor_ceiling_threads(&self) -> usize {
+        self.sms * 256
+    }
+
+    /// FLOPs of one [`Self::tensor_ceiling`] launch of `stages` stages.
+    pub fn tensor_ceiling_flop(&self, stages: usize) -> f64 {
+        2.0 * (GEMM_TILE * GEMM_TILE * GEMM_KB) as f64 * stages as f64 * self.sms as f64
+    }
+
+    /// The tensor cores' ceiling (`gemm_tc_ceiling`): one block per multiprocessor whose
+    /// two warpgroups chain `stages` × 4 m64n128k32 E4M3 wgmmas, the instruction of
+    /// [`Self::gemm`], on operands already in shared memory: no loads, no promotion, one
+    /// float per thread into `sink`. Timed by the caller; under load the power cap sets
+    /// the clock, so its rate is what a GEMM of these instructions could reach on this
+    /// card as it runs (the datasheet's peak assumes a higher clock).
+    pub fn tensor_ceiling(
+        &self,
+        stages: usize,
+        sink: &mut DeviceBuffer<f32>,
+    ) -> Result<(), CudaError> {
+        let op = "gemm_tc_ceiling";
+        let threads = self.tensor_ceiling_threads();
+        if sink.len() < threads {
+            return Err(shape(
+                op,
+                format!("sink holds {} floats, needs {threads}", sink.len()),
+            ));
+        }
+        let st = int(stages, op)?;
+        let cfg = LaunchConfig {
+            grid_dim: (self.sms as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: GEMM_TC_SMEM as u32,
+        };
+        let s = self.ctx.stream();
+        let mut b = s.launch_builder(&self.tc_ceiling);
+        b.arg(&st).arg(&mut sink.slice);
+        // SAFETY: types match; the grid's threads write sink[0 .. threads) (checked).
+        unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(gemm_tc_ceiling)"))?;
+        Ok(())
     }
 
     /// A timing probe with the same loads and tensor-core steps as [`Self::gemm`] but no

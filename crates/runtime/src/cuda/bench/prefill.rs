@@ -16,7 +16,9 @@
 //! as a row of its own, outside the totals.
 //!
 //! Key design choice: the figures are TFLOP/s of 2·m·n·k against the dense FP8
-//! datasheet rate (the "FP8 tensor-core roofline"), and each path is checked against
+//! datasheet rate (the "FP8 tensor-core roofline"), beside the tensor cores' rate
+//! measured in the same run (the GEMM's wgmma chained with no loads, at the clock the
+//! power cap holds under load), and each path is checked against
 //! an f64 product on a few tokens before it is timed (GemmMx against its own quantized
 //! activations ≤ 1e-3; MxGemm against the f32 activations ≤ 3e-5).
 
@@ -91,6 +93,10 @@ pub struct PrefillBench {
     pub fp8_total_ms: f64,
     pub fp8_quant_total_ms: f64,
     pub exact_total_ms: f64,
+    /// The tensor cores' ceiling measured right after the FP8 totals, TFLOP/s: the
+    /// GEMM's wgmma instruction chained on operands already in shared memory
+    /// (`GemmMx::tensor_ceiling`), at the clock the power cap then holds.
+    pub tc_ceiling_tflops: f64,
     /// Weight bytes on the device for each path.
     pub fp8_weight_bytes: u64,
     pub exact_weight_bytes: u64,
@@ -377,6 +383,13 @@ pub fn prefill_bench(
         })?;
         (gemms, with_quant)
     };
+    // The ceiling on the card as hot as the totals left it (~10 ms per launch).
+    let tc_ceiling_tflops = {
+        let stages = 32768;
+        let mut sink = ctx.alloc::<f32>(&owner, SpanKind::Scratch, g.tensor_ceiling_threads())?;
+        let ms = time_ms(ctx, 1, 5, || g.tensor_ceiling(stages, &mut sink))?;
+        tflops(g.tensor_ceiling_flop(stages), ms)
+    };
     let flop = |mm: &Mat| 2.0 * (m * mm.n * mm.k) as f64 * layers as f64;
     let mut rows = Vec::new();
     for ((mm, (fp8_err, exact_err)), fp8_ms) in mats.iter().zip(&errs).zip(fp8_ms) {
@@ -431,6 +444,7 @@ pub fn prefill_bench(
         fp8_total_ms,
         fp8_quant_total_ms,
         exact_total_ms,
+        tc_ceiling_tflops,
         fp8_weight_bytes,
         exact_weight_bytes,
     })
