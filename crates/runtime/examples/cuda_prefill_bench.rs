@@ -459,11 +459,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // prefill's GEMMs (the first row is the default as loaded).
     let variants = [
         ("as loaded", g.store),
-        ("operands in two 8 KB copies", TileStore::VectorAddSplit8),
-        ("VectorAdd", TileStore::VectorAdd),
-        ("operands in two 8 KB copies", TileStore::VectorAddSplit8),
-        ("VectorAdd", TileStore::VectorAdd),
-        ("operands in two 8 KB copies", TileStore::VectorAddSplit8),
+        ("per-thread stores", TileStore::Direct),
+        ("copy engine", TileStore::Bulk),
+        ("16-byte stores, y += by the copy engine", TileStore::Vector),
+        (
+            "16-byte stores, y += by 16-byte loads and stores",
+            TileStore::VectorAdd,
+        ),
     ];
     let saved = g.store;
     println!(

@@ -260,7 +260,7 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
 // the staging fits): 1 = the copy engine for everything; 2 = plain results by 16-byte
 // thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=` as 16-byte
 // loads, adds and stores); 4 = SwiGLU of gate | up row pairs (n a multiple of 128).
-template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0, int SPLIT = 1>
+template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
                                                   const u8* __restrict__ xq,
@@ -291,16 +291,9 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                     if (it >= NS) gm_bar_wait_t<GROUP != 0>(&empty[s], ((it / NS) - 1) & 1);
                     u8* st = gm_ring + s * GM_STAGE_BYTES;
                     gm_bar_expect(&full[s], GM_STAGE_TX);
-                    // SPLIT (experiment): each operand in SPLIT copies.
-                    constexpr u32 PB = GM_TILE_BYTES / SPLIT;
-#pragma unroll
-                    for (int q = 0; q < SPLIT; ++q)
-                        gm_bulk(st + PB * q, wsrc + (size_t)kb * GM_TILE_BYTES + PB * q, PB,
-                                &full[s]);
-#pragma unroll
-                    for (int q = 0; q < SPLIT; ++q)
-                        gm_bulk(st + GM_TILE_BYTES + PB * q,
-                                xsrc + (size_t)kb * GM_TILE_BYTES + PB * q, PB, &full[s]);
+                    gm_bulk(st, wsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
+                    gm_bulk(st + GM_TILE_BYTES, xsrc + (size_t)kb * GM_TILE_BYTES,
+                            GM_TILE_BYTES, &full[s]);
                     gm_bulk(st + GM_SCALE_OFF, ssrc + (size_t)kb * 512, 512, &full[s]);
                     gm_bulk(st + GM_C_OFF, csrc + (size_t)kb * 4, 16, &full[s]);
                 }
@@ -543,13 +536,6 @@ GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_s, 2, 4, 1)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_v, 2, 4, 2)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_a, 2, 0, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_a, 2, 4, 3)
-extern "C" __global__ void __launch_bounds__(384, 1)
-    gemm_mxfp8_e4m3_group4_a8(const u8* __restrict__ w, const u8* __restrict__ ws,
-                              const u8* __restrict__ xq, const float* __restrict__ xc,
-                              const float* __restrict__ xr, float* y, int m, int n, int kblocks,
-                              int ldy, int accumulate) {
-    gemm_persist_body<0, 2, 4, 5, 3, 2>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate);
-}
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_swiglu, 2, 0, 4)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_swiglu, 2, 4, 4)
 

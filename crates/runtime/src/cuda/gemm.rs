@@ -194,8 +194,8 @@ pub struct GemmMx {
     e4m3_w3_group: CudaFunction,
     /// The persistent kernels with staged epilogues ([`TileStore::Bulk`],
     /// [`TileStore::Vector`], [`TileStore::VectorAdd`]): per-step promotion, then grouped.
-    e4m3_persist_s: [CudaFunction; 4],
-    e4m3_group_s: [CudaFunction; 4],
+    e4m3_persist_s: [CudaFunction; 3],
+    e4m3_group_s: [CudaFunction; 3],
     /// The staged kernels with the SwiGLU epilogue ([`Self::gemm_swiglu`]): per-step
     /// promotion, grouped.
     e4m3_swiglu: [CudaFunction; 2],
@@ -237,9 +237,6 @@ pub enum TileStore {
     /// a round's residuals, adds and 16-byte stores (no copy engine). Default: the
     /// `y +=` GEMMs 3–10% faster than [`Self::Vector`] on the H200 (docs/CUDA.md).
     VectorAdd,
-    /// [`Self::VectorAdd`] (grouped weights) with each 16 KB operand loaded as two 8 KB
-    /// copies (experiment).
-    VectorAddSplit8,
 }
 
 impl GemmMx {
@@ -288,13 +285,11 @@ impl GemmMx {
                 big_with("gemm_mxfp8_e4m3_persist_s", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_persist_v", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
             ],
             e4m3_group_s: [
                 big_with("gemm_mxfp8_e4m3_group4_s", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_v", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_a8", GEMM_STAGED_SMEM)?,
             ],
             e4m3_swiglu: [
                 big_with("gemm_mxfp8_e4m3_persist_swiglu", GEMM_STAGED_SMEM)?,
@@ -545,7 +540,6 @@ impl GemmMx {
             TileStore::Bulk => Some(0),
             TileStore::Vector => Some(1),
             TileStore::VectorAdd => Some(2),
-            TileStore::VectorAddSplit8 => Some(3),
         };
         let f = match (w.format, kernel) {
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
