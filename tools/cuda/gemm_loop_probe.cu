@@ -1,0 +1,242 @@
+// The prefill GEMM's grouped consumer loop (`gm_group_steps`, two temporaries, one
+// promotion per 128-k stage) with no loads and no epilogue, built up element by element
+// to see what each costs the tensor cores: the bare loop with constant factors, the
+// stage's factors read from shared memory, the ring's full/empty mbarriers (polling or
+// sleeping) with a producer thread that only arrives, other placements of the waits and
+// factor reads, and the kernel's own `gm_group_steps`. 384 threads per block as the
+// kernel (producer warpgroup with setmaxnreg), one block per multiprocessor, ~20 ms per
+// launch; "% of the peak at that clock" as in wgmma_ceiling.cu.
+//
+// Build and run (CUDA 12.3+ for sm_90a; on an H100 or H200), from the repository root:
+//   nvcc -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -o /tmp/gemm_loop_probe \
+//       tools/cuda/gemm_loop_probe.cu && /tmp/gemm_loop_probe
+// Figures (H100, H200, 2026-12-06): docs/CUDA-JOURNAL.md, "Session 33".
+#include <cstdio>
+#include <cuda_runtime.h>
+// The GEMM module, as NVRTC compiles it (src/cuda/gemm.rs).
+// clang-format off
+#include "../../crates/runtime/kernels/silu_fp8.cuh"
+#include "../../crates/runtime/kernels/gemm_common.cuh"
+#include "../../crates/runtime/kernels/gemm_epilogue.cuh"
+#include "../../crates/runtime/kernels/gemm_mx.cu"
+// clang-format on
+
+// BAR: the consumers wait on `full` and release `empty` per stage, and the producer thread
+// waits on `empty` before re-arming `full` (no copies); HINT: the waits sleep (suspend hint);
+// SCALES: each stage's two factors read from its scales and C (else constants).
+// SCALES 2: the call's factors loaded from global memory (ws, xc) as it starts; 3: loaded
+// one call ahead (pf); 4: constant factors and three dummy shared-memory loads per stage.
+// WAITALL: the call's four full waits all at its start.
+__device__ float g_sink;
+template <int BAR, int HINT, int SCALES, int WAITALL = 0>
+__device__ __forceinline__ void steps(float* acc, float* ta, float* tb, u8* ring, u64* full,
+                                      u64* empty, int kb, int c, int r0, int lane,
+                                      const u8* __restrict__ ws = nullptr,
+                                      const float* __restrict__ xc = nullptr,
+                                      float* pf = nullptr) {
+    constexpr int NS = 5, NST = 4;
+    const u32 ring0 = gm_smem(ring);
+    float f0[2], f1[2];
+    const int s0 = kb % NS;
+    const u32 ph0 = (u32)(kb / NS) & 1u;
+    auto slot = [&](int st) -> int { return s0 + st >= NS ? s0 + st - NS : s0 + st; };
+    auto phase = [&](int st) -> u32 { return s0 + st >= NS ? ph0 ^ 1u : ph0; };
+    float g0[4], g1[4];
+    if (SCALES == 2 || SCALES == 3) {
+        const int kq = SCALES == 2 ? kb : kb + 4;
+#pragma unroll
+        for (int st = 0; st < 4; ++st) {
+            const int k = (kq + st) & 31;
+            const float cq = xc[k * 4];
+            const float a = gm_e8m0(ws[k * 512 + r0 * 4]) * cq;
+            const float b = gm_e8m0(ws[k * 512 + (r0 + 8) * 4]) * cq;
+            if (SCALES == 2) {
+                g0[st] = a;
+                g1[st] = b;
+            } else {
+                g0[st] = pf[st];
+                g1[st] = pf[4 + st];
+                pf[st] = a;
+                pf[4 + st] = b;
+            }
+        }
+    }
+    if (BAR && WAITALL) {
+#pragma unroll
+        for (int st = 0; st < 4; ++st) gm_bar_wait_t<HINT>(&full[slot(st)], phase(st));
+    }
+    float sink = 0.f;
+    auto scales = [&](int st) {
+        const int s = slot(st);
+        if (BAR && !WAITALL) gm_bar_wait_t<HINT>(&full[s], phase(st));
+        if (SCALES == 2 || SCALES == 3) {
+            f0[st & 1] = g0[st];
+            f1[st & 1] = g1[st];
+        } else if (SCALES == 4) {
+            const u8* p = ring + s * GM_STAGE_BYTES;
+            sink += *reinterpret_cast<const float*>(p + GM_C_OFF) + (float)p[GM_SCALE_OFF + r0 * 4] +
+                    (float)p[GM_SCALE_OFF + (r0 + 8) * 4];
+            f0[st & 1] = 1.f;
+            f1[st & 1] = 1.f;
+        } else if (SCALES) {
+            const u8* p = ring + s * GM_STAGE_BYTES;
+            const float cq = *reinterpret_cast<const float*>(p + GM_C_OFF);
+            f0[st & 1] = gm_e8m0(p[GM_SCALE_OFF + r0 * 4]) * cq;
+            f1[st & 1] = gm_e8m0(p[GM_SCALE_OFF + (r0 + 8) * 4]) * cq;
+        } else {
+            f0[st & 1] = 1.f;
+            f1[st & 1] = 1.f;
+        }
+    };
+    const u64 da0 = gm_desc<0>(ring0 + 8192 * c), db0 = gm_desc<0>(ring0 + GM_TILE_BYTES);
+    auto issue = [&](float* d, int st) {
+        const u64 off = (u64)(slot(st) * (GM_STAGE_BYTES >> 4));
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        gm_wgmma<0, 0>(d, da0 + off, db0 + off);
+#pragma unroll
+        for (int q = 1; q < 4; ++q) gm_wgmma<0, 1>(d, da0 + off + 16 * q, db0 + off + 16 * q);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    };
+    scales(0);
+    issue(ta, 0);
+#pragma unroll
+    for (int i = 0; i < NST; ++i) {
+        float* cur = (i & 1) ? tb : ta;
+        float* nxt = (i & 1) ? ta : tb;
+        if (i + 1 < NST) {
+            scales(i + 1);
+            issue(nxt, i + 1);
+            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        } else {
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        }
+        if (BAR) {
+            __syncwarp();
+            if (lane == 0) gm_bar_arrive(&empty[slot(i)]);
+        }
+        gm_promote(acc, cur, f0[i & 1], f1[i & 1]);
+    }
+    if (SCALES == 4 && sink == -1.f) g_sink = sink;
+}
+
+// REAL: the kernel's own gm_group_steps (which always sleeps in its waits).
+template <int BAR, int HINT, int SCALES, int REAL, int WAITALL = 0>
+__global__ void __launch_bounds__(384, 1) ring_probe(int stages, float* out, long long* clk,
+                                                     const u8* __restrict__ ws,
+                                                     const float* __restrict__ xc) {
+    extern __shared__ __align__(1024) u8 gm_ring[];
+    __shared__ u64 full[5], empty[5];
+    const long long t0 = clock64();
+    for (int i = threadIdx.x; i < 5 * GM_STAGE_BYTES / 4; i += blockDim.x)
+        reinterpret_cast<u32*>(gm_ring)[i] = (i * 2654435761u) & 0x37373737u;
+    __syncthreads();
+    for (int i = threadIdx.x; i < 5 * 128; i += blockDim.x) {
+        u8* st = gm_ring + (i / 128) * GM_STAGE_BYTES;
+        reinterpret_cast<u32*>(st + GM_SCALE_OFF)[i % 128] = 0x7f7f7f7fu;
+        if (i % 128 == 0) reinterpret_cast<float*>(st + GM_C_OFF)[0] = 1.f;
+    }
+    gm_init_bars<5>(full, empty);
+    const int tid = threadIdx.x, wg = tid >> 7;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid == 0 && (BAR || REAL))
+            for (int it = 0; it < stages; ++it) {
+                const int s = it % 5;
+                if (it >= 5) gm_bar_wait_t<HINT || REAL>(&empty[s], ((it / 5) - 1) & 1);
+                gm_bar_arrive(&full[s]);
+            }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int c = wg - 1, lane = tid & 31, wq = (tid >> 5) & 3, g = lane >> 2;
+    const int r0 = 64 * c + 16 * wq + g;
+    float acc[64], ta[64], tb[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = ta[i] = tb[i] = 0.f;
+    float pf[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) pf[i] = 1.f;
+    for (int kb = 0; kb < stages; kb += 4) {
+        if (REAL == 1)
+            gm_group_steps<0, 4, 5>(acc, ta, tb, gm_ring, full, empty, kb, c, r0, lane);
+        else
+            steps<BAR, HINT, SCALES, WAITALL>(acc, ta, tb, gm_ring, full, empty, kb, c, r0, lane,
+                                              ws, xc, pf);
+    }
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) s += acc[i];
+    out[blockIdx.x * blockDim.x + tid] = s;
+    if (tid == 128) clk[blockIdx.x] = clock64() - t0;
+}
+
+u8* g_ws;
+float* g_xc;
+template <int BAR, int HINT, int SCALES, int REAL, int WAITALL = 0>
+void run(int sms, float* out, long long* clk, const char* what) {
+    const int smem = 5 * GM_STAGE_BYTES;
+    cudaFuncSetAttribute(ring_probe<BAR, HINT, SCALES, REAL, WAITALL>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    const int stages = 65536;
+    ring_probe<BAR, HINT, SCALES, REAL, WAITALL><<<sms, 384, smem>>>(64, out, clk, g_ws, g_xc);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    float best = 1e30f;
+    double mhz = 0;
+    for (int r = 0; r < 3; ++r) {
+        cudaEventRecord(a);
+        ring_probe<BAR, HINT, SCALES, REAL, WAITALL><<<sms, 384, smem>>>(stages, out, clk, g_ws, g_xc);
+        cudaEventRecord(b);
+        cudaEventSynchronize(b);
+        float ms;
+        cudaEventElapsedTime(&ms, a, b);
+        if (ms < best) {
+            best = ms;
+            long long c0;
+            cudaMemcpy(&c0, clk, 8, cudaMemcpyDeviceToHost);
+            mhz = c0 / (ms * 1e3);
+        }
+    }
+    cudaError_t e = cudaGetLastError();
+    const double flop = 2.0 * 128 * 128 * 128 * (double)stages * sms;
+    const double tf = flop / (best * 1e-3) / 1e12, peak = 8192.0 * sms * mhz * 1e6 / 1e12;
+    printf("| %s | %.3f | %.0f | %.1f%% | %.0f | %.1f%% | %s |\n", what, best, tf,
+           100.0 * tf / 1979.0, mhz, 100.0 * tf / peak, cudaGetErrorString(e));
+}
+
+int main() {
+    int sms;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    cudaDeviceProp p;
+    cudaGetDeviceProperties(&p, 0);
+    printf("%s, %d SMs; the grouped loop's compute path (128 x 128 x 128 stages, no loads)\n",
+           p.name, sms);
+    printf("| loop | ms | TFLOP/s | %% of 1979 | SM MHz (block 0) | %% of the peak at that clock | error |\n|---|---:|---:|---:|---:|---:|---|\n");
+    float* out;
+    long long* clk;
+    cudaMalloc(&out, sms * 384 * 4);
+    cudaMalloc(&clk, sms * 8);
+    cudaMalloc(&g_ws, 32 * 512);
+    cudaMemset(g_ws, 0x7f, 32 * 512);
+    cudaMalloc(&g_xc, 32 * 4 * 4);
+    {
+        float one[128];
+        for (int i = 0; i < 128; ++i) one[i] = 1.f;
+        cudaMemcpy(g_xc, one, sizeof one, cudaMemcpyHostToDevice);
+    }
+    for (int rep = 0; rep < 2; ++rep) {
+        run<0, 0, 0, 0>(sms, out, clk, "two temporaries, constant factors");
+        run<0, 0, 1, 0>(sms, out, clk, "+ factors read from the stage");
+        run<0, 0, 4, 0>(sms, out, clk, "constant factors + three dummy shared loads per stage");
+        run<1, 0, 1, 0>(sms, out, clk, "+ ring barriers (polling)");
+        run<1, 1, 1, 0>(sms, out, clk, "+ ring barriers (sleeping)");
+        run<1, 1, 1, 0, 1>(sms, out, clk, "the same, a call's four full waits at its start");
+        run<1, 1, 0, 0>(sms, out, clk, "ring barriers (sleeping), constant factors");
+        run<1, 1, 0, 0, 1>(sms, out, clk, "the same, a call's four full waits at its start");
+        run<1, 1, 2, 0>(sms, out, clk, "ring barriers, factors from global memory at call start");
+        run<1, 1, 3, 0>(sms, out, clk, "ring barriers, factors from global memory one call ahead");
+        run<0, 0, 0, 1>(sms, out, clk, "the kernel's gm_group_steps");
+    }
+    return 0;
+}
