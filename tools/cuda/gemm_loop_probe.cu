@@ -26,9 +26,16 @@
 // SCALES: each stage's two factors read from its scales and C (else constants).
 // SCALES 2: the call's factors loaded from global memory (ws, xc) as it starts; 3: loaded
 // one call ahead (pf); 4: constant factors and three dummy shared-memory loads per stage.
-// WAITALL: the call's four full waits all at its start.
+// 5: both factors precomputed in the stage (a float pair per thread), one 8-byte load.
+// WAITALL: the call's four full waits all at its start. DLY: a spin of DLY cycles just
+// before each stage's issue (POS 0) or just before each promotion (POS 1).
 __device__ float g_sink;
-template <int BAR, int HINT, int SCALES, int WAITALL = 0>
+__device__ __forceinline__ void spin(int cycles) {
+    const long long t = clock64();
+    while (clock64() - t < cycles) {
+    }
+}
+template <int BAR, int HINT, int SCALES, int WAITALL = 0, int DLY = 0, int POS = 0>
 __device__ __forceinline__ void steps(float* acc, float* ta, float* tb, u8* ring, u64* full,
                                       u64* empty, int kb, int c, int r0, int lane,
                                       const u8* __restrict__ ws = nullptr,
@@ -78,6 +85,13 @@ __device__ __forceinline__ void steps(float* acc, float* ta, float* tb, u8* ring
                     (float)p[GM_SCALE_OFF + (r0 + 8) * 4];
             f0[st & 1] = 1.f;
             f1[st & 1] = 1.f;
+        } else if (SCALES == 5) {
+            const u8* p = ring + s * GM_STAGE_BYTES;
+            const int local = r0 - 64 * c;
+            const float2 fv = *reinterpret_cast<const float2*>(
+                p + GM_SCALE_OFF + 8 * (32 * c + 8 * (local >> 4) + (local & 15)));
+            f0[st & 1] = fv.x;
+            f1[st & 1] = fv.y;
         } else if (SCALES) {
             const u8* p = ring + s * GM_STAGE_BYTES;
             const float cq = *reinterpret_cast<const float*>(p + GM_C_OFF);
@@ -91,6 +105,7 @@ __device__ __forceinline__ void steps(float* acc, float* ta, float* tb, u8* ring
     const u64 da0 = gm_desc<0>(ring0 + 8192 * c), db0 = gm_desc<0>(ring0 + GM_TILE_BYTES);
     auto issue = [&](float* d, int st) {
         const u64 off = (u64)(slot(st) * (GM_STAGE_BYTES >> 4));
+        if (DLY && POS == 0) spin(DLY);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
         gm_wgmma<0, 0>(d, da0 + off, db0 + off);
 #pragma unroll
@@ -114,13 +129,14 @@ __device__ __forceinline__ void steps(float* acc, float* ta, float* tb, u8* ring
             __syncwarp();
             if (lane == 0) gm_bar_arrive(&empty[slot(i)]);
         }
+        if (DLY && POS == 1) spin(DLY);
         gm_promote(acc, cur, f0[i & 1], f1[i & 1]);
     }
     if (SCALES == 4 && sink == -1.f) g_sink = sink;
 }
 
 // REAL: the kernel's own gm_group_steps (which always sleeps in its waits).
-template <int BAR, int HINT, int SCALES, int REAL, int WAITALL = 0>
+template <int BAR, int HINT, int SCALES, int REAL, int WAITALL = 0, int DLY = 0, int POS = 0>
 __global__ void __launch_bounds__(384, 1) ring_probe(int stages, float* out, long long* clk,
                                                      const u8* __restrict__ ws,
                                                      const float* __restrict__ xc) {
@@ -132,7 +148,8 @@ __global__ void __launch_bounds__(384, 1) ring_probe(int stages, float* out, lon
     __syncthreads();
     for (int i = threadIdx.x; i < 5 * 128; i += blockDim.x) {
         u8* st = gm_ring + (i / 128) * GM_STAGE_BYTES;
-        reinterpret_cast<u32*>(st + GM_SCALE_OFF)[i % 128] = 0x7f7f7f7fu;
+        // Scale bytes of 1.0 (E8M0 127), or for SCALES 5 the precomputed factors 1.0f.
+        reinterpret_cast<u32*>(st + GM_SCALE_OFF)[i % 128] = SCALES == 5 ? 0x3f800000u : 0x7f7f7f7fu;
         if (i % 128 == 0) reinterpret_cast<float*>(st + GM_C_OFF)[0] = 1.f;
     }
     gm_init_bars<5>(full, empty);
@@ -160,7 +177,7 @@ __global__ void __launch_bounds__(384, 1) ring_probe(int stages, float* out, lon
         if (REAL == 1)
             gm_group_steps<0, 4, 5>(acc, ta, tb, gm_ring, full, empty, kb, c, r0, lane);
         else
-            steps<BAR, HINT, SCALES, WAITALL>(acc, ta, tb, gm_ring, full, empty, kb, c, r0, lane,
+            steps<BAR, HINT, SCALES, WAITALL, DLY, POS>(acc, ta, tb, gm_ring, full, empty, kb, c, r0, lane,
                                               ws, xc, pf);
     }
     float s = 0.f;
@@ -172,13 +189,13 @@ __global__ void __launch_bounds__(384, 1) ring_probe(int stages, float* out, lon
 
 u8* g_ws;
 float* g_xc;
-template <int BAR, int HINT, int SCALES, int REAL, int WAITALL = 0>
+template <int BAR, int HINT, int SCALES, int REAL, int WAITALL = 0, int DLY = 0, int POS = 0>
 void run(int sms, float* out, long long* clk, const char* what) {
     const int smem = 5 * GM_STAGE_BYTES;
-    cudaFuncSetAttribute(ring_probe<BAR, HINT, SCALES, REAL, WAITALL>,
+    cudaFuncSetAttribute(ring_probe<BAR, HINT, SCALES, REAL, WAITALL, DLY, POS>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     const int stages = 65536;
-    ring_probe<BAR, HINT, SCALES, REAL, WAITALL><<<sms, 384, smem>>>(64, out, clk, g_ws, g_xc);
+    ring_probe<BAR, HINT, SCALES, REAL, WAITALL, DLY, POS><<<sms, 384, smem>>>(64, out, clk, g_ws, g_xc);
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
@@ -186,7 +203,7 @@ void run(int sms, float* out, long long* clk, const char* what) {
     double mhz = 0;
     for (int r = 0; r < 3; ++r) {
         cudaEventRecord(a);
-        ring_probe<BAR, HINT, SCALES, REAL, WAITALL><<<sms, 384, smem>>>(stages, out, clk, g_ws, g_xc);
+        ring_probe<BAR, HINT, SCALES, REAL, WAITALL, DLY, POS><<<sms, 384, smem>>>(stages, out, clk, g_ws, g_xc);
         cudaEventRecord(b);
         cudaEventSynchronize(b);
         float ms;
@@ -229,14 +246,22 @@ int main() {
         run<0, 0, 0, 0>(sms, out, clk, "two temporaries, constant factors");
         run<0, 0, 1, 0>(sms, out, clk, "+ factors read from the stage");
         run<0, 0, 4, 0>(sms, out, clk, "constant factors + three dummy shared loads per stage");
+        run<0, 0, 5, 0>(sms, out, clk, "precomputed factors, one 8-byte load per stage");
         run<1, 0, 1, 0>(sms, out, clk, "+ ring barriers (polling)");
         run<1, 1, 1, 0>(sms, out, clk, "+ ring barriers (sleeping)");
+        run<1, 1, 5, 0>(sms, out, clk, "ring barriers (sleeping), precomputed factors (one load)");
         run<1, 1, 1, 0, 1>(sms, out, clk, "the same, a call's four full waits at its start");
         run<1, 1, 0, 0>(sms, out, clk, "ring barriers (sleeping), constant factors");
         run<1, 1, 0, 0, 1>(sms, out, clk, "the same, a call's four full waits at its start");
         run<1, 1, 2, 0>(sms, out, clk, "ring barriers, factors from global memory at call start");
         run<1, 1, 3, 0>(sms, out, clk, "ring barriers, factors from global memory one call ahead");
         run<0, 0, 0, 1>(sms, out, clk, "the kernel's gm_group_steps");
+        run<0, 0, 0, 0, 0, 16, 0>(sms, out, clk, "constant factors, 16-cycle spin before each issue");
+        run<0, 0, 0, 0, 0, 32, 0>(sms, out, clk, "constant factors, 32-cycle spin before each issue");
+        run<0, 0, 0, 0, 0, 64, 0>(sms, out, clk, "constant factors, 64-cycle spin before each issue");
+        run<0, 0, 0, 0, 0, 128, 0>(sms, out, clk, "constant factors, 128-cycle spin before each issue");
+        run<0, 0, 0, 0, 0, 64, 1>(sms, out, clk, "constant factors, 64-cycle spin before each promotion");
+        run<0, 0, 0, 0, 0, 128, 1>(sms, out, clk, "constant factors, 128-cycle spin before each promotion");
     }
     return 0;
 }
