@@ -319,7 +319,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok("bulk") => g.store = TileStore::Bulk,
         Ok("vector") => g.store = TileStore::Vector,
         Ok("vector-add") => g.store = TileStore::VectorAdd,
-        Ok("cluster") => g.store = TileStore::VectorAddCluster,
         Ok(v) => return Err(format!("FAVLO_PREFILL_STORE={v}: not a tile store").into()),
         Err(_) => {}
     }
@@ -460,19 +459,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // prefill's GEMMs (the first row is the default as loaded).
     let variants = [
         ("as loaded", g.store),
+        ("per-thread stores", TileStore::Direct),
+        ("copy engine", TileStore::Bulk),
+        ("16-byte stores, y += by the copy engine", TileStore::Vector),
         (
-            "2-block clusters sharing the activation tile",
-            TileStore::VectorAddCluster,
-        ),
-        ("VectorAdd", TileStore::VectorAdd),
-        (
-            "2-block clusters sharing the activation tile",
-            TileStore::VectorAddCluster,
-        ),
-        ("VectorAdd", TileStore::VectorAdd),
-        (
-            "2-block clusters sharing the activation tile",
-            TileStore::VectorAddCluster,
+            "16-byte stores, y += by 16-byte loads and stores",
+            TileStore::VectorAdd,
         ),
     ];
     let saved = g.store;

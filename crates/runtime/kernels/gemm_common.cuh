@@ -98,30 +98,6 @@ __device__ __forceinline__ void gm_bulk(void* dst, const void* src, u32 bytes, u
         : "memory");
 }
 
-// 2-block clusters (experiment): this block's rank in its cluster; a bulk copy landing in
-// both blocks' shared memory at dst's offset (each block's barrier at bar's offset);
-// an arrive on the other block's barrier at bar's offset; all threads of the cluster.
-__device__ __forceinline__ u32 gm_cluster_rank() {
-    u32 r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void gm_bulk_mc(void* dst, const void* src, u32 bytes, u64* bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
-        "[%0], [%1], %2, [%3], %4;" ::"r"(gm_smem(dst)),
-        "l"(src), "r"(bytes), "r"(gm_smem(bar)), "h"((unsigned short)3)
-        : "memory");
-}
-__device__ __forceinline__ void gm_bar_arrive_peer(u64* bar, u32 peer) {
-    u32 ra;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(gm_smem(bar)), "r"(peer));
-    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(ra) : "memory");
-}
-__device__ __forceinline__ void gm_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
-}
-
 // wgmma shared-memory descriptor, no swizzle: start address, leading byte offset (between
 // core matrices along k) and stride byte offset (between 8-row groups).
 template <int SWAP>
@@ -177,12 +153,12 @@ __device__ __forceinline__ void gm_promote(float* acc, const float* tmp, float f
 
 // w: [n/128][kblocks][16 KB]; ws: [n/128][kblocks][128][4]; xq: [m/128][kblocks][16 KB];
 // xc: [m/128][kblocks * 4]; xr: [m/128 * 128]; y: [m][ldy] (accumulate: y += ...).
-template <int NS = GM_STAGES, int EMPTY = 8>
+template <int NS = GM_STAGES>
 __device__ __forceinline__ void gm_init_bars(u64* full, u64* empty) {
     if (threadIdx.x == 0) {
         for (int s = 0; s < NS; ++s) {
             gm_bar_init(&full[s], 1);
-            gm_bar_init(&empty[s], EMPTY);  // 2 consumer warpgroups x 4 warps (x 2 blocks)
+            gm_bar_init(&empty[s], 8);  // 2 consumer warpgroups x 4 warps
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }

@@ -144,7 +144,7 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
 // promotion, against 143 before): the stages' ring slots and phases are stepped from
 // the call's first, the wgmma descriptors are the ring's first slot's plus an offset,
 // and the barrier waits sleep (suspend hint) instead of polling.
-template <int WFMT, int NST, int NS = GM_STAGES, int CL = 0>
+template <int WFMT, int NST, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb, u8* ring,
                                                u64* full, u64* empty, int kb, int c, int r0,
                                                int lane) {
@@ -190,23 +190,19 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         }
         __syncwarp();  // stage i's operands may be overwritten
-        if (lane == 0) {
-            gm_bar_arrive(&empty[slot(i)]);
-            // CL: the other block's producer writes into this block's stage too.
-            if (CL) gm_bar_arrive_peer(&empty[slot(i)], gm_cluster_rank() ^ 1u);
-        }
+        if (lane == 0) gm_bar_arrive(&empty[slot(i)]);
         const float a = f0[i & 1], b = f1[i & 1];
         gm_promote(acc, cur, a, b);
     }
 }
 
 // N stages of one consumer warpgroup: grouped promotion (GROUP) or one per k step.
-template <int WFMT, int N, int GROUP, int NS = GM_STAGES, int CL = 0>
+template <int WFMT, int N, int GROUP, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_stages(float* acc, float* ta, float* tb, u8* ring,
                                           u64* full, u64* empty, int kb, int c, int r0,
                                           int lane) {
     if (GROUP)
-        gm_group_steps<WFMT, N, NS, CL>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
+        gm_group_steps<WFMT, N, NS>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
     else
         gm_pipe_steps<WFMT, N, NS>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
 }
@@ -264,12 +260,7 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
 // the staging fits): 1 = the copy engine for everything; 2 = plain results by 16-byte
 // thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=` as 16-byte
 // loads, adds and stores); 4 = SwiGLU of gate | up row pairs (n a multiple of 128).
-//
-// CL (experiment, grouped only): 2-block clusters whose blocks take the weight tiles 2j
-// and 2j + 1 of one token tile; each block loads half of the shared activation tile into
-// both blocks' shared memory (multicast), and a stage is refilled once the consumers of
-// both blocks have released it. n_tiles must be even and gridDim.x a multiple of 2.
-template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0, int CL = 0>
+template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
                                                   const u8* __restrict__ xq,
@@ -281,21 +272,15 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
     const int tid = threadIdx.x;
     const int wg = tid >> 7;
     const int m_tiles = (m + GM_TILE - 1) / GM_TILE, n_tiles = (n + GM_TILE - 1) / GM_TILE;
-    // CL: work units are tile pairs, one per cluster; this block's tile of the pair.
-    const int rank = CL ? (int)gm_cluster_rank() : 0;
-    const int tiles = CL ? m_tiles * (n_tiles / 2) : m_tiles * n_tiles;
-    const int unit0 = CL ? blockIdx.x / 2 : blockIdx.x;
-    const int units = CL ? gridDim.x / 2 : gridDim.x;
-    auto tile_nt = [&](int tile) { return CL ? 2 * (tile / m_tiles) + rank : tile / m_tiles; };
+    const int tiles = m_tiles * n_tiles;
     float* const stg0 = reinterpret_cast<float*>(gm_ring + NS * GM_STAGE_BYTES);
-    gm_init_bars<NS, CL ? 16 : 8>(full, empty);
-    if (CL) gm_cluster_sync();  // the other block's barriers are initialized
+    gm_init_bars<NS>(full, empty);
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (tid == 0) {
             int it = 0;
-            for (int tile = unit0; tile < tiles; tile += units) {
-                const int mt = tile % m_tiles, nt = tile_nt(tile);
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                const int mt = tile % m_tiles, nt = tile / m_tiles;
                 const u8* wsrc = w + (size_t)nt * kblocks * GM_TILE_BYTES;
                 const u8* xsrc = xq + (size_t)mt * kblocks * GM_TILE_BYTES;
                 const u8* ssrc = ws + (size_t)nt * kblocks * 512;
@@ -307,14 +292,8 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                     u8* st = gm_ring + s * GM_STAGE_BYTES;
                     gm_bar_expect(&full[s], GM_STAGE_TX);
                     gm_bulk(st, wsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
-                    if (CL) {
-                        const int h = rank * (GM_TILE_BYTES / 2);
-                        gm_bulk_mc(st + GM_TILE_BYTES + h, xsrc + (size_t)kb * GM_TILE_BYTES + h,
-                                   GM_TILE_BYTES / 2, &full[s]);
-                    } else {
-                        gm_bulk(st + GM_TILE_BYTES, xsrc + (size_t)kb * GM_TILE_BYTES,
-                                GM_TILE_BYTES, &full[s]);
-                    }
+                    gm_bulk(st + GM_TILE_BYTES, xsrc + (size_t)kb * GM_TILE_BYTES,
+                            GM_TILE_BYTES, &full[s]);
                     gm_bulk(st + GM_SCALE_OFF, ssrc + (size_t)kb * 512, 512, &full[s]);
                     gm_bulk(st + GM_C_OFF, csrc + (size_t)kb * 4, 16, &full[s]);
                 }
@@ -338,8 +317,8 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
         // their latency falls under the main loop, not on the epilogue's first multiply.
         __shared__ float gm_rs[2][GM_TILE];
         const bool staged = EPI == 4 || (EPI && (n & 3) == 0 && (ldy & 3) == 0);
-        for (int tile = unit0; tile < tiles; tile += units) {
-            const int mt = tile % m_tiles, nt = tile_nt(tile);
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            const int mt = tile % m_tiles, nt = tile / m_tiles;
             if (staged) gm_rs_fetch(&gm_rs[c][32 * wq + lane], xr, mt * GM_TILE + 32 * wq + lane, m);
 #pragma unroll
             for (int i = 0; i < 64; ++i) acc[i] = 0.f;
@@ -354,16 +333,16 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                     gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
-                gm_stages<WFMT, U, GROUP, NS, CL>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
-                                                  r0, lane);
+                gm_stages<WFMT, U, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                                              lane);
             }
             for (; kb < kblocks; ++kb) {
                 if (fetch) {
                     gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
-                gm_stages<WFMT, 1, GROUP, NS, CL>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
-                                                  r0, lane);
+                gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                                              lane);
             }
             it += kblocks;
             if (staged)
@@ -375,9 +354,6 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
         // The copy engine's last stores (and reads of the staging) complete before exit.
         if (EPI && wq == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     }
-    // CL: no block exits while the other may still write into its shared memory or
-    // arrive on its barriers.
-    if (CL) gm_cluster_sync();
 }
 
 // Three consumer warpgroups (192 weight rows × 128 tokens per block, 512 threads), the
@@ -560,14 +536,6 @@ GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_s, 2, 4, 1)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_v, 2, 4, 2)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_a, 2, 0, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_a, 2, 4, 3)
-// Experiment: the grouped `_a` kernel in 2-block clusters sharing the activation tile.
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
-    gemm_mxfp8_e4m3_group4_ac(const u8* __restrict__ w, const u8* __restrict__ ws,
-                              const u8* __restrict__ xq, const float* __restrict__ xc,
-                              const float* __restrict__ xr, float* y, int m, int n, int kblocks,
-                              int ldy, int accumulate) {
-    gemm_persist_body<0, 2, 4, 5, 3, 1>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate);
-}
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_swiglu, 2, 0, 4)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_swiglu, 2, 4, 4)
 

@@ -333,7 +333,6 @@ fn check_gemm(
         (GemmKernel::Persistent, 4, TileStore::Bulk),
         (GemmKernel::Persistent, 4, TileStore::Vector),
         (GemmKernel::Persistent, 4, TileStore::VectorAdd),
-        (GemmKernel::Persistent, 4, TileStore::VectorAddCluster),
         (GemmKernel::Wide3, 4, TileStore::Direct),
         (GemmKernel::Pipelined, 4, TileStore::Direct),
         (GemmKernel::Serial, 4, TileStore::Direct),
@@ -354,15 +353,6 @@ fn check_gemm(
     g.kernel = GemmKernel::Persistent;
     g.group_stages = 4;
     g.store = TileStore::VectorAdd;
-    let bits = |label: &str| {
-        ys.iter()
-            .find(|(l, _)| l == label)
-            .map(|(_, y)| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
-    };
-    assert!(
-        bits("Persistent 4 stages VectorAddCluster") == bits("Persistent 4 stages VectorAdd"),
-        "{m}x{n}x{k}: VectorAddCluster is not bit-identical to VectorAdd"
-    );
     // Tokens checked: all for small m, else a spread that touches every 128-token tile.
     let toks: Vec<usize> = if m * n * k <= 1 << 28 {
         (0..m).collect()

@@ -194,8 +194,8 @@ pub struct GemmMx {
     e4m3_w3_group: CudaFunction,
     /// The persistent kernels with staged epilogues ([`TileStore::Bulk`],
     /// [`TileStore::Vector`], [`TileStore::VectorAdd`]): per-step promotion, then grouped.
-    e4m3_persist_s: [CudaFunction; 4],
-    e4m3_group_s: [CudaFunction; 4],
+    e4m3_persist_s: [CudaFunction; 3],
+    e4m3_group_s: [CudaFunction; 3],
     /// The staged kernels with the SwiGLU epilogue ([`Self::gemm_swiglu`]): per-step
     /// promotion, grouped.
     e4m3_swiglu: [CudaFunction; 2],
@@ -237,9 +237,6 @@ pub enum TileStore {
     /// a round's residuals, adds and 16-byte stores (no copy engine). Default: the
     /// `y +=` GEMMs 3–10% faster than [`Self::Vector`] on the H200 (docs/CUDA.md).
     VectorAdd,
-    /// [`Self::VectorAdd`] (grouped weights, an even number of 128-row weight tiles) in
-    /// 2-block clusters sharing each activation tile by multicast (experiment).
-    VectorAddCluster,
 }
 
 impl GemmMx {
@@ -288,13 +285,11 @@ impl GemmMx {
                 big_with("gemm_mxfp8_e4m3_persist_s", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_persist_v", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
             ],
             e4m3_group_s: [
                 big_with("gemm_mxfp8_e4m3_group4_s", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_v", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_ac", GEMM_STAGED_SMEM)?,
             ],
             e4m3_swiglu: [
                 big_with("gemm_mxfp8_e4m3_persist_swiglu", GEMM_STAGED_SMEM)?,
@@ -545,13 +540,7 @@ impl GemmMx {
             TileStore::Bulk => Some(0),
             TileStore::Vector => Some(1),
             TileStore::VectorAdd => Some(2),
-            // Pairs of weight tiles per cluster: an odd count runs the plain kernel.
-            TileStore::VectorAddCluster if grouped && w.rows.div_ceil(GEMM_TILE) % 2 == 0 => {
-                Some(3)
-            }
-            TileStore::VectorAddCluster => Some(2),
         };
-        let cluster = grouped && staged == Some(3);
         let f = match (w.format, kernel) {
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
             (ElementFormat::Fp8E4M3, _) if self.desc_swap => &self.e4m3_swap,
@@ -576,15 +565,7 @@ impl GemmMx {
         let (mt, nt) = (m.div_ceil(GEMM_TILE), w.rows.div_ceil(GEMM_TILE));
         let cfg = match kernel {
             GemmKernel::Persistent => LaunchConfig {
-                grid_dim: (
-                    if cluster {
-                        2 * (mt * nt / 2).min(self.sms / 2)
-                    } else {
-                        (mt * nt).min(self.sms)
-                    } as u32,
-                    1,
-                    1,
-                ),
+                grid_dim: ((mt * nt).min(self.sms) as u32, 1, 1),
                 block_dim: (384, 1, 1),
                 shared_mem_bytes: if staged.is_some() {
                     GEMM_STAGED_SMEM
