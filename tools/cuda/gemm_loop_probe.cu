@@ -11,8 +11,7 @@
 //   nvcc -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -o /tmp/gemm_loop_probe \
 //       tools/cuda/gemm_loop_probe.cu && /tmp/gemm_loop_probe
 // Figures (H100, H200, 2026-12-06): docs/CUDA-JOURNAL.md, "Session 33".
-#include <cstdio>
-#include <cuda_runtime.h>
+#include "probe_timing.cuh"
 // The GEMM module, as NVRTC compiles it (src/cuda/gemm.rs).
 // clang-format off
 #include "../../crates/runtime/kernels/silu_fp8.cuh"
@@ -70,12 +69,12 @@ __device__ __forceinline__ void steps(float* acc, float* ta, float* tb, u8* ring
     }
     if (BAR && WAITALL) {
 #pragma unroll
-        for (int st = 0; st < 4; ++st) gm_bar_wait_t<HINT>(&full[slot(st)], phase(st));
+        for (int st = 0; st < 4; ++st) gm_bar_wait<HINT>(&full[slot(st)], phase(st));
     }
     float sink = 0.f;
     auto scales = [&](int st) {
         const int s = slot(st);
-        if (BAR && !WAITALL) gm_bar_wait_t<HINT>(&full[s], phase(st));
+        if (BAR && !WAITALL) gm_bar_wait<HINT>(&full[s], phase(st));
         if (SCALES == 2 || SCALES == 3) {
             f0[st & 1] = g0[st];
             f1[st & 1] = g1[st];
@@ -106,11 +105,7 @@ __device__ __forceinline__ void steps(float* acc, float* ta, float* tb, u8* ring
     auto issue = [&](float* d, int st) {
         const u64 off = (u64)(slot(st) * (GM_STAGE_BYTES >> 4));
         if (DLY && POS == 0) spin(DLY);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-        gm_wgmma<0, 0>(d, da0 + off, db0 + off);
-#pragma unroll
-        for (int q = 1; q < 4; ++q) gm_wgmma<0, 1>(d, da0 + off + 16 * q, db0 + off + 16 * q);
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        gm_wgmma_stage<0, 1>(d, da0 + off, db0 + off);
     };
     scales(0);
     issue(ta, 0);
@@ -159,7 +154,7 @@ __global__ void __launch_bounds__(384, 1) ring_probe(int stages, float* out, lon
         if (tid == 0 && (BAR || REAL))
             for (int it = 0; it < stages; ++it) {
                 const int s = it % 5;
-                if (it >= 5) gm_bar_wait_t<HINT || REAL>(&empty[s], ((it / 5) - 1) & 1);
+                if (it >= 5) gm_bar_wait<HINT || REAL>(&empty[s], ((it / 5) - 1) & 1);
                 gm_bar_arrive(&full[s]);
             }
         return;
@@ -195,31 +190,13 @@ void run(int sms, float* out, long long* clk, const char* what) {
     cudaFuncSetAttribute(ring_probe<BAR, HINT, SCALES, REAL, WAITALL, DLY, POS>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     const int stages = 65536;
-    ring_probe<BAR, HINT, SCALES, REAL, WAITALL, DLY, POS><<<sms, 384, smem>>>(64, out, clk, g_ws, g_xc);
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    float best = 1e30f;
-    double mhz = 0;
-    for (int r = 0; r < 3; ++r) {
-        cudaEventRecord(a);
-        ring_probe<BAR, HINT, SCALES, REAL, WAITALL, DLY, POS><<<sms, 384, smem>>>(stages, out, clk, g_ws, g_xc);
-        cudaEventRecord(b);
-        cudaEventSynchronize(b);
-        float ms;
-        cudaEventElapsedTime(&ms, a, b);
-        if (ms < best) {
-            best = ms;
-            long long c0;
-            cudaMemcpy(&c0, clk, 8, cudaMemcpyDeviceToHost);
-            mhz = c0 / (ms * 1e3);
-        }
-    }
-    cudaError_t e = cudaGetLastError();
-    const double flop = 2.0 * 128 * 128 * 128 * (double)stages * sms;
-    const double tf = flop / (best * 1e-3) / 1e12, peak = 8192.0 * sms * mhz * 1e6 / 1e12;
-    printf("| %s | %.3f | %.0f | %.1f%% | %.0f | %.1f%% | %s |\n", what, best, tf,
-           100.0 * tf / 1979.0, mhz, 100.0 * tf / peak, cudaGetErrorString(e));
+    const ProbeTime t = probe_time(
+        [&](int n) {
+            ring_probe<BAR, HINT, SCALES, REAL, WAITALL, DLY, POS>
+                <<<sms, 384, smem>>>(n, out, clk, g_ws, g_xc);
+        },
+        stages, clk);
+    probe_row(what, 2.0 * 128 * 128 * 128 * (double)stages * sms, t, sms);
 }
 
 int main() {

@@ -12,13 +12,9 @@
 //   nvcc -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -o /tmp/wgmma_ceiling \
 //       tools/cuda/wgmma_ceiling.cu && /tmp/wgmma_ceiling
 // Figures (H100, 2026-12-06): docs/CUDA-JOURNAL.md, "Session 33".
-#include <cstdio>
-#include <cstdint>
-#include <cuda_runtime.h>
-typedef unsigned int u32; typedef unsigned long long u64;
-__device__ __forceinline__ u64 desc(u32 addr) {
-    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(128 >> 4) << 16) | ((u64)(1024 >> 4) << 32);
-}
+#include "probe_timing.cuh"
+// The GEMM's shared-memory descriptor (gm_desc: no swizzle, the module's tile layout).
+#include "../../crates/runtime/kernels/gemm_common.cuh"
 __device__ __forceinline__ void mma64_0(float* d, u64 da, u64 db) {
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 0, 0;\n\t"
                  "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n\t}"
@@ -100,7 +96,7 @@ __global__ void __launch_bounds__(256, 1) probe(int stages, float* out, long lon
     __syncthreads();
     const int c = threadIdx.x >> 7;
     const u32 base = (u32)__cvta_generic_to_shared(sm);
-    const u64 da0 = desc(base + 8192 * c), db0 = desc(base + 16384);
+    const u64 da0 = gm_desc<0>(base + 8192 * c), db0 = gm_desc<0>(base + 16384);
     constexpr int R = N / 2;
     float acc[R], ta[MODE == 0 ? 1 : R], tb[MODE == 2 ? R : 1];
 #pragma unroll
@@ -152,31 +148,11 @@ void run(int sms, float* out, long long* clk, const char* what) {
     const int smem = NSLOT * SLOT;
     cudaFuncSetAttribute(probe<N, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     const int stages = 32 * 4096 * 128 / N;  // the same FLOPs for every N
-    probe<N, MODE><<<sms, 256, smem>>>(64, out, clk);
-    cudaEvent_t a, b;
-    cudaEventCreate(&a); cudaEventCreate(&b);
-    float best = 1e30f;
-    double mhz = 0;
-    for (int r = 0; r < 3; ++r) {
-        cudaEventRecord(a);
-        probe<N, MODE><<<sms, 256, smem>>>(stages, out, clk);
-        cudaEventRecord(b);
-        cudaEventSynchronize(b);
-        float ms; cudaEventElapsedTime(&ms, a, b);
-        if (ms < best) {
-            best = ms;
-            long long c0;
-            cudaMemcpy(&c0, clk, 8, cudaMemcpyDeviceToHost);
-            mhz = c0 / (ms * 1e3);
-        }
-    }
-    cudaError_t e = cudaGetLastError();
-    const double flop = 2.0 * 128 * N * 128 * (double)stages * sms;
-    const double tf = flop / (best * 1e-3) / 1e12;
-    // Dense FP8 wgmma: 4096 MACs per clock per multiprocessor.
-    const double peak = 8192.0 * sms * mhz * 1e6 / 1e12;
-    printf("| m64n%dk32 | %s | %.3f | %.0f | %.1f%% | %.0f | %.1f%% | %s |\n", N, what, best, tf,
-           100.0 * tf / 1979.0, mhz, 100.0 * tf / peak, cudaGetErrorString(e));
+    const ProbeTime t =
+        probe_time([&](int n) { probe<N, MODE><<<sms, 256, smem>>>(n, out, clk); }, stages, clk);
+    char label[128];
+    snprintf(label, sizeof label, "m64n%dk32 | %s", N, what);
+    probe_row(label, 2.0 * 128 * N * 128 * (double)stages * sms, t, sms);
 }
 
 int main() {

@@ -59,36 +59,28 @@ __device__ __forceinline__ void gm_bar_expect(u64* bar, u32 bytes) {
 __device__ __forceinline__ void gm_bar_arrive(u64* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(gm_smem(bar)) : "memory");
 }
+// Waits until phase `parity` of `bar` is complete. HINT: a thread whose phase is not
+// complete sleeps in the barrier (suspend-time hint, up to ~10 ms) instead of coming back
+// to issue the test again.
+template <int HINT = 0>
 __device__ __forceinline__ void gm_bar_wait(u64* bar, u32 parity) {
     u32 ok;
     do {
-        asm volatile(
-            "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-            "selp.u32 %0, 1, 0, p;\n\t}"
-            : "=r"(ok)
-            : "r"(gm_smem(bar)), "r"(parity)
-            : "memory");
+        if (HINT)
+            asm volatile(
+                "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n\t"
+                "selp.u32 %0, 1, 0, p;\n\t}"
+                : "=r"(ok)
+                : "r"(gm_smem(bar)), "r"(parity), "r"(0x989680u)
+                : "memory");
+        else
+            asm volatile(
+                "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                "selp.u32 %0, 1, 0, p;\n\t}"
+                : "=r"(ok)
+                : "r"(gm_smem(bar)), "r"(parity)
+                : "memory");
     } while (!ok);
-}
-// gm_bar_wait with a suspend-time hint: a thread whose phase is not complete sleeps in
-// the barrier (up to ~10 ms) instead of coming back to issue the test again.
-__device__ __forceinline__ void gm_bar_wait_hint(u64* bar, u32 parity) {
-    u32 ok;
-    do {
-        asm volatile(
-            "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n\t"
-            "selp.u32 %0, 1, 0, p;\n\t}"
-            : "=r"(ok)
-            : "r"(gm_smem(bar)), "r"(parity), "r"(0x989680u)
-            : "memory");
-    } while (!ok);
-}
-template <int HINT>
-__device__ __forceinline__ void gm_bar_wait_t(u64* bar, u32 parity) {
-    if (HINT)
-        gm_bar_wait_hint(bar, parity);
-    else
-        gm_bar_wait(bar, parity);
 }
 __device__ __forceinline__ void gm_bulk(void* dst, const void* src, u32 bytes, u64* bar) {
     asm volatile(
@@ -133,6 +125,18 @@ __device__ __forceinline__ void gm_wgmma(float* d, u64 da, u64 db) {
     if (WFMT == 0 && ACC == 1) GM_MMA("e4m3.e4m3", 1);
     if (WFMT == 1 && ACC == 0) GM_MMA("e5m2.e4m3", 0);
     if (WFMT == 1 && ACC == 1) GM_MMA("e5m2.e4m3", 1);
+}
+
+// One 128-k stage of a consumer warpgroup: 4 k steps of m64n128k32 into d from the
+// descriptors da, db (k step q 256 bytes further, +16 in the descriptor), committed as
+// one wgmma group. ZERO: the first step overwrites d instead of adding to it.
+template <int WFMT, int ZERO>
+__device__ __forceinline__ void gm_wgmma_stage(float* d, u64 da, u64 db) {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    gm_wgmma<WFMT, ZERO ? 0 : 1>(d, da, db);
+#pragma unroll
+    for (int q = 1; q < 4; ++q) gm_wgmma<WFMT, 1>(d, da + 16 * q, db + 16 * q);
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
 
 __device__ __forceinline__ float gm_e8m0(u32 b) {

@@ -158,7 +158,7 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
     auto phase = [&](int st) -> u32 { return s0 + st >= NS ? ph0 ^ 1u : ph0; };
     auto scales = [&](int st) {
         const int s = slot(st);
-        gm_bar_wait_hint(&full[s], phase(st));
+        gm_bar_wait<1>(&full[s], phase(st));
         const u8* p = ring + s * GM_STAGE_BYTES;
         const float cq = *reinterpret_cast<const float*>(p + GM_C_OFF);
         f0[st & 1] = gm_e8m0(p[GM_SCALE_OFF + r0 * 4]) * cq;
@@ -170,11 +170,7 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
     const u64 da0 = gm_desc<0>(ring0 + 8192 * c), db0 = gm_desc<0>(ring0 + GM_TILE_BYTES);
     auto issue = [&](float* d, int st) {
         const u64 off = (u64)(slot(st) * (GM_STAGE_BYTES >> 4));
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-        gm_wgmma<WFMT, 0>(d, da0 + off, db0 + off);
-#pragma unroll
-        for (int q = 1; q < 4; ++q) gm_wgmma<WFMT, 1>(d, da0 + off + 16 * q, db0 + off + 16 * q);
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        gm_wgmma_stage<WFMT, 1>(d, da0 + off, db0 + off);
     };
     scales(0);
     issue(ta, 0);
@@ -288,7 +284,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                 for (int kb = 0; kb < kblocks; ++kb, ++it) {
                     const int s = it % NS;
                     // The grouped kernels' producer sleeps in its waits too (their lean loop).
-                    if (it >= NS) gm_bar_wait_t<GROUP != 0>(&empty[s], ((it / NS) - 1) & 1);
+                    if (it >= NS) gm_bar_wait<GROUP != 0>(&empty[s], ((it / NS) - 1) & 1);
                     u8* st = gm_ring + s * GM_STAGE_BYTES;
                     gm_bar_expect(&full[s], GM_STAGE_TX);
                     gm_bulk(st, wsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
@@ -578,10 +574,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gemm_tc_ceiling(int stages,
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
     for (int s = 0; s < stages; ++s) {
         const u64 off = (u64)((s % GEMM_TC_SLOTS) * (GM_STAGE_BYTES >> 4));
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int q = 0; q < 4; ++q) gm_wgmma<0, 1>(acc, da0 + off + 16 * q, db0 + off + 16 * q);
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        gm_wgmma_stage<0, 0>(acc, da0 + off, db0 + off);
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
