@@ -403,7 +403,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let xq = &xqs[mm.xin];
         for (kernel, swap) in [
             (GemmKernel::Persistent, false),
-            (GemmKernel::Wide, false),
             (GemmKernel::Wide3, false),
             (GemmKernel::Pipelined, false),
             (GemmKernel::Serial, false),
@@ -575,69 +574,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<_, _>>()?;
     // The whole prefill's GEMMs, layer by layer, with the default (persistent) and the
     // three-consumer kernel.
-    for kernel in [
-        GemmKernel::Persistent,
-        GemmKernel::Wide,
-        GemmKernel::Persistent,
-        GemmKernel::Wide,
-        GemmKernel::Wide3,
-    ] {
+    for kernel in [GemmKernel::Persistent, GemmKernel::Wide3] {
         if kernel == GemmKernel::Wide3 && !w3_ok {
             continue;
         }
         g.kernel = kernel;
-        // Each matrix's 36 copies in a row with this kernel.
-        let mut per = Vec::new();
-        for mm in &mats {
-            let a = &acts[mm.xin];
-            let ms = time_ms(&ctx, warm, reps, || {
-                for w in &mm.copies {
-                    g.gemm(a, w, &mut y, mm.accumulate)?;
-                }
-                Ok(())
-            })?;
-            let flop = 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64;
-            per.push(format!("{} {:.0}", mm.name, tflops(flop, ms)));
-        }
-        println!("per matrix ({kernel:?}), TFLOP/s: {}", per.join(", "));
-        if std::env::var("FAVLO_PREFILL_NOEPI").is_ok_and(|v| v == "1") {
-            g.no_epilogue = true;
-            let mut per = Vec::new();
-            for mm in &mats {
-                let a = &acts[mm.xin];
-                let ms = time_ms(&ctx, warm, reps, || {
-                    for w in &mm.copies {
-                        g.gemm(a, w, &mut y, mm.accumulate)?;
-                    }
-                    Ok(())
-                })?;
-                let flop = 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64;
-                per.push(format!("{} {:.0}", mm.name, tflops(flop, ms)));
-            }
-            g.no_epilogue = false;
-            println!(
-                "per matrix ({kernel:?}, no epilogue), TFLOP/s: {}",
-                per.join(", ")
-            );
-            g.one_tile = true;
-            let mut per = Vec::new();
-            for mm in &mats {
-                let a = &acts[mm.xin];
-                let ms = time_ms(&ctx, warm, reps, || {
-                    for w in &mm.copies {
-                        g.gemm(a, w, &mut y, mm.accumulate)?;
-                    }
-                    Ok(())
-                })?;
-                let flop = 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64;
-                per.push(format!("{} {:.0}", mm.name, tflops(flop, ms)));
-            }
-            g.one_tile = false;
-            println!(
-                "per matrix ({kernel:?}, every tile stored over the first), TFLOP/s: {}",
-                per.join(", ")
-            );
-        }
         let gemms_only = time_layers(&ctx, &g, &mats, &acts, &mut y, (warm, reps))?;
         let with_quant = time_ms(&ctx, warm, reps, || {
             for l in 0..LAYERS {

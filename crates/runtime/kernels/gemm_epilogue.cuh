@@ -91,10 +91,10 @@ __device__ __forceinline__ void gm_piece(int tid, int u, int& tl, int& col) {
 // is [token][row] as the epilogue's fragment writes; pieces past the last token or row
 // are not copied (nor stored). A barrier first: every thread of the warpgroup is done
 // with the staging of its previous tile.
-// row0: the warpgroup's first row of y.
 __device__ __forceinline__ void gm_res_fetch(float* stg, const float* __restrict__ y, int m,
-                                             int n, int ldy, int mt, int row0, int c, int tid) {
+                                             int n, int ldy, int mt, int nt, int c, int tid) {
     constexpr int PIECES = GM_STG_TOKENS * 16 / 128;
+    const int row0 = nt * GM_TILE + 64 * c;
     const int rows = min(64, n - row0);
     gm_named_sync(1 + c);
 #pragma unroll
@@ -120,18 +120,18 @@ __device__ __forceinline__ void gm_pair_sync() { asm volatile("bar.sync 3, 256;"
 // them; the second round's loaded first, then added and stored); 4 = SwiGLU: the weight rows
 // are gate | up pairs per tile (rows 64 nt .. 64 nt + 63 of gate for warpgroup 0, of
 // up for warpgroup 1), and both warpgroups' 256 threads write silu(gate) * up to
-// y[token, 64 nt + col] (ldy = n / 2; plain results only). row0: the warpgroup's first
-// row of y (nt · 128 + 64 c in the 128 × 128 tiles).
+// y[token, 64 nt + col] (ldy = n / 2; plain results only).
 template <int EPI>
 __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
                                                    const float* rs, int m, int n,
                                                    int ldy, int accumulate, int mt, int nt,
-                                                   int row0, int c, int wq, int g, int t,
-                                                   int lane, float* stg) {
+                                                   int c, int wq, int g, int t, int lane,
+                                                   float* stg) {
     constexpr int HT = GM_STG_TOKENS;
     constexpr int J = HT / 8;                // fragment column groups per round
     constexpr int PIECES = HT * 16 / 128;    // 16-byte pieces per thread per round
     const int lr = 16 * wq + g;              // the thread's first row in the warpgroup's 64
+    const int row0 = nt * GM_TILE + 64 * c;  // the warpgroup's first row in y
     const int rows = min(64, n - row0);      // <= 0: a warpgroup past the last row
     const bool threads = EPI >= 3 || (EPI == 2 && !accumulate);
     const u32 bytes = rows > 0 ? (u32)rows * 4u : 0u;

@@ -326,7 +326,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
             int kb = 0;
             for (; kb + U <= kblocks; kb += U) {
                 if (fetch && kb + U > kblocks - U) {
-                    gm_res_fetch(stg, y, m, n, ldy, mt, nt * GM_TILE + 64 * c, c, 32 * wq + lane);
+                    gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
                 gm_stages<WFMT, U, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
@@ -334,7 +334,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
             }
             for (; kb < kblocks; ++kb) {
                 if (fetch) {
-                    gm_res_fetch(stg, y, m, n, ldy, mt, nt * GM_TILE + 64 * c, c, 32 * wq + lane);
+                    gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
                 gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
@@ -342,8 +342,8 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
             }
             it += kblocks;
             if (staged)
-                gm_epilogue_staged<EPI>(acc, y, gm_rs[c], m, n, ldy, accumulate, mt, nt,
-                                        nt * GM_TILE + 64 * c, c, wq, g, t, lane, stg);
+                gm_epilogue_staged<EPI>(acc, y, gm_rs[c], m, n, ldy, accumulate, mt, nt, c, wq,
+                                        g, t, lane, stg);
             else
                 gm_epilogue(acc, ta, y, xr, m, n, ldy, accumulate, mt, nt, r0, t);
         }
@@ -534,158 +534,6 @@ GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_a, 2, 0, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_a, 2, 4, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_swiglu, 2, 0, 4)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_swiglu, 2, 4, 4)
-
-// Three consumer warpgroups in the persistent grid (`GemmKernel::Wide`; grouped weights):
-// blocks of 192 weight rows × 128 tokens, read as three 64-row halves of the upload tiles
-// as `gemm_w3_body` does, walked token tile fastest with the ring running on across
-// tiles, and finished through shared memory (`gm_epilogue_staged`). Why: the 128 × 128
-// loop waits on its fills, not on the tensor cores. A 128 × 128 stage needs 32 KB from
-// L2 per 512 tensor-core clocks (64 bytes per clock), and the copy engine lands only
-// ~30 (H100) to ~43 (H200) bytes per clock per multiprocessor when every multiprocessor
-// fills at once (session 34, `tools/cuda/gemm_loop_probe.cu`); a 192 × 128 stage brings
-// 40 KB for 1.5 times the work (43 bytes per clock at the peak). Each warpgroup keeps one
-// temporary (registers: setmaxnreg 32 / 160): wgmma, wait, release, promote; the other
-// two warpgroups' stages cover its promotion (the loop alone ran at 100% of the peak at
-// its clock). W3P_STAGES ring stages of G3_STAGE_BYTES, then three stagings.
-#define W3P_STAGES 4
-template <int EPI, int NOEPI = 0>
-__device__ __forceinline__ void gemm_w3p_body(const u8* __restrict__ w, const u8* __restrict__ ws,
-                                              const u8* __restrict__ xq,
-                                              const float* __restrict__ xc,
-                                              const float* __restrict__ xr, float* y, int m,
-                                              int n, int kblocks, int ldy, int accumulate) {
-    extern __shared__ __align__(1024) u8 gm_ring[];
-    __shared__ u64 full[W3P_STAGES], empty[W3P_STAGES];
-    __shared__ float gm_rs3[3][GM_TILE];
-    const int tid = threadIdx.x;
-    const int wg = tid >> 7;
-    const int m_tiles = (m + GM_TILE - 1) / GM_TILE, n_tiles = (n + GM_TILE - 1) / GM_TILE;
-    const int n_blocks = (2 * n_tiles + 2) / 3;  // three 64-row halves per block
-    const int tiles = m_tiles * n_blocks;
-    if (tid == 0) {
-        for (int s = 0; s < W3P_STAGES; ++s) {
-            gm_bar_init(&full[s], 1);
-            gm_bar_init(&empty[s], 12);  // 3 consumer warpgroups x 4 warps
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
-        if (tid == 0) {
-            u32 it = 0;
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                const int mt = tile % m_tiles, nb = tile / m_tiles;
-                const u8* xsrc = xq + (size_t)mt * kblocks * GM_TILE_BYTES;
-                const float* csrc = xc + (size_t)mt * kblocks * 4;
-                // Halves past the last upload tile are not loaded (their rows are not stored).
-                const int halves = min(3, 2 * n_tiles - 3 * nb);
-                const u32 tx = GM_TILE_BYTES + 16 + (u32)halves * (8192 + 256);
-                for (int kb = 0; kb < kblocks; ++kb, ++it) {
-                    const u32 s = it % W3P_STAGES;
-                    if (it >= W3P_STAGES) gm_bar_wait<1>(&empty[s], ((it / W3P_STAGES) - 1) & 1);
-                    u8* st = gm_ring + s * G3_STAGE_BYTES;
-                    gm_bar_expect(&full[s], tx);
-                    // Both halves of one upload tile go as one copy (fewer, larger
-                    // copies fill faster).
-                    for (int c = 0; c < halves;) {
-                        const int h = 3 * nb + c;
-                        const int len = (h & 1) == 0 && c + 1 < halves ? 2 : 1;
-                        const size_t tk = (size_t)(h >> 1) * kblocks + kb;
-                        gm_bulk(st + 8192 * c, w + tk * GM_TILE_BYTES + 8192 * (h & 1),
-                                8192 * len, &full[s]);
-                        gm_bulk(st + G3_S_OFF + 256 * c, ws + tk * 512 + 256 * (h & 1), 256 * len,
-                                &full[s]);
-                        c += len;
-                    }
-                    gm_bulk(st + G3_X_OFF, xsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES,
-                            &full[s]);
-                    gm_bulk(st + G3_C_OFF, csrc + (size_t)kb * 4, 16, &full[s]);
-                }
-            }
-        }
-    } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
-        const int c = wg - 1;
-        const int lane = tid & 31, wq = (tid >> 5) & 3;
-        const int g = lane >> 2, t = lane & 3;
-        const int rl = 16 * wq + g;  // the thread's rows in its warpgroup's 64: rl, rl + 8
-        float acc[64], tmp[64];
-#pragma unroll
-        for (int i = 0; i < 64; ++i) tmp[i] = 0.f;
-        const u32 ring0 = gm_smem(gm_ring);
-        const u64 da0 = gm_desc<0>(ring0 + 8192 * c), db0 = gm_desc<0>(ring0 + G3_X_OFF);
-        const bool staged = EPI && (n & 3) == 0 && (ldy & 3) == 0;
-        float* const stg = reinterpret_cast<float*>(gm_ring + W3P_STAGES * G3_STAGE_BYTES) +
-                           c * (GM_STG_BYTES / 4);
-        u32 it = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            const int mt = tile % m_tiles, nb = tile / m_tiles;
-            const int row0 = 192 * nb + 64 * c;  // this warpgroup's first row of y
-            if (staged)
-                gm_rs_fetch(&gm_rs3[c][32 * wq + lane], xr, mt * GM_TILE + 32 * wq + lane, m);
-#pragma unroll
-            for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-            // `y +=` by the threads: the first round's residuals go into the staging
-            // before the tile's last stage.
-            bool fetch = EPI == 3 && staged && accumulate;
-            for (int kb = 0; kb < kblocks; ++kb, ++it) {
-                if (fetch && kb == kblocks - 1) {
-                    gm_res_fetch(stg, y, m, n, ldy, mt, row0, c, 32 * wq + lane);
-                    fetch = false;
-                }
-                const u32 s = it % W3P_STAGES;
-                gm_bar_wait<1>(&full[s], (it / W3P_STAGES) & 1);
-                const u8* st = gm_ring + s * G3_STAGE_BYTES;
-                const float cq = *reinterpret_cast<const float*>(st + G3_C_OFF);
-                const float f0 = gm_e8m0(st[G3_S_OFF + 256 * c + rl * 4]) * cq;
-                const float f1 = gm_e8m0(st[G3_S_OFF + 256 * c + (rl + 8) * 4]) * cq;
-                const u64 off = (u64)(s * (G3_STAGE_BYTES >> 4));
-                gm_wgmma_stage<0, 1>(tmp, da0 + off, db0 + off);
-                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                __syncwarp();  // the stage's operands may be overwritten
-                if (lane == 0) gm_bar_arrive(&empty[s]);
-                gm_promote(acc, tmp, f0, f1);
-            }
-            if (NOEPI == 1) {  // EXPERIMENT: no epilogue
-                if (acc[0] == -12345.f) y[0] = acc[1];
-                continue;
-            }
-            if (NOEPI == 2) {  // EXPERIMENT: every tile stored over the first one (in L2)
-                gm_epilogue_staged<EPI>(acc, y, gm_rs3[c], m, n, ldy, accumulate, 0, 0, 64 * c, c,
-                                        wq, g, t, lane, stg);
-                continue;
-            }
-            if (staged)
-                gm_epilogue_staged<EPI>(acc, y, gm_rs3[c], m, n, ldy, accumulate, mt, 0, row0, c,
-                                        wq, g, t, lane, stg);
-            else
-                gm_epilogue(acc, tmp, y, xr, m, n, ldy, accumulate, mt, 0, row0 + rl, t);
-        }
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(512, 1)
-    gemm_mxfp8_e4m3_w3p_a(const u8* __restrict__ w, const u8* __restrict__ ws,
-                          const u8* __restrict__ xq, const float* __restrict__ xc,
-                          const float* __restrict__ xr, float* y, int m, int n, int kblocks,
-                          int ldy, int accumulate) {
-    gemm_w3p_body<3>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate);
-}
-extern "C" __global__ void __launch_bounds__(512, 1)
-    gemm_mxfp8_e4m3_w3p_noepi(const u8* __restrict__ w, const u8* __restrict__ ws,
-                          const u8* __restrict__ xq, const float* __restrict__ xc,
-                          const float* __restrict__ xr, float* y, int m, int n, int kblocks,
-                          int ldy, int accumulate) {
-    gemm_w3p_body<3, 1>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate);
-}
-extern "C" __global__ void __launch_bounds__(512, 1)
-    gemm_mxfp8_e4m3_w3p_onetile(const u8* __restrict__ w, const u8* __restrict__ ws,
-                          const u8* __restrict__ xq, const float* __restrict__ xc,
-                          const float* __restrict__ xr, float* y, int m, int n, int kblocks,
-                          int ldy, int accumulate) {
-    gemm_w3p_body<3, 2>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy, accumulate);
-}
 
 #define GEMM_W3_KERNEL(name, WFMT)                                                          \
     extern "C" __global__ void __launch_bounds__(512, 1)                                    \

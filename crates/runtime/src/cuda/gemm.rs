@@ -46,9 +46,6 @@ const GEMM_SMEM: usize = 6 * 33792;
 const GEMM_STAGED_SMEM: usize = 5 * 33792 + 2 * 64 * 68 * 4;
 /// Dynamic shared memory of the three-consumer kernel: `G3_STAGES` × `G3_STAGE_BYTES`.
 const GEMM_W3_SMEM: usize = 5 * 41984;
-/// Dynamic shared memory of the persistent three-consumer kernel (`gemm_w3p_body`):
-/// `W3P_STAGES` (4) × `G3_STAGE_BYTES` plus three `GM_STG_BYTES` stagings.
-const GEMM_W3P_SMEM: usize = 4 * 41984 + 3 * 64 * 68 * 4;
 /// Dynamic shared memory of the tensor-core ceiling kernel: `GEMM_TC_SLOTS` ring stages.
 const GEMM_TC_SMEM: usize = 4 * 33792;
 /// Hopper's largest dynamic shared memory per block (227 KB) less the kernels' 1 KB of
@@ -58,7 +55,6 @@ const _: () = assert!(
     GEMM_SMEM <= SM90_DYNAMIC_SMEM
         && GEMM_STAGED_SMEM <= SM90_DYNAMIC_SMEM
         && GEMM_W3_SMEM <= SM90_DYNAMIC_SMEM
-        && GEMM_W3P_SMEM <= SM90_DYNAMIC_SMEM
         && GEMM_TC_SMEM <= SM90_DYNAMIC_SMEM,
     "a GEMM kernel's shared memory does not fit a Hopper block"
 );
@@ -179,12 +175,6 @@ pub enum GemmKernel {
     /// Three consumer warpgroups per block (192 weight rows × 128 tokens, 512 threads),
     /// the serial loop in each (experimental).
     Wide3,
-    /// Three consumer warpgroups (192 × 128 blocks) in the persistent grid, one
-    /// promotion per stage, tiles finished through shared memory as
-    /// [`TileStore::VectorAdd`]: 40 KB of fills per stage for 1.5 times the work of a
-    /// 128 × 128 stage, whose fills bound it. Grouped E4M3 weights (MXFP4 folded by
-    /// `tile_gemm`); other weights, and the SwiGLU GEMM, run [`Self::Persistent`].
-    Wide,
 }
 
 /// The MXFP8 GEMM kernels of one context.
@@ -202,10 +192,6 @@ pub struct GemmMx {
     e4m3_group: [CudaFunction; 2],
     /// The three-consumer kernel with grouped promotion.
     e4m3_w3_group: CudaFunction,
-    /// [`GemmKernel::Wide`]: the persistent three-consumer kernel (grouped, staged).
-    e4m3_w3p: CudaFunction,
-    e4m3_w3p_noepi: CudaFunction,
-    e4m3_w3p_onetile: CudaFunction,
     /// The persistent kernels with staged epilogues ([`TileStore::Bulk`],
     /// [`TileStore::Vector`], [`TileStore::VectorAdd`]): per-step promotion, then grouped.
     e4m3_persist_s: [CudaFunction; 3],
@@ -230,10 +216,6 @@ pub struct GemmMx {
     pub group_stages: usize,
     /// How the persistent E4M3 kernels write a finished tile.
     pub store: TileStore,
-    /// EXPERIMENT: the persistent kernels skip their epilogue (results not written).
-    pub no_epilogue: bool,
-    /// EXPERIMENT: `Wide` stores every tile over the first (an L2-resident region).
-    pub one_tile: bool,
 }
 
 /// How the persistent E4M3 GEMM writes a finished 128 × 128 tile of `y`. The staged
@@ -299,9 +281,6 @@ impl GemmMx {
                 big("gemm_mxfp8_e4m3_group4")?,
             ],
             e4m3_w3_group: big_with("gemm_mxfp8_e4m3_w3g", GEMM_W3_SMEM)?,
-            e4m3_w3p: big_with("gemm_mxfp8_e4m3_w3p_a", GEMM_W3P_SMEM)?,
-            e4m3_w3p_noepi: big_with("gemm_mxfp8_e4m3_w3p_noepi", GEMM_W3P_SMEM)?,
-            e4m3_w3p_onetile: big_with("gemm_mxfp8_e4m3_w3p_onetile", GEMM_W3P_SMEM)?,
             e4m3_persist_s: [
                 big_with("gemm_mxfp8_e4m3_persist_s", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_persist_v", GEMM_STAGED_SMEM)?,
@@ -318,8 +297,6 @@ impl GemmMx {
             ],
             group_stages: 4,
             store: TileStore::VectorAdd,
-            no_epilogue: false,
-            one_tile: false,
             sms: ctx
                 .raw()
                 .attribute(
@@ -447,9 +424,8 @@ impl GemmMx {
     ) -> Result<(), CudaError> {
         let op = "gemm_mx_swiglu";
         let grouped = w.grouped && x.grouped;
-        // GemmKernel::Wide has no SwiGLU epilogue: its SwiGLU GEMM runs the persistent one.
-        let persistent = matches!(self.kernel, GemmKernel::Persistent | GemmKernel::Wide);
-        if !w.swiglu || !persistent || (grouped && self.group_stages < 4) {
+        if !w.swiglu || self.kernel != GemmKernel::Persistent || (grouped && self.group_stages < 4)
+        {
             return Err(shape(
                 op,
                 format!(
@@ -545,14 +521,12 @@ impl GemmMx {
         let op = "gemm_mx";
         let m = x.m;
         check_gemm(op, x, w, y, w.rows)?;
-        let grouped = w.grouped && x.grouped;
-        let kernel = match self.kernel {
-            _ if probe || self.desc_swap => GemmKernel::Serial,
-            GemmKernel::Wide if !grouped || w.format != ElementFormat::Fp8E4M3 => {
-                GemmKernel::Persistent
-            }
-            k => k,
+        let kernel = if probe || self.desc_swap {
+            GemmKernel::Serial
+        } else {
+            self.kernel
         };
+        let grouped = w.grouped && x.grouped;
         // The staged kernel, if any (index into `e4m3_persist_s` / `e4m3_group_s`). Two
         // grouped stages per call have none (the slower choice).
         let staged = match self.store {
@@ -578,16 +552,12 @@ impl GemmMx {
                 (None, true) => &self.e4m3_group[usize::from(self.group_stages >= 4)],
                 (None, false) => &self.e4m3_persist,
             },
-            (ElementFormat::Fp8E4M3, GemmKernel::Wide) if self.no_epilogue => &self.e4m3_w3p_noepi,
-            (ElementFormat::Fp8E4M3, GemmKernel::Wide) if self.one_tile => &self.e4m3_w3p_onetile,
-            (ElementFormat::Fp8E4M3, GemmKernel::Wide) => &self.e4m3_w3p,
             (ElementFormat::Fp8E4M3, GemmKernel::Wide3) if grouped => &self.e4m3_w3_group,
             (ElementFormat::Fp8E4M3, GemmKernel::Wide3) => &self.e4m3_w3,
             (ElementFormat::Fp8E5M2, GemmKernel::Serial) => &self.e5m2,
             (ElementFormat::Fp8E5M2, GemmKernel::Pipelined) => &self.e5m2_pipe,
             (ElementFormat::Fp8E5M2, GemmKernel::Persistent) => &self.e5m2_persist,
             (ElementFormat::Fp8E5M2, GemmKernel::Wide3) => &self.e5m2_w3,
-            (ElementFormat::Fp8E5M2, GemmKernel::Wide) => &self.e5m2_persist,
             (ElementFormat::Fp4E2M1, _) => {
                 return Err(shape(op, "MXFP4 codes must be folded by tile_gemm".into()));
             }
@@ -602,11 +572,6 @@ impl GemmMx {
                 } else {
                     GEMM_SMEM
                 } as u32,
-            },
-            GemmKernel::Wide => LaunchConfig {
-                grid_dim: ((mt * (2 * nt).div_ceil(3)).min(self.sms) as u32, 1, 1),
-                block_dim: (512, 1, 1),
-                shared_mem_bytes: GEMM_W3P_SMEM as u32,
             },
             GemmKernel::Wide3 => LaunchConfig {
                 grid_dim: (mt as u32, w.rows.div_ceil(192) as u32, 1),
