@@ -24,8 +24,10 @@
 #include "../../crates/runtime/kernels/gemm_mx.cu"
 // clang-format on
 
-// BAR: the consumers wait on `full` and release `empty` per stage, and the producer thread
-// waits on `empty` before re-arming `full` (no copies); HINT: the waits sleep (suspend hint);
+// BAR 1: the consumers wait on `full` and release `empty` per stage, and the producer
+// thread waits on `empty` before re-arming `full` (no copies); BAR 2 (`fill_probe`): the
+// consumers never wait and count their finished stages in `prog` (one count per warpgroup);
+// HINT: the waits sleep (suspend hint);
 // SCALES: each stage's two factors read from its scales and C (else constants).
 // SCALES 2: the call's factors loaded from global memory (ws, xc) as it starts; 3: loaded
 // one call ahead (pf); 4: constant factors and three dummy shared-memory loads per stage.
