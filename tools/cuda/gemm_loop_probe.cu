@@ -138,6 +138,34 @@ __device__ __forceinline__ void steps(float* acc, float* ta, float* tb, u8* ring
     if (SCALES == 4 && sink == -1.f) g_sink = sink;
 }
 
+// Every probe's shared memory: `bytes` of finite E4M3 codes (|v| < 1), then in each of
+// `stages` stages of `stage_bytes` the `scale_words` words at `scale_off` set to
+// `scale_word` (E8M0 bytes of 1.0, or a probe's precomputed factors) and the float at
+// `c_off` to 1. Ends with a block barrier.
+__device__ void probe_ring_init(u8* ring, int bytes, int stages, int stage_bytes, int scale_off,
+                                int c_off, int scale_words, u32 scale_word) {
+    for (int i = threadIdx.x; i < bytes / 4; i += blockDim.x)
+        reinterpret_cast<u32*>(ring)[i] = (i * 2654435761u) & 0x37373737u;
+    __syncthreads();
+    for (int i = threadIdx.x; i < stages * scale_words; i += blockDim.x) {
+        u8* st = ring + (i / scale_words) * stage_bytes;
+        reinterpret_cast<u32*>(st + scale_off)[i % scale_words] = scale_word;
+        if (i % scale_words == 0) reinterpret_cast<float*>(st + c_off)[0] = 1.f;
+    }
+    __syncthreads();
+}
+
+// Every probe's end: each consumer thread stores the sum of its accumulators (so no
+// wgmma is dead code) and thread 128 (warpgroup 1) its block's cycles since t0.
+__device__ __forceinline__ void probe_finish(const float* acc, float* out, long long* clk,
+                                             long long t0) {
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) s += acc[i];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+    if (threadIdx.x == 128) clk[blockIdx.x] = clock64() - t0;
+}
+
 // REAL: the kernel's own gm_group_steps (which always sleeps in its waits).
 template <int BAR, int HINT, int SCALES, int REAL, int WAITALL = 0, int DLY = 0, int POS = 0>
 __global__ void __launch_bounds__(384, 1) ring_probe(int stages, float* out, long long* clk,
@@ -146,15 +174,9 @@ __global__ void __launch_bounds__(384, 1) ring_probe(int stages, float* out, lon
     extern __shared__ __align__(1024) u8 gm_ring[];
     __shared__ u64 full[5], empty[5];
     const long long t0 = clock64();
-    for (int i = threadIdx.x; i < 5 * GM_STAGE_BYTES / 4; i += blockDim.x)
-        reinterpret_cast<u32*>(gm_ring)[i] = (i * 2654435761u) & 0x37373737u;
-    __syncthreads();
-    for (int i = threadIdx.x; i < 5 * 128; i += blockDim.x) {
-        u8* st = gm_ring + (i / 128) * GM_STAGE_BYTES;
-        // Scale bytes of 1.0 (E8M0 127), or for SCALES 5 the precomputed factors 1.0f.
-        reinterpret_cast<u32*>(st + GM_SCALE_OFF)[i % 128] = SCALES == 5 ? 0x3f800000u : 0x7f7f7f7fu;
-        if (i % 128 == 0) reinterpret_cast<float*>(st + GM_C_OFF)[0] = 1.f;
-    }
+    // Scale bytes of 1.0 (E8M0 127), or for SCALES 5 the precomputed factors 1.0f.
+    probe_ring_init(gm_ring, 5 * GM_STAGE_BYTES, 5, GM_STAGE_BYTES, GM_SCALE_OFF, GM_C_OFF, 128,
+                    SCALES == 5 ? 0x3f800000u : 0x7f7f7f7fu);
     gm_init_bars<5>(full, empty);
     const int tid = threadIdx.x, wg = tid >> 7;
     if (wg == 0) {
@@ -183,11 +205,7 @@ __global__ void __launch_bounds__(384, 1) ring_probe(int stages, float* out, lon
             steps<BAR, HINT, SCALES, WAITALL, DLY, POS>(acc, ta, tb, gm_ring, full, empty, kb, c, r0, lane,
                                               ws, xc, pf);
     }
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < 64; ++i) s += acc[i];
-    out[blockIdx.x * blockDim.x + tid] = s;
-    if (tid == 128) clk[blockIdx.x] = clock64() - t0;
+    probe_finish(acc, out, clk, t0);
 }
 
 // Fills beside the loop: does the copy engine's filling of shared memory slow the
@@ -218,14 +236,7 @@ __global__ void __launch_bounds__(384, 1) fill_probe(int stages, float* out, lon
     __shared__ volatile u32 prog[2];
     const long long t0 = clock64();
     if (threadIdx.x < 2) prog[threadIdx.x] = 0;
-    for (int i = threadIdx.x; i < BYTES / 4; i += blockDim.x)
-        reinterpret_cast<u32*>(gm_ring)[i] = (i * 2654435761u) & 0x37373737u;
-    __syncthreads();
-    for (int i = threadIdx.x; i < NS * 128; i += blockDim.x) {
-        u8* st = gm_ring + (i / 128) * GM_STAGE_BYTES;
-        reinterpret_cast<u32*>(st + GM_SCALE_OFF)[i % 128] = 0x7f7f7f7fu;
-        if (i % 128 == 0) reinterpret_cast<float*>(st + GM_C_OFF)[0] = 1.f;
-    }
+    probe_ring_init(gm_ring, BYTES, NS, GM_STAGE_BYTES, GM_SCALE_OFF, GM_C_OFF, 128, 0x7f7f7f7fu);
     gm_init_bars<NS>(full, empty);
     const int tid = threadIdx.x, wg = tid >> 7;
     if (wg == 0) {
@@ -276,11 +287,7 @@ __global__ void __launch_bounds__(384, 1) fill_probe(int stages, float* out, lon
             else
                 steps<0, 0, 0>(acc, ta, tb, gm_ring, full, empty, kb, c, r0, lane);
         }
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < 64; ++i) s += acc[i];
-    out[blockIdx.x * blockDim.x + tid] = s;
-    if (tid == 128) clk[blockIdx.x] = clock64() - t0;
+    probe_finish(acc, out, clk, t0);
 }
 
 // Three consumer warpgroups (the `Wide3` block: 192 weight rows × 128 tokens, one
@@ -299,14 +306,8 @@ __global__ void __launch_bounds__(512, 1) w3_probe(int stages, float* out, long 
     extern __shared__ __align__(1024) u8 gm_ring[];
     __shared__ u64 full[NS], empty[NS];
     const long long t0 = clock64();
-    for (int i = threadIdx.x; i < NS * G3_STAGE_BYTES / 4; i += blockDim.x)
-        reinterpret_cast<u32*>(gm_ring)[i] = (i * 2654435761u) & 0x37373737u;
-    __syncthreads();
-    for (int i = threadIdx.x; i < NS * 192; i += blockDim.x) {
-        u8* st = gm_ring + (i / 192) * G3_STAGE_BYTES;
-        reinterpret_cast<u32*>(st + G3_S_OFF)[i % 192] = 0x7f7f7f7fu;
-        if (i % 192 == 0) reinterpret_cast<float*>(st + G3_C_OFF)[0] = 1.f;
-    }
+    probe_ring_init(gm_ring, NS * G3_STAGE_BYTES, NS, G3_STAGE_BYTES, G3_S_OFF, G3_C_OFF, 192,
+                    0x7f7f7f7fu);
     if (threadIdx.x == 0) {
         for (int s = 0; s < NS; ++s) {
             gm_bar_init(&full[s], 1);
@@ -374,11 +375,7 @@ __global__ void __launch_bounds__(512, 1) w3_probe(int stages, float* out, long 
         }
         gm_promote(acc, tmp, f0, f1);
     }
-    float sum = 0.f;
-#pragma unroll
-    for (int i = 0; i < 64; ++i) sum += acc[i];
-    out[blockIdx.x * blockDim.x + tid] = sum;
-    if (tid == 128) clk[blockIdx.x] = clock64() - t0;
+    probe_finish(acc, out, clk, t0);
 }
 
 u8* g_ws;
@@ -400,6 +397,19 @@ void run(int sms, float* out, long long* clk, const char* what) {
 
 u8* g_src;
 constexpr int kSrcChunks = 512;  // 16 MB: stays in L2
+
+// The last launch's block 0: its consumers' share of the peak over their own cycles
+// (`flop` per stage, 0: no consumer loop) and its producer's bytes per clock (`bytes`
+// per stage, 0: no copies).
+void block0_row(int stages, double flop, double bytes, const long long* clk,
+                const long long* clkp) {
+    long long cc = 0, pc = 0;
+    cudaMemcpy(&cc, clk, 8, cudaMemcpyDeviceToHost);
+    cudaMemcpy(&pc, clkp, 8, cudaMemcpyDeviceToHost);
+    printf("|   block 0: consumers %.1f%% of the peak over their cycles; producer %.1f bytes per clock | | | | | | |\n",
+           flop > 0 ? 100.0 * flop * stages / (8192.0 * cc) : 0.0,
+           bytes > 0 ? bytes * stages / pc : 0.0);
+}
 template <int MODE, int NS = 5>
 void run_fill(int sms, float* out, long long* clk, long long* clkp, const char* what) {
     const int smem = NS * GM_STAGE_BYTES + (MODE == 2 || MODE == 3 ? 32768 : 0);
@@ -409,15 +419,9 @@ void run_fill(int sms, float* out, long long* clk, long long* clkp, const char* 
     const ProbeTime t = probe_time(
         [&](int n) { fill_probe<MODE, NS><<<sms, 384, smem>>>(n, out, clk, clkp, g_src, kSrcChunks); },
         stages, MODE == 3 ? clkp : clk);
-    probe_row(what, 2.0 * 128 * 128 * 128 * (double)stages * sms, t, sms);
-    // Block 0's consumer loop against the peak over its own cycles, and its producer's
-    // fill rate (each from the last launch).
-    long long cc = 0, pc = 0;
-    cudaMemcpy(&cc, clk, 8, cudaMemcpyDeviceToHost);
-    cudaMemcpy(&pc, clkp, 8, cudaMemcpyDeviceToHost);
-    printf("|   block 0: consumers %.1f%% of the peak over their cycles; producer %.1f bytes per clock | | | | | | |\n",
-           MODE == 3 ? 0.0 : 100.0 * 2.0 * 128 * 128 * 128 * stages / (8192.0 * cc),
-           MODE == 0 || MODE == 5 ? 0.0 : 32768.0 * stages / pc);
+    const double flop = 2.0 * 128 * 128 * 128;
+    probe_row(what, flop * stages * sms, t, sms);
+    block0_row(stages, MODE == 3 ? 0.0 : flop, MODE == 0 || MODE == 5 ? 0.0 : 32768.0, clk, clkp);
 }
 
 template <int MODE, int NS = G3_STAGES, int COPIES = 3>
@@ -430,13 +434,9 @@ void run_w3(int sms, float* out, long long* clk, long long* clkp, const char* wh
             w3_probe<MODE, NS, COPIES><<<sms, 512, smem>>>(n, out, clk, clkp, g_src, kSrcChunks);
         },
         stages, clk);
-    probe_row(what, 2.0 * 192 * 128 * 128 * (double)stages * sms, t, sms);
-    long long cc = 0, pc = 0;
-    cudaMemcpy(&cc, clk, 8, cudaMemcpyDeviceToHost);
-    cudaMemcpy(&pc, clkp, 8, cudaMemcpyDeviceToHost);
-    printf("|   block 0: consumers %.1f%% of the peak over their cycles; producer %.1f bytes per clock | | | | | | |\n",
-           100.0 * 2.0 * 192 * 128 * 128 * stages / (8192.0 * cc),
-           MODE == 1 ? (COPIES == 3 ? 40960.0 : 41744.0) * stages / pc : 0.0);
+    const double flop = 2.0 * 192 * 128 * 128;
+    probe_row(what, flop * stages * sms, t, sms);
+    block0_row(stages, flop, MODE == 1 ? (COPIES == 3 ? 40960.0 : 41744.0) : 0.0, clk, clkp);
 }
 
 int main() {
@@ -445,9 +445,9 @@ int main() {
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     cudaDeviceProp p;
     cudaGetDeviceProperties(&p, 0);
-    printf("%s, %d SMs; the grouped loop's compute path (128 x 128 x 128 stages, no loads)\n",
-           p.name, sms);
-    printf("| loop | ms | TFLOP/s | %% of 1979 | SM MHz (block 0) | %% of the peak at that clock | error |\n|---|---:|---:|---:|---:|---:|---|\n");
+    const char* header =
+        "| loop | ms | TFLOP/s | %% of 1979 | SM MHz (block 0) | %% of the peak at that clock | "
+        "error |\n|---|---:|---:|---:|---:|---:|---|\n";
     float* out;
     long long* clk;
     cudaMalloc(&out, sms * 512 * 4);
@@ -465,8 +465,10 @@ int main() {
     cudaMalloc(&g_src, (size_t)kSrcChunks * 32768);
     cudaMemset(g_src, 0x37, (size_t)kSrcChunks * 32768);
     if (getenv("FILL_ONLY")) {
-        printf("\nFills beside the loop (32 KB per stage by the copy engine from an L2-resident source):\n");
-        printf("| loop | ms | TFLOP/s | %% of 1979 | SM MHz (block 0) | %% of the peak at that clock | error |\n|---|---:|---:|---:|---:|---:|---|\n");
+        printf("%s, %d SMs; the loop beside the copy engine's fills (32 KB per 128 x 128 x 128 "
+               "stage from an L2-resident source)\n",
+               p.name, sms);
+        printf(header);
         for (int rep = 0; rep < 2; ++rep) {
             run_fill<0>(sms, out, clk, clkp, "bare loop, no fills");
             run_fill<1>(sms, out, clk, clkp, "bare loop + fills paced by its releases, into the released slots");
@@ -484,6 +486,9 @@ int main() {
         }
         return 0;
     }
+    printf("%s, %d SMs; the grouped loop's compute path (128 x 128 x 128 stages, no loads)\n",
+           p.name, sms);
+    printf(header);
     for (int rep = 0; rep < 2; ++rep) {
         run<0, 0, 0, 0>(sms, out, clk, "two temporaries, constant factors");
         run<0, 0, 1, 0>(sms, out, clk, "+ factors read from the stage");
