@@ -308,14 +308,7 @@ __global__ void __launch_bounds__(512, 1) w3_probe(int stages, float* out, long 
     const long long t0 = clock64();
     probe_ring_init(gm_ring, NS * G3_STAGE_BYTES, NS, G3_STAGE_BYTES, G3_S_OFF, G3_C_OFF, 192,
                     0x7f7f7f7fu);
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < NS; ++s) {
-            gm_bar_init(&full[s], 1);
-            gm_bar_init(&empty[s], 12);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    gm_init_bars<NS, 12>(full, empty);
     const int tid = threadIdx.x, wg = tid >> 7;
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");

@@ -157,12 +157,14 @@ __device__ __forceinline__ void gm_promote(float* acc, const float* tmp, float f
 
 // w: [n/128][kblocks][16 KB]; ws: [n/128][kblocks][128][4]; xq: [m/128][kblocks][16 KB];
 // xc: [m/128][kblocks * 4]; xr: [m/128 * 128]; y: [m][ldy] (accumulate: y += ...).
-template <int NS = GM_STAGES>
+// The ring's barriers: `full` completes on the producer's one arrival (and its bytes),
+// `empty` on one arrival per consumer warp (WARPS: 2 warpgroups x 4, or 3 x 4).
+template <int NS = GM_STAGES, int WARPS = 8>
 __device__ __forceinline__ void gm_init_bars(u64* full, u64* empty) {
     if (threadIdx.x == 0) {
         for (int s = 0; s < NS; ++s) {
             gm_bar_init(&full[s], 1);
-            gm_bar_init(&empty[s], 8);  // 2 consumer warpgroups x 4 warps
+            gm_bar_init(&empty[s], WARPS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }

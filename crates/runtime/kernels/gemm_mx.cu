@@ -380,14 +380,7 @@ __device__ __forceinline__ void gemm_w3_body(const u8* __restrict__ w, const u8*
     const int wg = tid >> 7;
     const int mt = blockIdx.x, nb = blockIdx.y;
     const int n_tiles = (n + GM_TILE - 1) / GM_TILE;
-    if (tid == 0) {
-        for (int s = 0; s < G3_STAGES; ++s) {
-            gm_bar_init(&full[s], 1);
-            gm_bar_init(&empty[s], 12);  // 3 consumer warpgroups x 4 warps
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    gm_init_bars<G3_STAGES, 12>(full, empty);  // 3 consumer warpgroups x 4 warps
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
         if (tid == 0) {
