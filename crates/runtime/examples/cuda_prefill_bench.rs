@@ -13,6 +13,8 @@
 //! (`GemmKernel::Persistent`, the default, `Wide3`, `Pipelined` and `Serial`) is timed.
 //! `FAVLO_PREFILL_SWIGLU_PROBE=1` only times the gate|up GEMM four ways (plain and
 //! paired tilings through the plain and SwiGLU GEMMs, see `swiglu_probe`).
+//! `FAVLO_PREFILL_EPILOGUE=1` only checks the tile stores that must equal the default's
+//! values bit for bit and times them against it in alternation (see `epilogue_probe`).
 //! `FAVLO_PREFILL_ORDER_PROBE=1` only times every launch of the whole prefill's GEMMs in
 //! two orders, matrix by matrix and layer by layer (see `order_probe`).
 //! `FAVLO_PREFILL_PROFILE=1` only runs each matrix's GEMM (default loop, then the
@@ -191,6 +193,130 @@ fn order_probe(
     Ok(())
 }
 
+/// `FAVLO_PREFILL_EPILOGUE=1`: the tile stores that must write `TileStore::VectorAdd`'s
+/// values (`Lean`), checked bit for bit against it on every matrix, `y =` and `y +=`
+/// (from the same random `y`), then timed against it in alternation, four rounds, the
+/// order reversed every other round (the clock under the power cap drifts by more than
+/// most variants differ, and the first timing after a pause runs on a cooler card): per
+/// matrix over its 36 copies, the whole prefill's GEMMs layer by layer, and the same as
+/// the chat runs them (gate|up through the SwiGLU GEMM, whose epilogue is the same for
+/// every store; `favlo bench prefill`'s total).
+fn epilogue_probe(
+    ctx: &CudaContext,
+    owner: &Owner,
+    g: &mut GemmMx,
+    mats: &[Mat],
+    acts: &[GemmActs],
+    y: &mut DeviceBuffer<f32>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let stores = [TileStore::VectorAdd, TileStore::Lean];
+    let saved = g.store;
+    let m = acts[0].rows();
+    let mut rng = StdRng::seed_from_u64(9);
+    for mm in mats {
+        let y0: Vec<f32> = (0..m * mm.n)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
+        for accumulate in [false, true] {
+            let mut outs = Vec::new();
+            for store in stores {
+                g.store = store;
+                let mut yd = ctx.upload(owner, SpanKind::Scratch, &y0)?;
+                g.gemm(&acts[mm.xin], &mm.copies[0], &mut yd, accumulate)?;
+                outs.push(ctx.download(&yd)?);
+            }
+            for (store, out) in stores.iter().zip(&outs).skip(1) {
+                let differ = out
+                    .iter()
+                    .zip(&outs[0])
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count();
+                println!(
+                    "check {:8} {store:?}{}: {differ} of {} outputs differ from VectorAdd",
+                    mm.name,
+                    if accumulate { " (y +=)" } else { "" },
+                    out.len()
+                );
+                if differ > 0 {
+                    return Err(
+                        format!("{store:?} is not VectorAdd's values on {}", mm.name).into(),
+                    );
+                }
+            }
+        }
+    }
+    // gate|up tiled for the SwiGLU GEMM, one copy per layer (as swiglu_probe).
+    let Some(gu) = mats.iter().position(|mm| mm.name == "gate|up") else {
+        return Err("no gate|up matrix".into());
+    };
+    let view = MxView::new(mats[gu].layout, &mats[gu].packed)?;
+    let p0 = GemmWeights::upload(ctx, owner, &tile_gemm_swiglu(view)?)?;
+    let mut paired = (1..LAYERS)
+        .map(|_| p0.duplicate(ctx, owner))
+        .collect::<Result<Vec<_>, _>>()?;
+    paired.insert(0, p0);
+    let chat_layers = |g: &GemmMx, y: &mut DeviceBuffer<f32>| {
+        time_ms(ctx, 2, 7, || {
+            for (l, w) in paired.iter().enumerate() {
+                for (i, mm) in mats.iter().enumerate() {
+                    if i == gu {
+                        g.gemm_swiglu(&acts[mm.xin], w, y)?;
+                    } else {
+                        g.gemm(&acts[mm.xin], &mm.copies[l], y, mm.accumulate)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    };
+    let (warm, reps) = (2, 7);
+    let tflops = |flop: f64, ms: f64| flop / (ms * 1e-3) / 1e12;
+    let all_flop: f64 = mats
+        .iter()
+        .map(|mm| 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64)
+        .sum();
+    println!(
+        "\n| round | tile store | q|k|v TF/s | o TF/s | gate|up TF/s | down TF/s | all GEMMs ms | TFLOP/s | % of FP8 peak | as the chat runs them ms | TFLOP/s | % of FP8 peak |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for round in 1..=4 {
+        let order: Vec<TileStore> = if round % 2 == 1 {
+            stores.to_vec()
+        } else {
+            stores.iter().rev().copied().collect()
+        };
+        for store in order {
+            g.store = store;
+            let mut per = Vec::new();
+            for mm in mats {
+                let flop = 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64;
+                let ms = time_ms(ctx, warm, reps, || {
+                    for w in &mm.copies {
+                        g.gemm(&acts[mm.xin], w, y, mm.accumulate)?;
+                    }
+                    Ok(())
+                })?;
+                per.push(tflops(flop, ms));
+            }
+            let all = time_layers(ctx, g, mats, acts, y, (warm, reps))?;
+            let chat = chat_layers(g, y)?;
+            println!(
+                "| {round} | {store:?} | {:.0} | {:.0} | {:.0} | {:.0} | {all:.3} | {:.0} | {:.1}% | {chat:.3} | {:.0} | {:.1}% |",
+                per[0],
+                per[1],
+                per[2],
+                per[3],
+                tflops(all_flop, all),
+                100.0 * tflops(all_flop, all) / FP8_PEAK_TFLOPS,
+                tflops(all_flop, chat),
+                100.0 * tflops(all_flop, chat) / FP8_PEAK_TFLOPS
+            );
+        }
+    }
+    g.store = saved;
+    Ok(())
+}
+
 /// `FAVLO_PREFILL_SWIGLU_PROBE=1`: where the SwiGLU gate|up GEMM (`gemm_swiglu` over
 /// `tile_gemm_swiglu`, the chat's) loses its time against the plain one. Four runs of
 /// the gate|up GEMM over the layers' copies, timed in turn three times (so drift in the
@@ -312,13 +438,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t0.elapsed().as_secs_f64() * 1e3,
         g.from_cache
     );
-    // FAVLO_PREFILL_STORE=direct|bulk|vector|vector-add: how the persistent kernel writes a tile
+    // FAVLO_PREFILL_STORE=direct|bulk|vector|vector-add|lean: how the persistent kernel writes a tile
     // ([`TileStore`]), for the default rows and FAVLO_PREFILL_PROFILE.
     match std::env::var("FAVLO_PREFILL_STORE").as_deref() {
         Ok("direct") => g.store = TileStore::Direct,
         Ok("bulk") => g.store = TileStore::Bulk,
         Ok("vector") => g.store = TileStore::Vector,
         Ok("vector-add") => g.store = TileStore::VectorAdd,
+        Ok("lean") => g.store = TileStore::Lean,
         Ok(v) => return Err(format!("FAVLO_PREFILL_STORE={v}: not a tile store").into()),
         Err(_) => {}
     }
@@ -439,6 +566,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::var("FAVLO_PREFILL_SWIGLU_PROBE").is_ok_and(|v| v == "1") {
         return swiglu_probe(&ctx, &owner, &g, &mats, &acts, &mut y);
     }
+    if std::env::var("FAVLO_PREFILL_EPILOGUE").is_ok_and(|v| v == "1") {
+        return epilogue_probe(&ctx, &owner, &mut g, &mats, &acts, &mut y);
+    }
     if std::env::var("FAVLO_PREFILL_ORDER_PROBE").is_ok_and(|v| v == "1") {
         return order_probe(&ctx, &g, &mats, &acts, &mut y);
     }
@@ -466,6 +596,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "16-byte stores, y += by 16-byte loads and stores",
             TileStore::VectorAdd,
         ),
+        ("the same values, lean epilogue", TileStore::Lean),
     ];
     let saved = g.store;
     println!(

@@ -260,3 +260,91 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
         }
     }
 }
+
+// A lean round's stores (gm_epilogue_lean): this thread's PIECES 16-byte pieces, piece u
+// at yr + u·step in y and sp + 8u rows in the staging. ADD: every residual piece loaded
+// before any store, then residual + staged. FULL: every piece is in y; else piece u is
+// when 8u < left and col < rows.
+template <bool ADD, bool FULL>
+__device__ __forceinline__ void gm_lean_store(float* yr, size_t step, const float* sp, int left,
+                                              int col, int rows) {
+    constexpr int PIECES = GM_STG_TOKENS * 16 / 128;
+    auto ok = [&](int u) { return FULL || (8 * u < left && col < rows); };
+    float4 res[PIECES];
+    if (ADD) {
+#pragma unroll
+        for (int u = 0; u < PIECES; ++u)
+            res[u] = ok(u) ? *reinterpret_cast<const float4*>(yr + u * step)
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < PIECES; ++u) {
+        float4 v = *reinterpret_cast<const float4*>(sp + 8 * u * GM_STG_LD);
+        if (ADD) v = make_float4(res[u].x + v.x, res[u].y + v.y, res[u].z + v.z, res[u].w + v.w);
+        if (ok(u)) *reinterpret_cast<float4*>(yr + u * step) = v;
+    }
+}
+
+// The lean staged epilogue (EPI 5): the values of EPI 3 (`y =` and `y +=` by the
+// threads, bit for bit) in fewer instructions, since the epilogue's ~14% of the GEMM is
+// the consumers' own issue time (docs/CUDA.md, session 35):
+// * `y +=` is the template's choice (ADD), dispatched once per tile, not a test per
+//   element pair;
+// * a thread's 8 pieces per round are token rows tl0, tl0 + 8, ... of one column group,
+//   so a full tile (all 128 tokens, 64 rows) stores them from one base pointer with no
+//   per-piece bounds test; other tiles keep the tests;
+// * the row scales of a token pair are one 8-byte shared load.
+template <bool ADD>
+__device__ __forceinline__ void gm_epilogue_lean(const float* acc, float* y, const float* rs,
+                                                 int m, int n, int ldy, int mt, int nt, int c,
+                                                 int wq, int g, int t, int lane, float* stg) {
+    constexpr int HT = GM_STG_TOKENS;
+    constexpr int J = HT / 8;              // fragment column groups per round
+    const int lr = 16 * wq + g;            // the thread's first row in the warpgroup's 64
+    const int row0 = nt * GM_TILE + 64 * c;
+    const int rows = min(64, n - row0);
+    const int tid = 32 * wq + lane;
+    // Piece u of a round: token tl0 + 8u of the round, columns col .. col + 3.
+    const int tl0 = tid >> 4, col = 4 * (tid & 15);
+    const int tok0 = mt * GM_TILE + tl0;
+    const bool full = mt * GM_TILE + GM_TILE <= m && rows >= 64;
+    const float* const sp = stg + tl0 * GM_STG_LD + col;
+    const size_t step = (size_t)8 * ldy;  // between a thread's pieces in y
+#pragma unroll
+    for (int hf = 0; hf < GM_TILE / HT; ++hf) {
+        if (hf == 0) asm volatile("cp.async.wait_all;" ::: "memory");  // gm_rs_fetch landed
+        gm_named_sync(1 + c);  // the staging's last readers are done
+#pragma unroll
+        for (int jj = 0; jj < J; ++jj) {
+            const int j = J * hf + jj;
+            const float2 r2 = *reinterpret_cast<const float2*>(rs + HT * hf + 8 * jj + 2 * t);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float r = e ? r2.y : r2.x;
+                float* s0 = stg + (8 * jj + 2 * t + e) * GM_STG_LD + lr;
+                if (ADD && hf == 0) {  // the residual staged by gm_res_fetch, plus the product
+                    s0[0] = __fadd_rn(__fmul_rn(acc[4 * j + e], r), s0[0]);
+                    s0[8] = __fadd_rn(__fmul_rn(acc[4 * j + 2 + e], r), s0[8]);
+                } else {
+                    s0[0] = acc[4 * j + e] * r;
+                    s0[8] = acc[4 * j + 2 + e] * r;
+                }
+            }
+        }
+        gm_named_sync(1 + c);
+        float* const yr = y + (size_t)(tok0 + HT * hf) * ldy + row0 + col;
+        const bool add = ADD && hf == 1;  // `y +=`, second round: residuals loaded here
+        if (full) {
+            if (add)
+                gm_lean_store<true, true>(yr, step, sp, 0, 0, 0);
+            else
+                gm_lean_store<false, true>(yr, step, sp, 0, 0, 0);
+        } else {
+            const int left = m - (tok0 + HT * hf);  // piece u is in y when 8u < left
+            if (add)
+                gm_lean_store<true, false>(yr, step, sp, left, col, rows);
+            else
+                gm_lean_store<false, false>(yr, step, sp, left, col, rows);
+        }
+    }
+}

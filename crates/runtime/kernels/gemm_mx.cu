@@ -255,7 +255,8 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
 // shared memory (`gm_epilogue_staged`, 64 tokens per round; the ring has fewer stages so
 // the staging fits): 1 = the copy engine for everything; 2 = plain results by 16-byte
 // thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=` as 16-byte
-// loads, adds and stores); 4 = SwiGLU of gate | up row pairs (n a multiple of 128).
+// loads, adds and stores); 4 = SwiGLU of gate | up row pairs (n a multiple of 128);
+// 5 = the values of 3 by the lean epilogue (`gm_epilogue_lean`).
 template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
@@ -321,7 +322,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
             constexpr int U = GROUP ? GROUP : NST;  // stages per call
             // `y +=` by the threads: the first round's residuals are fetched into the
             // staging before the call that runs any of the tile's last U stages.
-            bool fetch = EPI == 3 && staged && accumulate;
+            bool fetch = (EPI == 3 || EPI == 5) && staged && accumulate;
             float* const stg = stg0 + c * (GM_STG_BYTES / 4);
             int kb = 0;
             for (; kb + U <= kblocks; kb += U) {
@@ -341,7 +342,13 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                               lane);
             }
             it += kblocks;
-            if (staged)
+            if (staged && EPI == 5 && accumulate)
+                gm_epilogue_lean<true>(acc, y, gm_rs[c], m, n, ldy, mt, nt, c, wq, g, t, lane,
+                                       stg);
+            else if (staged && EPI == 5)
+                gm_epilogue_lean<false>(acc, y, gm_rs[c], m, n, ldy, mt, nt, c, wq, g, t, lane,
+                                        stg);
+            else if (staged)
                 gm_epilogue_staged<EPI>(acc, y, gm_rs[c], m, n, ldy, accumulate, mt, nt, c, wq,
                                         g, t, lane, stg);
             else
@@ -525,6 +532,8 @@ GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_s, 2, 4, 1)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_v, 2, 4, 2)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_a, 2, 0, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_a, 2, 4, 3)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_l, 2, 0, 5)
+GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_l, 2, 4, 5)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_swiglu, 2, 0, 4)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_swiglu, 2, 4, 4)
 

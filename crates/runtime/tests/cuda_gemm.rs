@@ -20,7 +20,8 @@
 //!   codes, bit for bit, as the producer's rows quantized with the GEMM's own pass, on
 //!   ragged row counts, a zero row, grouped and per-32 scales.
 //! * Every `TileStore` (per-thread stores; through shared memory and the copy engine,
-//!   `y +=` as its reduce-add; 16-byte row stores) on every shape above, and the
+//!   `y +=` as its reduce-add; 16-byte row stores; the lean epilogue, which must equal
+//!   `VectorAdd` bit for bit) on every shape above, and the
 //!   staged kinds' fallback to per-thread stores when n is not a multiple of 4
 //!   (33×130×256).
 //!
@@ -333,6 +334,7 @@ fn check_gemm(
         (GemmKernel::Persistent, 4, TileStore::Bulk),
         (GemmKernel::Persistent, 4, TileStore::Vector),
         (GemmKernel::Persistent, 4, TileStore::VectorAdd),
+        (GemmKernel::Persistent, 4, TileStore::Lean),
         (GemmKernel::Wide3, 4, TileStore::Direct),
         (GemmKernel::Pipelined, 4, TileStore::Direct),
         (GemmKernel::Serial, 4, TileStore::Direct),
@@ -353,6 +355,26 @@ fn check_gemm(
     g.kernel = GemmKernel::Persistent;
     g.group_stages = 4;
     g.store = TileStore::VectorAdd;
+    // The lean epilogue writes VectorAdd's values, bit for bit (every element).
+    let out = |store: TileStore| {
+        let label = format!("Persistent 4 stages {store:?}");
+        ys.iter()
+            .find(|(l, _)| *l == label)
+            .map(|(_, y)| y)
+            .unwrap()
+    };
+    let (va, lean) = (out(TileStore::VectorAdd), out(TileStore::Lean));
+    let differ = va
+        .iter()
+        .zip(lean)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert_eq!(
+        differ,
+        0,
+        "{m}x{n}x{k}{}: Lean differs from VectorAdd in {differ} outputs",
+        if accumulate { " (y +=)" } else { "" }
+    );
     // Tokens checked: all for small m, else a spread that touches every 128-token tile.
     let toks: Vec<usize> = if m * n * k <= 1 << 28 {
         (0..m).collect()

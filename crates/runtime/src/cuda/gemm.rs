@@ -193,9 +193,10 @@ pub struct GemmMx {
     /// The three-consumer kernel with grouped promotion.
     e4m3_w3_group: CudaFunction,
     /// The persistent kernels with staged epilogues ([`TileStore::Bulk`],
-    /// [`TileStore::Vector`], [`TileStore::VectorAdd`]): per-step promotion, then grouped.
-    e4m3_persist_s: [CudaFunction; 3],
-    e4m3_group_s: [CudaFunction; 3],
+    /// [`TileStore::Vector`], [`TileStore::VectorAdd`], [`TileStore::Lean`]): per-step
+    /// promotion, then grouped.
+    e4m3_persist_s: [CudaFunction; 4],
+    e4m3_group_s: [CudaFunction; 4],
     /// The staged kernels with the SwiGLU epilogue ([`Self::gemm_swiglu`]): per-step
     /// promotion, grouped.
     e4m3_swiglu: [CudaFunction; 2],
@@ -237,6 +238,10 @@ pub enum TileStore {
     /// a round's residuals, adds and 16-byte stores (no copy engine). Default: the
     /// `y +=` GEMMs 3–10% faster than [`Self::Vector`] on the H200 (docs/CUDA.md).
     VectorAdd,
+    /// The values of [`Self::VectorAdd`], bit for bit, by a leaner epilogue
+    /// (`gm_epilogue_lean`: `y +=` chosen once per tile, a full tile's pieces stored
+    /// from one base pointer with no bounds tests).
+    Lean,
 }
 
 impl GemmMx {
@@ -285,11 +290,13 @@ impl GemmMx {
                 big_with("gemm_mxfp8_e4m3_persist_s", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_persist_v", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_persist_a", GEMM_STAGED_SMEM)?,
+                big_with("gemm_mxfp8_e4m3_persist_l", GEMM_STAGED_SMEM)?,
             ],
             e4m3_group_s: [
                 big_with("gemm_mxfp8_e4m3_group4_s", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_v", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_a", GEMM_STAGED_SMEM)?,
+                big_with("gemm_mxfp8_e4m3_group4_l", GEMM_STAGED_SMEM)?,
             ],
             e4m3_swiglu: [
                 big_with("gemm_mxfp8_e4m3_persist_swiglu", GEMM_STAGED_SMEM)?,
@@ -540,6 +547,7 @@ impl GemmMx {
             TileStore::Bulk => Some(0),
             TileStore::Vector => Some(1),
             TileStore::VectorAdd => Some(2),
+            TileStore::Lean => Some(3),
         };
         let f = match (w.format, kernel) {
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
