@@ -30,7 +30,8 @@
 //   the tile written through shared memory (`gm_epilogue_staged`; `_v`, plain tiles as
 //   16-byte row stores and `y +=` as copy-engine reduce-adds; `_a`, `y +=` too by 16-byte
 //   thread loads, adds and stores, the default; `_l`, `_a`'s values by the lean
-//   epilogue). Measured on the H200 in docs/CUDA.md.
+//   epilogue; `_lo` and `_swiglu_o`, the next tile's first stage on the tensor cores
+//   during each epilogue). Measured on the H200 in docs/CUDA.md.
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
