@@ -326,8 +326,9 @@ __device__ __forceinline__ void gm_lean_store(float* yr, size_t step, const floa
 }
 
 // The lean staged epilogue (EPI 5): the values of EPI 3 (`y =` and `y +=` by the
-// threads, bit for bit) in fewer instructions, since the epilogue's ~14% of the GEMM is
-// the consumers' own issue time (docs/CUDA.md, session 35):
+// threads, bit for bit) in about half the instructions, since the epilogue's ~14% of the
+// GEMM is the consumers' own time (docs/CUDA.md, session 35); on an H100 the whole
+// prefill's GEMMs were no faster for it (session 36), q|k|v and o were:
 // * `y +=` is the template's choice (ADD), dispatched once per tile, not a test per
 //   element pair;
 // * a thread's 8 pieces per round are token rows tl0, tl0 + 8, ... of one column group,

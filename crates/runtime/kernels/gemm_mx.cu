@@ -415,7 +415,8 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
         // The staged epilogue reads the tile's row scales from shared memory: each
         // warpgroup copies them in (one per thread, cp.async) as its tile starts, so
         // their latency falls under the main loop, not on the epilogue's first multiply.
-        __shared__ float gm_rs[2][GM_TILE];
+        // 8-byte aligned where the lean epilogue (EPI ≥ 5) reads them in pairs.
+        __shared__ alignas(EPI >= 5 ? 8 : 4) float gm_rs[2][GM_TILE];
         const bool staged = EPI == 4 || EPI == 7 || (EPI && (n & 3) == 0 && (ldy & 3) == 0);
         if (EPI >= 6 && staged) {
             static_assert(EPI < 6 || GROUP == 4, "the overlapped epilogue runs grouped stages");
