@@ -23,8 +23,7 @@
 //!   `y +=` as its reduce-add; 16-byte row stores; the lean epilogue, alone and with the
 //!   next tile's first stage overlapping it, both of which must equal `VectorAdd` bit
 //!   for bit, as must the overlapped SwiGLU GEMM the default's) on every shape above,
-//!   and the
-//!   staged kinds' fallback to per-thread stores when n is not a multiple of 4
+//!   and the staged kinds' fallback to per-thread stores when n is not a multiple of 4
 //!   (33×130×256).
 //!
 //! Without CUDA (or without an sm_90a device) every device test prints a loud SKIPPED
@@ -543,8 +542,9 @@ fn gemm_mxfp4_grouped_matches_f64_reference() {
         (65, 200, 300, false, true),
         (33, 130, 256, true, true),
         (300, 640, 4096, true, true),
-        // More tiles than multiprocessors, ragged in tokens and rows: the overlapped
-        // epilogue's predicated stores (k < 512: a tile's first call is one stage).
+        // More tiles (144) than an H100's or H200's 132 multiprocessors, ragged in
+        // tokens and rows: the overlapped epilogue's predicated stores (k < 512: a
+        // tile's first call is one stage).
         (1000, 2200, 256, true, true),
         (700, 3000, 1000, false, true),
         (2048, 6144, 4096, false, false),
