@@ -30,8 +30,7 @@
 //   the tile written through shared memory (`gm_epilogue_staged`; `_v`, plain tiles as
 //   16-byte row stores and `y +=` as copy-engine reduce-adds; `_a`, `y +=` too by 16-byte
 //   thread loads, adds and stores, the default; `_l`, `_a`'s values by the lean
-//   epilogue; `_lo` and `_swiglu_o`, the next tile's first stage on the tensor cores
-//   during each epilogue). Measured on the H200 in docs/CUDA.md.
+//   epilogue). Measured on the H200 in docs/CUDA.md.
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -109,10 +108,6 @@ __device__ __forceinline__ u64 gm_desc(u32 addr) {
     "%35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, " \
     "%52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
-#define GM_D8W(i)                                                                          \
-    "=f"(d[i]), "=f"(d[i + 1]), "=f"(d[i + 2]), "=f"(d[i + 3]), "=f"(d[i + 4]),            \
-        "=f"(d[i + 5]), "=f"(d[i + 6]), "=f"(d[i + 7])
-
 #define GM_MMA(types, acc)                                                                 \
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, " #acc ", 0;\n\t"                     \
                  "wgmma.mma_async.sync.aligned.m64n128k32.f32." types " " GM_REGS               \
@@ -122,23 +117,10 @@ __device__ __forceinline__ u64 gm_desc(u32 addr) {
                  : "l"(da), "l"(db)                                                            \
                  : "memory")
 
-// d = A · B with d's old contents written only (scale-d 0), so the compiler knows they
-// are dead before it: the overlapped epilogue's temporaries (gm_group_first).
-#define GM_MMA_W(types)                                                                    \
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.f32." types " " GM_REGS           \
-                 ", %64, %65, 0, 1, 1;"                                                       \
-                 : GM_D8W(0), GM_D8W(8), GM_D8W(16), GM_D8W(24), GM_D8W(32), GM_D8W(40),      \
-                   GM_D8W(48), GM_D8W(56)                                                     \
-                 : "l"(da), "l"(db)                                                           \
-                 : "memory")
-
-// d = A · B (ACC = 0: the old contents are not added; ACC = 2: nor kept live, see
-// GM_MMA_W) or d += A · B (ACC = 1), m64 n128 k32, A = weights (E4M3 or E5M2), B =
-// activations (E4M3).
+// d = A · B (ACC = 0: the old contents are not added) or d += A · B (ACC = 1), m64 n128
+// k32, A = weights (E4M3 or E5M2), B = activations (E4M3).
 template <int WFMT, int ACC>
 __device__ __forceinline__ void gm_wgmma(float* d, u64 da, u64 db) {
-    if (WFMT == 0 && ACC == 2) GM_MMA_W("e4m3.e4m3");
-    if (WFMT == 1 && ACC == 2) GM_MMA_W("e5m2.e4m3");
     if (WFMT == 0 && ACC == 0) GM_MMA("e4m3.e4m3", 0);
     if (WFMT == 0 && ACC == 1) GM_MMA("e4m3.e4m3", 1);
     if (WFMT == 1 && ACC == 0) GM_MMA("e5m2.e4m3", 0);
@@ -147,12 +129,11 @@ __device__ __forceinline__ void gm_wgmma(float* d, u64 da, u64 db) {
 
 // One 128-k stage of a consumer warpgroup: 4 k steps of m64n128k32 into d from the
 // descriptors da, db (k step q 256 bytes further, +16 in the descriptor), committed as
-// one wgmma group. ZERO: the first step overwrites d instead of adding to it (ZERO = 2:
-// and d's old contents are dead to the compiler before it).
+// one wgmma group. ZERO: the first step overwrites d instead of adding to it.
 template <int WFMT, int ZERO>
 __device__ __forceinline__ void gm_wgmma_stage(float* d, u64 da, u64 db) {
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    gm_wgmma<WFMT, ZERO == 2 ? 2 : ZERO ? 0 : 1>(d, da, db);
+    gm_wgmma<WFMT, ZERO ? 0 : 1>(d, da, db);
 #pragma unroll
     for (int q = 1; q < 4; ++q) gm_wgmma<WFMT, 1>(d, da + 16 * q, db + 16 * q);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");

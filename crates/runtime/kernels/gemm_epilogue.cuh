@@ -89,10 +89,8 @@ __device__ __forceinline__ void gm_piece(int tid, int u, int& tl, int& col) {
 // 16-byte cp.async while the tile's last stages are still on the tensor cores, so the
 // epilogue adds them from shared memory instead of waiting on their loads. The staging
 // is [token][row] as the epilogue's fragment writes; pieces past the last token or row
-// are not copied (nor stored), or with PRED (a wgmma may be in flight: no branch) filled
-// with zeros by a copy that reads no byte. A barrier first: every thread of the
-// warpgroup is done with the staging of its previous tile.
-template <bool PRED = false>
+// are not copied (nor stored). A barrier first: every thread of the warpgroup is done
+// with the staging of its previous tile.
 __device__ __forceinline__ void gm_res_fetch(float* stg, const float* __restrict__ y, int m,
                                              int n, int ldy, int mt, int nt, int c, int tid) {
     constexpr int PIECES = GM_STG_TOKENS * 16 / 128;
@@ -104,41 +102,13 @@ __device__ __forceinline__ void gm_res_fetch(float* stg, const float* __restrict
         int tl, col;
         gm_piece(tid, u, tl, col);
         const int tok = mt * GM_TILE + tl;
-        const bool ok = tok < m && col < rows;
-        if (PRED)
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
-                             gm_smem(stg + tl * GM_STG_LD + col)),
-                         "l"(ok ? y + (size_t)tok * ldy + row0 + col : y), "r"(ok ? 16 : 0)
-                         : "memory");
-        else if (ok)
+        if (tok < m && col < rows)
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
                              gm_smem(stg + tl * GM_STG_LD + col)),
                          "l"(y + (size_t)tok * ldy + row0 + col)
                          : "memory");
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-// A 16-byte global store and load under a predicate, with no branch: the overlapped
-// epilogue runs while a wgmma stage is in flight, and ptxas waits for every wgmma held
-// in flight across a branched store (C7518). The load gives zeros when !ok.
-__device__ __forceinline__ void gm_st4_pred(float* p, float4 v, bool ok) {
-    asm volatile(
-        "{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\t"
-        "@q st.global.v4.f32 [%0], {%1, %2, %3, %4};\n\t}" ::"l"(p),
-        "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"((int)ok)
-        : "memory");
-}
-__device__ __forceinline__ float4 gm_ld4_pred(const float* p, bool ok) {
-    float4 v;
-    asm volatile(
-        "{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\tmov.f32 %0, 0f00000000;\n\t"
-        "mov.f32 %1, 0f00000000;\n\tmov.f32 %2, 0f00000000;\n\tmov.f32 %3, 0f00000000;\n\t"
-        "@q ld.global.v4.f32 {%0, %1, %2, %3}, [%4];\n\t}"
-        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-        : "l"(p), "r"((int)ok)
-        : "memory");
-    return v;
 }
 
 // Both consumer warpgroups (256 threads; the SwiGLU epilogue).
@@ -150,9 +120,8 @@ __device__ __forceinline__ void gm_pair_sync() { asm volatile("bar.sync 3, 256;"
 // them; the second round's loaded first, then added and stored); 4 = SwiGLU: the weight rows
 // are gate | up pairs per tile (rows 64 nt .. 64 nt + 63 of gate for warpgroup 0, of
 // up for warpgroup 1), and both warpgroups' 256 threads write silu(gate) * up to
-// y[token, 64 nt + col] (ldy = n / 2; plain results only). PRED (EPI 4, the overlapped
-// SwiGLU epilogue): the stores predicated, not branched (see gm_st4_pred).
-template <int EPI, bool PRED = false>
+// y[token, 64 nt + col] (ldy = n / 2; plain results only).
+template <int EPI>
 __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
                                                    const float* rs, int m, int n,
                                                    int ldy, int accumulate, int mt, int nt,
@@ -220,17 +189,12 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
                 const int tl = q >> 4, col = 4 * (q & 15);
                 const int tok = mt * GM_TILE + HT * hf + tl;
                 const int oc = nt * 64 + col;
-                const bool ok = tok < m && oc < n / 2;
-                if (PRED || ok) {
+                if (tok < m && oc < n / 2) {
                     const float4 gv = *reinterpret_cast<const float4*>(sg + tl * GM_STG_LD + col);
                     const float4 uv = *reinterpret_cast<const float4*>(su + tl * GM_STG_LD + col);
-                    const float4 v =
+                    *reinterpret_cast<float4*>(y + (size_t)tok * ldy + oc) =
                         make_float4(silu_fp8(gv.x) * uv.x, silu_fp8(gv.y) * uv.y,
                                     silu_fp8(gv.z) * uv.z, silu_fp8(gv.w) * uv.w);
-                    if (PRED)
-                        gm_st4_pred(y + (size_t)tok * ldy + oc, v, ok);
-                    else
-                        *reinterpret_cast<float4*>(y + (size_t)tok * ldy + oc) = v;
                 }
             }
             continue;  // the next round's first barrier orders these reads before its writes
@@ -300,8 +264,8 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
 // A lean round's stores (gm_epilogue_lean): this thread's PIECES 16-byte pieces, piece u
 // at yr + u·step in y and sp + 8u rows in the staging. ADD: every residual piece loaded
 // before any store, then residual + staged. FULL: every piece is in y; else piece u is
-// when 8u < left and col < rows, tested by a branch or (PRED) as the accesses' predicate.
-template <bool ADD, bool FULL, bool PRED = false>
+// when 8u < left and col < rows.
+template <bool ADD, bool FULL>
 __device__ __forceinline__ void gm_lean_store(float* yr, size_t step, const float* sp, int left,
                                               int col, int rows) {
     constexpr int PIECES = GM_STG_TOKENS * 16 / 128;
@@ -310,35 +274,28 @@ __device__ __forceinline__ void gm_lean_store(float* yr, size_t step, const floa
     if (ADD) {
 #pragma unroll
         for (int u = 0; u < PIECES; ++u)
-            res[u] = PRED  ? gm_ld4_pred(yr + u * step, ok(u))
-                     : ok(u) ? *reinterpret_cast<const float4*>(yr + u * step)
-                             : make_float4(0.f, 0.f, 0.f, 0.f);
+            res[u] = ok(u) ? *reinterpret_cast<const float4*>(yr + u * step)
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int u = 0; u < PIECES; ++u) {
         float4 v = *reinterpret_cast<const float4*>(sp + 8 * u * GM_STG_LD);
         if (ADD) v = make_float4(res[u].x + v.x, res[u].y + v.y, res[u].z + v.z, res[u].w + v.w);
-        if (PRED)
-            gm_st4_pred(yr + u * step, v, ok(u));
-        else if (ok(u))
-            *reinterpret_cast<float4*>(yr + u * step) = v;
+        if (ok(u)) *reinterpret_cast<float4*>(yr + u * step) = v;
     }
 }
 
 // The lean staged epilogue (EPI 5): the values of EPI 3 (`y =` and `y +=` by the
 // threads, bit for bit) in about half the instructions, since the epilogue's ~14% of the
-// GEMM is the consumers' own time (docs/CUDA.md, session 35); on an H100 the whole
-// prefill's GEMMs were no faster for it (session 36), q|k|v and o were:
+// GEMM is the consumers' own time (docs/CUDA.md, session 35). On an H100 the whole
+// prefill's GEMMs were no faster for it, though q|k|v and o were (session 36). How:
 // * `y +=` is the template's choice (ADD), dispatched once per tile, not a test per
 //   element pair;
 // * a thread's 8 pieces per round are token rows tl0, tl0 + 8, ... of one column group,
 //   so a full tile (all 128 tokens, 64 rows) stores them from one base pointer with no
 //   per-piece bounds test; other tiles keep the tests;
 // * the row scales of a token pair are one 8-byte shared load.
-//
-// OVL: the overlapped epilogue's (gm_ovl_consumer) copy, run with the next tile's first
-// stage on the tensor cores: every tile's accesses predicated, no branch.
-template <bool ADD, bool OVL = false>
+template <bool ADD>
 __device__ __forceinline__ void gm_epilogue_lean(const float* acc, float* y, const float* rs,
                                                  int m, int n, int ldy, int mt, int nt, int c,
                                                  int wq, int g, int t, int lane, float* stg) {
@@ -378,13 +335,7 @@ __device__ __forceinline__ void gm_epilogue_lean(const float* acc, float* y, con
         gm_named_sync(1 + c);
         float* const yr = y + (size_t)(tok0 + HT * hf) * ldy + row0 + col;
         const bool add = ADD && hf == 1;  // `y +=`, second round: residuals loaded here
-        if (OVL) {
-            const int left = m - (tok0 + HT * hf);
-            if (add)
-                gm_lean_store<true, false, true>(yr, step, sp, left, col, rows);
-            else
-                gm_lean_store<false, false, true>(yr, step, sp, left, col, rows);
-        } else if (full) {
+        if (full) {
             if (add)
                 gm_lean_store<true, true>(yr, step, sp, 0, 0, 0);
             else

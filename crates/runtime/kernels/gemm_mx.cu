@@ -144,13 +144,10 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
 // promotion, against 143 before): the stages' ring slots and phases are stepped from
 // the call's first, the wgmma descriptors are the ring's first slot's plus an offset,
 // and the barrier waits sleep (suspend hint) instead of polling.
-//
-// PRE (the overlapped epilogue, gm_ovl_consumer): the call's first stage is already on
-// the tensor cores in ta (gm_group_first), its factors pa, pb.
-template <int WFMT, int NST, int NS = GM_STAGES, int PRE = 0>
+template <int WFMT, int NST, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb, u8* ring,
                                                u64* full, u64* empty, int kb, int c, int r0,
-                                               int lane, float pa = 0.f, float pb = 0.f) {
+                                               int lane) {
     static_assert(NST < NS, "a call's stages wrap the ring at most once");
     const u32 ring0 = gm_smem(ring);
     float f0[2], f1[2];
@@ -173,15 +170,10 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
     const u64 da0 = gm_desc<0>(ring0 + 8192 * c), db0 = gm_desc<0>(ring0 + GM_TILE_BYTES);
     auto issue = [&](float* d, int st) {
         const u64 off = (u64)(slot(st) * (GM_STAGE_BYTES >> 4));
-        gm_wgmma_stage<WFMT, PRE ? 2 : 1>(d, da0 + off, db0 + off);
+        gm_wgmma_stage<WFMT, 1>(d, da0 + off, db0 + off);
     };
-    if (PRE) {
-        f0[0] = pa;
-        f1[0] = pb;
-    } else {
-        scales(0);
-        issue(ta, 0);
-    }
+    scales(0);
+    issue(ta, 0);
 #pragma unroll
     for (int i = 0; i < NST; ++i) {
         float* cur = (i & 1) ? tb : ta;
@@ -198,23 +190,6 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
         const float a = f0[i & 1], b = f1[i & 1];
         gm_promote(acc, cur, a, b);
     }
-}
-
-// Stage kb of the ring onto the tensor cores into d, once it has landed, and its
-// promotion factors for rows r0 and r0 + 8 into fa, fb: what gm_group_steps does first,
-// for the overlapped epilogue (the next tile's first stage issued before this tile's
-// epilogue).
-template <int WFMT, int NS>
-__device__ __forceinline__ void gm_group_first(float* d, u8* ring, u64* full, int kb, int c,
-                                               int r0, float& fa, float& fb) {
-    const int s = kb % NS;
-    gm_bar_wait<1>(&full[s], (u32)(kb / NS) & 1u);
-    const u8* p = ring + s * GM_STAGE_BYTES;
-    const float cq = *reinterpret_cast<const float*>(p + GM_C_OFF);
-    fa = gm_e8m0(p[GM_SCALE_OFF + r0 * 4]) * cq;
-    fb = gm_e8m0(p[GM_SCALE_OFF + (r0 + 8) * 4]) * cq;
-    const u32 base = gm_smem(ring) + s * GM_STAGE_BYTES;
-    gm_wgmma_stage<WFMT, 2>(d, gm_desc<0>(base + 8192 * c), gm_desc<0>(base + GM_TILE_BYTES));
 }
 
 // N stages of one consumer warpgroup: grouped promotion (GROUP) or one per k step.
@@ -271,82 +246,6 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
     }
 }
 
-// EPI 6 (gemm_persist_body): the consumer loop of the overlapped lean epilogue, grouped
-// stages, staged tiles. Every tile starts with its first stage already on the tensor
-// cores (in ta): the first tile's is issued here, each next tile's before this tile's
-// epilogue, which then runs beside it with its global accesses predicated
-// (gm_epilogue_lean<ADD, true>), so the tensor cores have a stage of work while the
-// consumers store. The last tile's epilogue is a copy on the path that leaves the loop:
-// every path into the loop's head has the same stage in flight (where two paths with
-// different wgmmas in flight join, ptxas waits for them, C7517). MODE: 0 = `y =`, 1 =
-// `y +=` (the lean epilogue), 2 = SwiGLU (gm_epilogue_staged<4>, stores predicated).
-template <int WFMT, int NS, int MODE>
-__device__ __forceinline__ void gm_ovl_consumer(float* acc, float* ta, float* tb, u8* ring,
-                                                u64* full, u64* empty,
-                                                const float* __restrict__ xr, float* y, int m,
-                                                int n, int ldy, int kblocks, int m_tiles,
-                                                int tiles, int c, int wq, int g, int t,
-                                                int lane, int r0, float* stg, float* rs) {
-    constexpr int U = 4;  // stages per call
-    constexpr bool ADD = MODE == 1;
-    int tile = blockIdx.x;
-    if (tile >= tiles) return;
-    const int tid = 32 * wq + lane;
-    int it = 0;
-    float pa, pb;
-    gm_group_first<WFMT, NS>(ta, ring, full, 0, c, r0, pa, pb);
-    while (true) {
-        const int mt = tile % m_tiles, nt = tile / m_tiles;
-        gm_rs_fetch(&rs[tid], xr, mt * GM_TILE + tid, m);
-#pragma unroll
-        for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-        // `y +=`: the first round's residuals fetched before the call that runs any of
-        // the tile's last U stages (as gemm_persist_body).
-        bool fetch = ADD;
-        auto res = [&](int kb, int u) {
-            if (fetch && kb + u > kblocks - U) {
-                gm_res_fetch<true>(stg, y, m, n, ldy, mt, nt, c, tid);
-                fetch = false;
-            }
-        };
-        int kb;
-        if (kblocks >= U) {
-            res(0, U);
-            gm_group_steps<WFMT, U, NS, 1>(acc, ta, tb, ring, full, empty, it, c, r0, lane, pa,
-                                           pb);
-            kb = U;
-        } else {
-            res(0, 1);
-            gm_group_steps<WFMT, 1, NS, 1>(acc, ta, tb, ring, full, empty, it, c, r0, lane, pa,
-                                           pb);
-            kb = 1;
-        }
-        for (; kb + U <= kblocks; kb += U) {
-            res(kb, U);
-            gm_group_steps<WFMT, U, NS>(acc, ta, tb, ring, full, empty, it + kb, c, r0, lane);
-        }
-        for (; kb < kblocks; ++kb) {
-            res(kb, 1);
-            gm_group_steps<WFMT, 1, NS>(acc, ta, tb, ring, full, empty, it + kb, c, r0, lane);
-        }
-        it += kblocks;
-        const int next = tile + gridDim.x;
-        if (next >= tiles) {
-            if (MODE == 2)
-                gm_epilogue_staged<4>(acc, y, rs, m, n, ldy, 0, mt, nt, c, wq, g, t, lane, stg);
-            else
-                gm_epilogue_lean<ADD>(acc, y, rs, m, n, ldy, mt, nt, c, wq, g, t, lane, stg);
-            return;
-        }
-        gm_group_first<WFMT, NS>(ta, ring, full, it, c, r0, pa, pb);
-        if (MODE == 2)
-            gm_epilogue_staged<4, true>(acc, y, rs, m, n, ldy, 0, mt, nt, c, wq, g, t, lane, stg);
-        else
-            gm_epilogue_lean<ADD, true>(acc, y, rs, m, n, ldy, mt, nt, c, wq, g, t, lane, stg);
-        tile = next;
-    }
-}
-
 // Persistent version of gemm_pipe_body: gridDim.x blocks (one per multiprocessor) walk
 // the output tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (token tile fastest, as
 // the non-persistent grid), the ring's stage counter running on across tiles, so the
@@ -357,9 +256,7 @@ __device__ __forceinline__ void gm_ovl_consumer(float* acc, float* ta, float* tb
 // the staging fits): 1 = the copy engine for everything; 2 = plain results by 16-byte
 // thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=` as 16-byte
 // loads, adds and stores); 4 = SwiGLU of gate | up row pairs (n a multiple of 128);
-// 5 = the values of 3 by the lean epilogue (`gm_epilogue_lean`); 6 = the same with the
-// next tile's first stage on the tensor cores during each epilogue (`gm_ovl_consumer`,
-// GROUP 4 only); 7 = SwiGLU (as 4) with that overlap.
+// 5 = the values of 3 by the lean epilogue (`gm_epilogue_lean`).
 template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
@@ -415,30 +312,10 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
         // The staged epilogue reads the tile's row scales from shared memory: each
         // warpgroup copies them in (one per thread, cp.async) as its tile starts, so
         // their latency falls under the main loop, not on the epilogue's first multiply.
-        // 8-byte aligned where the lean epilogue (EPI ≥ 5) reads them in pairs.
+        // 8-byte aligned where the lean epilogue (EPI 5) reads them in pairs.
         __shared__ alignas(EPI >= 5 ? 8 : 4) float gm_rs[2][GM_TILE];
-        const bool staged = EPI == 4 || EPI == 7 || (EPI && (n & 3) == 0 && (ldy & 3) == 0);
-        if (EPI >= 6 && staged) {
-            static_assert(EPI < 6 || GROUP == 4, "the overlapped epilogue runs grouped stages");
-            float* const stg = stg0 + c * (GM_STG_BYTES / 4);
-            constexpr int SW = EPI == 7;  // SwiGLU
-#define GM_OVL(MODE)                                                                        \
-    gm_ovl_consumer<WFMT, NS, MODE>(acc, ta, tb, gm_ring, full, empty, xr, y, m, n, ldy,      \
-                                    kblocks, m_tiles, tiles, c, wq, g, t, lane, r0, stg,      \
-                                    gm_rs[c])
-            if (SW)
-                GM_OVL(2);
-            else if (accumulate)
-                GM_OVL(1);
-            else
-                GM_OVL(0);
-#undef GM_OVL
-            if (!SW) return;
-        }
-        // The overlapped kinds ran every tile above (for SwiGLU always: a return there
-        // would leave this loop unreachable, which NVRTC warns of).
-        const int first = EPI == 7 ? tiles : blockIdx.x;
-        for (int tile = first; tile < tiles; tile += gridDim.x) {
+        const bool staged = EPI == 4 || (EPI && (n & 3) == 0 && (ldy & 3) == 0);
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
             const int mt = tile % m_tiles, nt = tile / m_tiles;
             if (staged) gm_rs_fetch(&gm_rs[c][32 * wq + lane], xr, mt * GM_TILE + 32 * wq + lane, m);
 #pragma unroll
@@ -472,7 +349,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
             else if (staged && EPI == 5)
                 gm_epilogue_lean<false>(acc, y, gm_rs[c], m, n, ldy, mt, nt, c, wq, g, t, lane,
                                         stg);
-            else if (staged && EPI < 6)
+            else if (staged)
                 gm_epilogue_staged<EPI>(acc, y, gm_rs[c], m, n, ldy, accumulate, mt, nt, c, wq,
                                         g, t, lane, stg);
             else
@@ -658,10 +535,8 @@ GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_a, 2, 0, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_a, 2, 4, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_l, 2, 0, 5)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_l, 2, 4, 5)
-GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_lo, 2, 4, 6)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_swiglu, 2, 0, 4)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_swiglu, 2, 4, 4)
-GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_swiglu_o, 2, 4, 7)
 
 #define GEMM_W3_KERNEL(name, WFMT)                                                          \
     extern "C" __global__ void __launch_bounds__(512, 1)                                    \

@@ -193,13 +193,13 @@ pub struct GemmMx {
     /// The three-consumer kernel with grouped promotion.
     e4m3_w3_group: CudaFunction,
     /// The persistent kernels with staged epilogues ([`TileStore::Bulk`],
-    /// [`TileStore::Vector`], [`TileStore::VectorAdd`], [`TileStore::Lean`], then for
-    /// grouped weights [`TileStore::LeanOverlap`]): per-step promotion, then grouped.
+    /// [`TileStore::Vector`], [`TileStore::VectorAdd`], [`TileStore::Lean`]): per-step
+    /// promotion, then grouped.
     e4m3_persist_s: [CudaFunction; 4],
-    e4m3_group_s: [CudaFunction; 5],
+    e4m3_group_s: [CudaFunction; 4],
     /// The staged kernels with the SwiGLU epilogue ([`Self::gemm_swiglu`]): per-step
-    /// promotion, grouped, grouped with the overlap of [`TileStore::LeanOverlap`].
-    e4m3_swiglu: [CudaFunction; 3],
+    /// promotion, grouped.
+    e4m3_swiglu: [CudaFunction; 2],
     sms: usize,
     e4m3_swap: CudaFunction,
     probe: CudaFunction,
@@ -242,12 +242,6 @@ pub enum TileStore {
     /// (`gm_epilogue_lean`: `y +=` chosen once per tile, a full tile's pieces stored
     /// from one base pointer with no bounds tests).
     Lean,
-    /// [`Self::Lean`] with the next tile's first stage issued to the tensor cores
-    /// before each tile's epilogue, which then runs beside it (its global accesses
-    /// predicated, not branched, so the wgmma stays asynchronous); also the SwiGLU
-    /// GEMM's epilogue ([`GemmMx::gemm_swiglu`]). Grouped weights (MXFP4) only:
-    /// per-32-scaled MXFP8 weights run [`Self::Lean`].
-    LeanOverlap,
 }
 
 impl GemmMx {
@@ -303,12 +297,10 @@ impl GemmMx {
                 big_with("gemm_mxfp8_e4m3_group4_v", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_a", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_l", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_lo", GEMM_STAGED_SMEM)?,
             ],
             e4m3_swiglu: [
                 big_with("gemm_mxfp8_e4m3_persist_swiglu", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_swiglu", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_swiglu_o", GEMM_STAGED_SMEM)?,
             ],
             group_stages: 4,
             store: TileStore::VectorAdd,
@@ -459,12 +451,15 @@ impl GemmMx {
             shared_mem_bytes: GEMM_STAGED_SMEM as u32,
         };
         // Rows a multiple of 128 (tile_gemm_swiglu): every tile holds 64 outputs.
-        let which = match (grouped, self.store) {
-            (true, TileStore::LeanOverlap) => 2,
-            (true, _) => 1,
-            (false, _) => 0,
-        };
-        self.run(&self.e4m3_swiglu[which], cfg, x, w, y, (ff, false), op)
+        self.run(
+            &self.e4m3_swiglu[usize::from(grouped)],
+            cfg,
+            x,
+            w,
+            y,
+            (ff, false),
+            op,
+        )
     }
 
     /// Threads of [`Self::tensor_ceiling`]'s grid: one float of `sink` each.
@@ -553,7 +548,6 @@ impl GemmMx {
             TileStore::Vector => Some(1),
             TileStore::VectorAdd => Some(2),
             TileStore::Lean => Some(3),
-            TileStore::LeanOverlap => Some(4),
         };
         let f = match (w.format, kernel) {
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
@@ -562,8 +556,7 @@ impl GemmMx {
             (ElementFormat::Fp8E4M3, GemmKernel::Pipelined) => &self.e4m3_pipe,
             (ElementFormat::Fp8E4M3, GemmKernel::Persistent) => match (staged, grouped) {
                 (Some(i), true) => &self.e4m3_group_s[i],
-                // LeanOverlap runs grouped weights only: Lean here.
-                (Some(i), false) => &self.e4m3_persist_s[i.min(3)],
+                (Some(i), false) => &self.e4m3_persist_s[i],
                 (None, true) => &self.e4m3_group[usize::from(self.group_stages >= 4)],
                 (None, false) => &self.e4m3_persist,
             },
