@@ -111,6 +111,37 @@ __device__ __forceinline__ void gm_res_fetch(float* stg, const float* __restrict
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
+// A staged round's products: this thread's fragment values of round hf (64 tokens),
+// scaled by their tokens' row scales rs[], written to the staging [token][row] at row lr
+// (and lr + 8); ADD0: the first round's residual already staged (gm_res_fetch) added,
+// product and sum each rounded (no FMA). PAIR: a token pair's row scales read as one
+// 8-byte load (rs 8-byte aligned).
+template <bool PAIR>
+__device__ __forceinline__ void gm_stage_round(const float* acc, const float* rs, float* stg,
+                                               int hf, int lr, int t, bool add0) {
+    constexpr int HT = GM_STG_TOKENS;
+    constexpr int J = HT / 8;  // fragment column groups per round
+#pragma unroll
+    for (int jj = 0; jj < J; ++jj) {
+        const int j = J * hf + jj;
+        float2 r2;
+        if (PAIR) r2 = *reinterpret_cast<const float2*>(rs + HT * hf + 8 * jj + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int tl = 8 * jj + 2 * t + e;  // token within the round
+            const float r = PAIR ? (e ? r2.y : r2.x) : rs[HT * hf + tl];
+            float* s0 = stg + tl * GM_STG_LD + lr;
+            if (add0) {
+                s0[0] = __fadd_rn(__fmul_rn(acc[4 * j + e], r), s0[0]);
+                s0[8] = __fadd_rn(__fmul_rn(acc[4 * j + 2 + e], r), s0[8]);
+            } else {
+                s0[0] = acc[4 * j + e] * r;
+                s0[8] = acc[4 * j + 2 + e] * r;
+            }
+        }
+    }
+}
+
 // Both consumer warpgroups (256 threads; the SwiGLU epilogue).
 __device__ __forceinline__ void gm_pair_sync() { asm volatile("bar.sync 3, 256;" ::: "memory"); }
 
@@ -128,7 +159,6 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
                                                    int c, int wq, int g, int t, int lane,
                                                    float* stg) {
     constexpr int HT = GM_STG_TOKENS;
-    constexpr int J = HT / 8;                // fragment column groups per round
     constexpr int PIECES = HT * 16 / 128;    // 16-byte pieces per thread per round
     const int lr = 16 * wq + g;              // the thread's first row in the warpgroup's 64
     const int row0 = nt * GM_TILE + 64 * c;  // the warpgroup's first row in y
@@ -161,23 +191,7 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
             gm_pair_sync();  // both warpgroups read both stagings last round
         else
             gm_named_sync(1 + c);
-#pragma unroll
-        for (int jj = 0; jj < J; ++jj) {
-            const int j = J * hf + jj;
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int tl = 8 * jj + 2 * t + e;  // token within the round
-                const float r = rs[HT * hf + tl];
-                float* s0 = stg + tl * GM_STG_LD + lr;
-                if (add && hf == 0) {  // the residual staged by gm_res_fetch, plus the product
-                    s0[0] = __fadd_rn(__fmul_rn(acc[4 * j + e], r), s0[0]);
-                    s0[8] = __fadd_rn(__fmul_rn(acc[4 * j + 2 + e], r), s0[8]);
-                } else {
-                    s0[0] = acc[4 * j + e] * r;
-                    s0[8] = acc[4 * j + 2 + e] * r;
-                }
-            }
-        }
+        gm_stage_round<false>(acc, rs, stg, hf, lr, t, add && hf == 0);
         if (EPI == 4) {
             gm_pair_sync();
             const float* sg = stg - c * (GM_STG_BYTES / 4);  // warpgroup 0: gate
@@ -263,11 +277,11 @@ __device__ __forceinline__ void gm_epilogue_staged(const float* acc, float* y,
 
 // A lean round's stores (gm_epilogue_lean): this thread's PIECES 16-byte pieces, piece u
 // at yr + u·step in y and sp + 8u rows in the staging. ADD: every residual piece loaded
-// before any store, then residual + staged. FULL: every piece is in y; else piece u is
-// when 8u < left and col < rows.
-template <bool ADD, bool FULL>
-__device__ __forceinline__ void gm_lean_store(float* yr, size_t step, const float* sp, int left,
-                                              int col, int rows) {
+// before any store, then residual + staged (a constant where inlined). FULL: every piece
+// is in y; else piece u is when 8u < left and col < rows.
+template <bool FULL>
+__device__ __forceinline__ void gm_lean_store(float* yr, size_t step, const float* sp, bool ADD,
+                                              int left, int col, int rows) {
     constexpr int PIECES = GM_STG_TOKENS * 16 / 128;
     auto ok = [&](int u) { return FULL || (8 * u < left && col < rows); };
     float4 res[PIECES];
@@ -300,7 +314,6 @@ __device__ __forceinline__ void gm_epilogue_lean(const float* acc, float* y, con
                                                  int m, int n, int ldy, int mt, int nt, int c,
                                                  int wq, int g, int t, int lane, float* stg) {
     constexpr int HT = GM_STG_TOKENS;
-    constexpr int J = HT / 8;              // fragment column groups per round
     const int lr = 16 * wq + g;            // the thread's first row in the warpgroup's 64
     const int row0 = nt * GM_TILE + 64 * c;
     const int rows = min(64, n - row0);
@@ -315,37 +328,13 @@ __device__ __forceinline__ void gm_epilogue_lean(const float* acc, float* y, con
     for (int hf = 0; hf < GM_TILE / HT; ++hf) {
         if (hf == 0) asm volatile("cp.async.wait_all;" ::: "memory");  // gm_rs_fetch landed
         gm_named_sync(1 + c);  // the staging's last readers are done
-#pragma unroll
-        for (int jj = 0; jj < J; ++jj) {
-            const int j = J * hf + jj;
-            const float2 r2 = *reinterpret_cast<const float2*>(rs + HT * hf + 8 * jj + 2 * t);
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const float r = e ? r2.y : r2.x;
-                float* s0 = stg + (8 * jj + 2 * t + e) * GM_STG_LD + lr;
-                if (ADD && hf == 0) {  // the residual staged by gm_res_fetch, plus the product
-                    s0[0] = __fadd_rn(__fmul_rn(acc[4 * j + e], r), s0[0]);
-                    s0[8] = __fadd_rn(__fmul_rn(acc[4 * j + 2 + e], r), s0[8]);
-                } else {
-                    s0[0] = acc[4 * j + e] * r;
-                    s0[8] = acc[4 * j + 2 + e] * r;
-                }
-            }
-        }
+        gm_stage_round<true>(acc, rs, stg, hf, lr, t, ADD && hf == 0);
         gm_named_sync(1 + c);
         float* const yr = y + (size_t)(tok0 + HT * hf) * ldy + row0 + col;
         const bool add = ADD && hf == 1;  // `y +=`, second round: residuals loaded here
-        if (full) {
-            if (add)
-                gm_lean_store<true, true>(yr, step, sp, 0, 0, 0);
-            else
-                gm_lean_store<false, true>(yr, step, sp, 0, 0, 0);
-        } else {
-            const int left = m - (tok0 + HT * hf);  // piece u is in y when 8u < left
-            if (add)
-                gm_lean_store<true, false>(yr, step, sp, left, col, rows);
-            else
-                gm_lean_store<false, false>(yr, step, sp, left, col, rows);
-        }
+        if (full)
+            gm_lean_store<true>(yr, step, sp, add, 0, 0, 0);
+        else  // piece u is in y when 8u < left
+            gm_lean_store<false>(yr, step, sp, add, m - (tok0 + HT * hf), col, rows);
     }
 }
