@@ -95,6 +95,56 @@ fn time_layers(
     })
 }
 
+/// TFLOP/s of `flop` in `ms` milliseconds.
+fn tflops(flop: f64, ms: f64) -> f64 {
+    flop / (ms * 1e-3) / 1e12
+}
+
+/// FLOPs (2·m·n·k) of every GEMM of the prefill over the layers, at `m` tokens.
+fn prefill_flop(mats: &[Mat], m: usize) -> f64 {
+    mats.iter()
+        .map(|mm| 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64)
+        .sum()
+}
+
+/// Per matrix, TFLOP/s of its GEMM over the layers' copies in a row (median ms), as `g`
+/// is set.
+fn time_matrices(
+    ctx: &CudaContext,
+    g: &GemmMx,
+    mats: &[Mat],
+    acts: &[GemmActs],
+    y: &mut DeviceBuffer<f32>,
+    (warm, reps): (usize, usize),
+) -> Result<Vec<f64>, CudaError> {
+    mats.iter()
+        .map(|mm| {
+            let a = &acts[mm.xin];
+            let ms = time_ms(ctx, warm, reps, || {
+                mm.copies
+                    .iter()
+                    .try_for_each(|w| g.gemm(a, w, y, mm.accumulate))
+            })?;
+            Ok(tflops(prefill_flop(std::slice::from_ref(mm), a.rows()), ms))
+        })
+        .collect()
+}
+
+/// gate|up (`mm`) tiled for the SwiGLU GEMM (`tile_gemm_swiglu`), one copy per layer.
+fn paired_copies(
+    ctx: &CudaContext,
+    owner: &Owner,
+    mm: &Mat,
+) -> Result<Vec<GemmWeights>, Box<dyn std::error::Error>> {
+    let view = MxView::new(mm.layout, &mm.packed)?;
+    let p0 = GemmWeights::upload(ctx, owner, &tile_gemm_swiglu(view)?)?;
+    let mut paired = (1..mm.copies.len())
+        .map(|_| p0.duplicate(ctx, owner))
+        .collect::<Result<Vec<_>, _>>()?;
+    paired.insert(0, p0);
+    Ok(paired)
+}
+
 /// `FAVLO_PREFILL_ORDER_PROBE=1`: where the whole prefill's GEMMs lose time against the
 /// per-matrix loops. Each launch is followed by an event, so every launch's time (with
 /// any gap before it) is known, in two orders: each matrix's 36 copies in a row (as the
@@ -245,16 +295,10 @@ fn epilogue_probe(
             }
         }
     }
-    // gate|up tiled for the SwiGLU GEMM, one copy per layer (as swiglu_probe).
     let Some(gu) = mats.iter().position(|mm| mm.name == "gate|up") else {
         return Err("no gate|up matrix".into());
     };
-    let view = MxView::new(mats[gu].layout, &mats[gu].packed)?;
-    let p0 = GemmWeights::upload(ctx, owner, &tile_gemm_swiglu(view)?)?;
-    let mut paired = (1..LAYERS)
-        .map(|_| p0.duplicate(ctx, owner))
-        .collect::<Result<Vec<_>, _>>()?;
-    paired.insert(0, p0);
+    let paired = paired_copies(ctx, owner, &mats[gu])?;
     let chat_layers = |g: &GemmMx, y: &mut DeviceBuffer<f32>| {
         time_ms(ctx, 2, 7, || {
             for (l, w) in paired.iter().enumerate() {
@@ -270,11 +314,7 @@ fn epilogue_probe(
         })
     };
     let (warm, reps) = (2, 7);
-    let tflops = |flop: f64, ms: f64| flop / (ms * 1e-3) / 1e12;
-    let all_flop: f64 = mats
-        .iter()
-        .map(|mm| 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64)
-        .sum();
+    let all_flop = prefill_flop(mats, m);
     println!(
         "\n| round | tile store | q|k|v TF/s | o TF/s | gate|up TF/s | down TF/s | all GEMMs ms | TFLOP/s | % of FP8 peak | as the chat runs them ms | TFLOP/s | % of FP8 peak |"
     );
@@ -287,17 +327,7 @@ fn epilogue_probe(
         };
         for store in order {
             g.store = store;
-            let mut per = Vec::new();
-            for mm in mats {
-                let flop = 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64;
-                let ms = time_ms(ctx, warm, reps, || {
-                    for w in &mm.copies {
-                        g.gemm(&acts[mm.xin], w, y, mm.accumulate)?;
-                    }
-                    Ok(())
-                })?;
-                per.push(tflops(flop, ms));
-            }
+            let per = time_matrices(ctx, g, mats, acts, y, (warm, reps))?;
             let all = time_layers(ctx, g, mats, acts, y, (warm, reps))?;
             let chat = chat_layers(g, y)?;
             println!(
@@ -336,13 +366,7 @@ fn swiglu_probe(
     let Some(mm) = mats.iter().find(|mm| mm.name == "gate|up") else {
         return Err("no gate|up matrix".into());
     };
-    let view = MxView::new(mm.layout, &mm.packed)?;
-    let p0 = GemmWeights::upload(ctx, owner, &tile_gemm_swiglu(view)?)?;
-    let mut paired = vec![p0.duplicate(ctx, owner)?];
-    for _ in 2..mm.copies.len() {
-        paired.push(p0.duplicate(ctx, owner)?);
-    }
-    paired.insert(0, p0);
+    let paired = paired_copies(ctx, owner, mm)?;
     // The same device bytes flagged the other way round (each flag only selects the
     // entry point that accepts the tiling; the kernels read the bytes as they are).
     let as_plain = |w: &GemmWeights| -> Result<GemmWeights, CudaError> {
@@ -583,7 +607,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let (warm, reps) = (2, 7);
-    let tflops = |flop: f64, ms: f64| flop / (ms * 1e-3) / 1e12;
 
     // The ways the persistent kernel can write a tile, checked then timed over the whole
     // prefill's GEMMs (the first row is the default as loaded).
@@ -603,10 +626,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "\n| tile store | q|k|v TF/s | o TF/s | gate|up TF/s | down TF/s | all GEMMs ms | TFLOP/s | % of FP8 peak | max rel err |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let all_flop: f64 = mats
-        .iter()
-        .map(|mm| 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64)
-        .sum();
+    let all_flop = prefill_flop(&mats, m);
     for (label, store) in variants {
         g.store = store;
         let mut worst = 0f64;
@@ -618,17 +638,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             worst = worst.max(e);
         }
-        let mut per = Vec::new();
-        for mm in &mats {
-            let flop = 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64;
-            let ms = time_ms(&ctx, warm, reps, || {
-                for w in &mm.copies {
-                    g.gemm(&acts[mm.xin], w, &mut y, mm.accumulate)?;
-                }
-                Ok(())
-            })?;
-            per.push(tflops(flop, ms));
-        }
+        let per = time_matrices(&ctx, &g, &mats, &acts, &mut y, (warm, reps))?;
         let all = time_layers(&ctx, &g, &mats, &acts, &mut y, (warm, reps))?;
         println!(
             "| {label} ({store:?}) | {:.0} | {:.0} | {:.0} | {:.0} | {all:.3} | {:.0} | {:.1}% | {worst:.2e} |",
@@ -646,7 +656,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for mm in &mats {
-        let flop = 2.0 * (m * mm.n * mm.k) as f64 * LAYERS as f64;
+        let flop = prefill_flop(std::slice::from_ref(mm), m);
         let a = &acts[mm.xin];
         let mut run = |g: &GemmMx, probe: bool, one: bool| {
             time_ms(&ctx, warm, reps, || {
