@@ -257,7 +257,9 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
 // thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=` as 16-byte
 // loads, adds and stores); 4 = SwiGLU of gate | up row pairs (n a multiple of 128);
 // 5 = the values of 3 by the lean epilogue (`gm_epilogue_lean`).
-template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0>
+// F4: the weights are the FP4 ring's (gemm_fp4.cuh): the producer warpgroup converts
+// each stage and the consumers wait for its `ready` barrier instead of `full`.
+template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0, int F4 = 0>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
                                                   const u8* __restrict__ xq,
@@ -265,16 +267,21 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const float* __restrict__ xr, float* y, int m,
                                                   int n, int kblocks, int ldy, int accumulate) {
     extern __shared__ __align__(1024) u8 gm_ring[];
-    __shared__ u64 full[NS], empty[NS];
+    __shared__ u64 full[NS], empty[NS], ready[F4 ? NS : 1];
     const int tid = threadIdx.x;
     const int wg = tid >> 7;
     const int m_tiles = (m + GM_TILE - 1) / GM_TILE, n_tiles = (n + GM_TILE - 1) / GM_TILE;
     const int tiles = m_tiles * n_tiles;
     float* const stg0 = reinterpret_cast<float*>(gm_ring + NS * GM_STAGE_BYTES);
-    gm_init_bars<NS>(full, empty);
+    if (F4 && tid == 0)
+        for (int s = 0; s < NS; ++s) gm_bar_init(&ready[s], 4);  // one per producer warp
+    gm_init_bars<NS>(full, empty);  // its fence and block barrier cover `ready` too
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-        if (tid == 0) {
+        if (F4) {
+            gm_f4_producer<NS>(gm_ring, full, ready, empty, w, ws, xq, xc, m_tiles, tiles,
+                               kblocks);
+        } else if (tid == 0) {
             int it = 0;
             for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
                 const int mt = tile % m_tiles, nt = tile / m_tiles;
@@ -331,7 +338,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                     gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
-                gm_stages<WFMT, U, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                gm_stages<WFMT, U, GROUP, NS>(acc, ta, tb, gm_ring, F4 ? ready : full, empty, it + kb, c, r0,
                                               lane);
             }
             for (; kb < kblocks; ++kb) {
@@ -339,7 +346,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                     gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
-                gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, F4 ? ready : full, empty, it + kb, c, r0,
                                               lane);
             }
             it += kblocks;
@@ -519,12 +526,14 @@ GEMM_GROUP_KERNEL(gemm_mxfp8_e4m3_group4, 4)
 // 5 × GM_STAGE_BYTES + 2 × GM_STG_BYTES of dynamic shared memory (GEMM_STAGED_SMEM in
 // gemm.rs).
 #define GEMM_STAGED_KERNEL(name, NST, GROUP, EPI)                                          \
+    GEMM_STAGED_KERNEL_F4(name, NST, GROUP, EPI, 0)
+#define GEMM_STAGED_KERNEL_F4(name, NST, GROUP, EPI, F4)                                   \
     extern "C" __global__ void __launch_bounds__(384, 1)                                    \
         name(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq, \
              const float* __restrict__ xc, const float* __restrict__ xr, float* y, int m,     \
              int n, int kblocks, int ldy, int accumulate) {                                 \
-        gemm_persist_body<0, NST, GROUP, 5, EPI>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy,  \
-                                                 accumulate);                               \
+        gemm_persist_body<0, NST, GROUP, 5, EPI, F4>(w, ws, xq, xc, xr, y, m, n, kblocks,   \
+                                                     ldy, accumulate);                      \
     }
 
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_s, 2, 0, 1)
@@ -537,6 +546,11 @@ GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_l, 2, 0, 5)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_l, 2, 4, 5)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_swiglu, 2, 0, 4)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_swiglu, 2, 4, 4)
+// The FP4 ring (gemm_fp4.cuh) under the grouped loop: `_a`'s, `_l`'s and the SwiGLU
+// kernel's epilogues.
+GEMM_STAGED_KERNEL_F4(gemm_mxfp4_e4m3_group4_a, 2, 4, 3, 1)
+GEMM_STAGED_KERNEL_F4(gemm_mxfp4_e4m3_group4_l, 2, 4, 5, 1)
+GEMM_STAGED_KERNEL_F4(gemm_mxfp4_e4m3_group4_swiglu, 2, 4, 4, 1)
 
 #define GEMM_W3_KERNEL(name, WFMT)                                                          \
     extern "C" __global__ void __launch_bounds__(512, 1)                                    \

@@ -31,6 +31,7 @@ const SRC: &str = concat!(
     include_str!("../../kernels/silu_fp8.cuh"),
     include_str!("../../kernels/gemm_common.cuh"),
     include_str!("../../kernels/gemm_epilogue.cuh"),
+    include_str!("../../kernels/gemm_fp4.cuh"),
     include_str!("../../kernels/gemm_mx.cu"),
     include_str!("../../kernels/gemm_quant.cu")
 );
@@ -200,6 +201,10 @@ pub struct GemmMx {
     /// The staged kernels with the SwiGLU epilogue ([`Self::gemm_swiglu`]): per-step
     /// promotion, grouped.
     e4m3_swiglu: [CudaFunction; 2],
+    /// The FP4 ring's kernels (weights from [`super::pack_fp4`]): grouped, with
+    /// [`TileStore::VectorAdd`]'s and [`TileStore::Lean`]'s epilogues, and SwiGLU.
+    f4_group_s: [CudaFunction; 2],
+    f4_swiglu: CudaFunction,
     sms: usize,
     e4m3_swap: CudaFunction,
     probe: CudaFunction,
@@ -302,6 +307,11 @@ impl GemmMx {
                 big_with("gemm_mxfp8_e4m3_persist_swiglu", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_swiglu", GEMM_STAGED_SMEM)?,
             ],
+            f4_group_s: [
+                big_with("gemm_mxfp4_e4m3_group4_a", GEMM_STAGED_SMEM)?,
+                big_with("gemm_mxfp4_e4m3_group4_l", GEMM_STAGED_SMEM)?,
+            ],
+            f4_swiglu: big_with("gemm_mxfp4_e4m3_group4_swiglu", GEMM_STAGED_SMEM)?,
             group_stages: 4,
             store: TileStore::VectorAdd,
             sms: ctx
@@ -442,6 +452,12 @@ impl GemmMx {
                 ),
             ));
         }
+        if w.fp4 && !grouped {
+            return Err(shape(
+                op,
+                "FP4 ring weights need grouped activations".into(),
+            ));
+        }
         let ff = w.rows / 2;
         check_gemm(op, x, w, y, ff)?;
         let tiles = x.m.div_ceil(GEMM_TILE) * w.rows.div_ceil(GEMM_TILE);
@@ -452,7 +468,11 @@ impl GemmMx {
         };
         // Rows a multiple of 128 (tile_gemm_swiglu): every tile holds 64 outputs.
         self.run(
-            &self.e4m3_swiglu[usize::from(grouped)],
+            if w.fp4 {
+                &self.f4_swiglu
+            } else {
+                &self.e4m3_swiglu[usize::from(grouped)]
+            },
             cfg,
             x,
             w,
@@ -550,6 +570,24 @@ impl GemmMx {
             TileStore::Lean => Some(3),
         };
         let f = match (w.format, kernel) {
+            // The FP4 ring: only the grouped persistent kernel with a thread-written
+            // epilogue has it.
+            _ if w.fp4 => match staged {
+                Some(i @ (2 | 3)) if grouped && !probe && !self.desc_swap => {
+                    &self.f4_group_s[i - 2]
+                }
+                _ => {
+                    return Err(shape(
+                        op,
+                        format!(
+                            "FP4 ring weights need grouped activations and the persistent \
+                             kernel with 4 grouped stages and the VectorAdd or Lean store \
+                             (grouped {grouped}, {kernel:?}, {} stages, {:?})",
+                            self.group_stages, self.store
+                        ),
+                    ));
+                }
+            },
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
             (ElementFormat::Fp8E4M3, _) if self.desc_swap => &self.e4m3_swap,
             (ElementFormat::Fp8E4M3, GemmKernel::Serial) => &self.e4m3,
