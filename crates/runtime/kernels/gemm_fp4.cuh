@@ -6,38 +6,39 @@
 // weights' E4M3 codes are MXFP4 values times a power of two (gemm_fold.rs), so half their
 // bits carry nothing: filled as FP4 the stage is 24.5 KB instead of 32.5.
 //
-// Layout (`pack_fp4` in gemm_tile.rs builds it from the E4M3 tile): per (128-row tile,
-// 128-value k block) 8 KB, in the order the producer warpgroup's 128 threads read it:
-// thread (warp wp, lane l) converts row 32·wp + l, and its j-th 16 bytes (j = 0..3, at
-// 16·(128·wp + 32·j + l)) are the row's 32 codes of MX block j: two 8-byte halves for
-// the 16-byte core-matrix rows k16 = 2j and 2j + 1, each two words whose nibble i
-// (bits 4i..4i+3) is output byte i (word A, nibbles 0..3) or 4 + i (word B, 4..7) of
-// that half. A nibble is an E2M1 code (sign in bit 3); its E4M3 code is the magnitude's
-// code at shift u − 5 of the block (u = nibble j of bits 16..31 of the row's scale
-// word; byte 0 stays the group scale the consumers read) with the sign in bit 7.
+// Layout (`pack_fp4` in gemm_fp4.rs builds it from the E4M3 tile): per (128-row tile,
+// 128-value k block) 8 KB of units of 16 bytes: unit (row r, MX block j) at
+// 16·(128·(r / 32) + 32·j + r % 32) holds the row's 32 codes of block j, two 8-byte
+// halves for the 16-byte core-matrix rows k16 = 2j and 2j + 1, each two words whose
+// nibble i (bits 4i..4i+3) is output byte i (word A, nibbles 0..3) or 4 + i (word B,
+// 4..7) of that half. A nibble is an E2M1 code (sign in bit 3); its E4M3 code is the
+// magnitude's code at shift u − 5 of the block (u = nibble j of bits 16..31 of the row's
+// scale word; byte 0 stays the group scale the consumers read) with the sign in bit 7.
 //
-// Pipeline: thread 0 of the producer warpgroup bulk-copies the 8 KB into the upper half
-// of the stage's weight tile (plus the activation tile, scales and C: GM_F4_TX bytes,
-// completing on full[s]); the four producer warps wait for full[s], load their codes,
-// meet at a named barrier (the tile is converted in place: the E4M3 output overwrites
-// the FP4 input), write the E4M3 tile, make it visible to the tensor cores (async
-// proxy) and arrive on ready[s], which the consumers wait for instead of full[s].
+// Pipeline: a fill ring of GM_F4_STAGES slots, each the activation tile, the weights'
+// codes, scales and C (GM_F4_TX bytes, completing on full[s]), and a ring of GM_F4_A
+// weight tiles in E4M3. Thread 0 of the producer warpgroup fills the fill ring as the
+// E4M3 ring's producer does; its warps 1..3 wait for full[s] and for a free weight tile
+// (aempty), convert the codes into it, make it visible to the tensor cores (async proxy)
+// and arrive on ready[s], which the consumers wait for instead of full[s]; the
+// consumers read the activations from the fill slot and the weights from the weight
+// tile, and release both (empty, aempty). So six stages of fills are in flight (147 KB
+// per multiprocessor, against the E4M3 ring's 5 × 32.5 KB), for 4 + 2 × 16 KB less
+// than 6 E4M3 stages. The thread that issues the copies writes no shared memory, so it
+// never executes the proxy fence: that fence (MEMBAR.ALL.CTA in SASS) also waits for
+// the thread's bulk copies still in flight, which made a first version, where thread 0
+// also converted, wait for its newest fill every stage (2.3 times slower; session 37);
+// a second, with 3 slots of codes beside 5 E4M3 stages, kept only 3 fills in flight and
+// ran 45% slower than the E4M3 ring.
 
 #define GM_F4_BYTES 8192
 #define GM_F4_TX (GM_F4_BYTES + GM_TILE_BYTES + 512 + 16)
-#define GM_F4_SYNC 4  // named barrier of the producer warpgroup (1..3: the epilogues')
-
-// Whether phase `parity` of `bar` is complete, without waiting.
-__device__ __forceinline__ bool gm_bar_test(u64* bar, u32 parity) {
-    u32 ok;
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-        "selp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(ok)
-        : "r"(gm_smem(bar)), "r"(parity)
-        : "memory");
-    return ok != 0;
-}
+#define GM_F4_STAGES 6       // fill ring slots
+#define GM_F4_A 2            // E4M3 weight tiles
+#define GM_F4_CODES GM_TILE_BYTES                  // in a fill slot, after the activations
+#define GM_F4_SC (GM_F4_CODES + GM_F4_BYTES)       // the weight scales (512 bytes)
+#define GM_F4_C (GM_F4_SC + 512)                   // the activation block scales (16)
+#define GM_F4_SLOT 25600                           // 25104 rounded up to 1 KB
 
 __device__ __forceinline__ u32 gm_prmt(u32 a, u32 b, u32 sel) {
     u32 r;
@@ -69,79 +70,114 @@ __device__ __forceinline__ uint4 gm_f4_half(u32 r0, u32 r1, u32 l0, u32 l1) {
 #define GM_F4_L0 (0x3C383000u - 5u * 0x08080800u)
 #define GM_F4_L1 (0x4C484440u - 5u * 0x08080808u)
 
-// Thread tid (0..127) of the producer warpgroup converts stage `st` in place.
-__device__ __forceinline__ void gm_f4_convert(u8* st, int tid) {
-    const int wp = tid >> 5, lane = tid & 31;
-    const uint4* src = reinterpret_cast<const uint4*>(st + GM_F4_BYTES) + 128 * wp + lane;
-    uint4 raw[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) raw[j] = src[32 * j];
-    const u32 sw = *reinterpret_cast<const u32*>(st + GM_SCALE_OFF + 4 * (32 * wp + lane));
-    __syncwarp();               // the warp converged (thread 0 issues copies on its own)
-    gm_named_sync(GM_F4_SYNC);  // every code read before any is overwritten
-    // Row 32·wp + lane: core-matrix rows (row / 8, k16, row % 8) at 16 bytes each.
-    uint4* dst = reinterpret_cast<uint4*>(st) + 64 * (4 * wp + (lane >> 3)) + (lane & 7);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const u32 u = (sw >> (16 + 4 * j)) & 0xFu;
-        const u32 l0 = GM_F4_L0 + u * 0x08080800u, l1 = GM_F4_L1 + u * 0x08080808u;
-        dst[8 * (2 * j)] = gm_f4_half(raw[j].x, raw[j].y, l0, l1);
-        dst[8 * (2 * j + 1)] = gm_f4_half(raw[j].z, raw[j].w, l0, l1);
+// Thread t (0..95: warps 1..3 of the producer warpgroup) converts the units t, t + 96,
+// ... of one stage's `codes` (row scale words at `sc`) into the E4M3 tile `at`. A warp's
+// 32 units are 32 consecutive rows of one block: its loads read 512 contiguous bytes and
+// each 8-lane group of its stores writes 128 (no bank conflicts).
+__device__ __forceinline__ void gm_f4_convert(u8* at, const u8* codes, const u8* sc, int t) {
+    for (int u = t; u < 4 * GM_TILE; u += 96) {
+        const int r = u % GM_TILE, j = u / GM_TILE;
+        const uint4 raw =
+            reinterpret_cast<const uint4*>(codes)[128 * (r / 32) + 32 * j + r % 32];
+        const u32 sw = *reinterpret_cast<const u32*>(sc + 4 * r);
+        const u32 us = (sw >> (16 + 4 * j)) & 0xFu;
+        const u32 l0 = GM_F4_L0 + us * 0x08080800u, l1 = GM_F4_L1 + us * 0x08080808u;
+        // Core-matrix rows (r / 8, k16, r % 8) at 16 bytes each.
+        uint4* dst = reinterpret_cast<uint4*>(at) + 64 * (r / 8) + 16 * j + r % 8;
+        dst[0] = gm_f4_half(raw.x, raw.y, l0, l1);
+        dst[8] = gm_f4_half(raw.z, raw.w, l0, l1);
     }
     // The tensor cores read shared memory through the async proxy.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// The producer warpgroup of the FP4 ring over the persistent grid's tiles (all 128
-// threads). Thread 0 keeps up to NS stages in flight: the one about to be converted is
-// waited for, later ones are issued when their slot is already free (so a slot still in
-// use never holds up the conversion of one that has landed).
+// Thread 0 of the producer warpgroup: the E4M3 ring's producer over the fill ring.
 template <int NS>
-__device__ __forceinline__ void gm_f4_producer(u8* ring, u64* full, u64* ready, u64* empty,
-                                               const u8* __restrict__ w,
-                                               const u8* __restrict__ ws,
-                                               const u8* __restrict__ xq,
-                                               const float* __restrict__ xc, int m_tiles,
-                                               int tiles, int kblocks) {
-    const int tid = threadIdx.x, lane = tid & 31;
-    int next = 0, ntile = blockIdx.x, nkb = 0;  // thread 0: the next stage to issue
-    auto issue = [&](int limit, bool wait) {
-        while (next < limit && ntile < tiles) {
-            const int s = next % NS;
-            if (next >= NS) {
-                const u32 ph = ((next / NS) - 1) & 1;
-                if (wait)
-                    gm_bar_wait<1>(&empty[s], ph);
-                else if (!gm_bar_test(&empty[s], ph))
-                    return;
-            }
-            const int mt = ntile % m_tiles, nt = ntile / m_tiles;
-            const size_t wk = (size_t)nt * kblocks + nkb, xk = (size_t)mt * kblocks + nkb;
-            u8* st = ring + s * GM_STAGE_BYTES;
+__device__ __forceinline__ void gm_f4_fill(u8* ring, u64* full, u64* empty,
+                                           const u8* __restrict__ w, const u8* __restrict__ ws,
+                                           const u8* __restrict__ xq,
+                                           const float* __restrict__ xc, int m_tiles,
+                                           int tiles, int kblocks) {
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int mt = tile % m_tiles, nt = tile / m_tiles;
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+            const int s = it % NS;
+            if (it >= NS) gm_bar_wait<1>(&empty[s], ((it / NS) - 1) & 1);
+            const size_t wk = (size_t)nt * kblocks + kb, xk = (size_t)mt * kblocks + kb;
+            u8* st = ring + s * GM_F4_SLOT;
             gm_bar_expect(&full[s], GM_F4_TX);
-            gm_bulk(st + GM_F4_BYTES, w + wk * GM_F4_BYTES, GM_F4_BYTES, &full[s]);
-            gm_bulk(st + GM_TILE_BYTES, xq + xk * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
-            gm_bulk(st + GM_SCALE_OFF, ws + wk * 512, 512, &full[s]);
-            gm_bulk(st + GM_C_OFF, xc + xk * 4, 16, &full[s]);
-            ++next;
-            if (++nkb == kblocks) {
-                nkb = 0;
-                ntile += gridDim.x;
-            }
-            wait = false;
+            gm_bulk(st, xq + xk * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
+            gm_bulk(st + GM_F4_CODES, w + wk * GM_F4_BYTES, GM_F4_BYTES, &full[s]);
+            gm_bulk(st + GM_F4_SC, ws + wk * 512, 512, &full[s]);
+            gm_bulk(st + GM_F4_C, xc + xk * 4, 16, &full[s]);
         }
-    };
+    }
+}
+
+// Warps 1..3 of the producer warpgroup (t = thread − 32): every stage, in ring order,
+// into weight tile it % NA once the consumers are done with its previous stage.
+template <int NS, int NA>
+__device__ __forceinline__ void gm_f4_converters(u8* ring, u8* aring, u64* full, u64* ready,
+                                                 u64* aempty, int tiles, int kblocks, int t) {
     const int my_tiles = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
     const int total = my_tiles * kblocks;
     for (int it = 0; it < total; ++it) {
-        if (tid == 0) {
-            issue(it + 1, true);    // this stage, waiting for its slot if need be
-            issue(it + NS, false);  // and the ones after it whose slots are free
-        }
-        const int s = it % NS;
+        const int s = it % NS, a = it % NA;
         gm_bar_wait<1>(&full[s], (it / NS) & 1);
-        gm_f4_convert(ring + s * GM_STAGE_BYTES, tid);
+        if (it >= NA) gm_bar_wait<1>(&aempty[a], ((it / NA) - 1) & 1);
+        const u8* st = ring + s * GM_F4_SLOT;
+        gm_f4_convert(aring + a * GM_TILE_BYTES, st + GM_F4_CODES, st + GM_F4_SC, t);
         __syncwarp();
-        if (lane == 0) gm_bar_arrive(&ready[s]);
+        if ((t & 31) == 0) gm_bar_arrive(&ready[s]);
+    }
+}
+
+// The grouped consumer steps (gm_group_steps) over the FP4 ring: stage st's activations
+// and factors from fill slot slot(st), its weights from weight tile aslot(st); both are
+// released when the stage's wgmmas are done.
+template <int NST, int NS, int NA>
+__device__ __forceinline__ void gm_f4_steps(float* acc, float* ta, float* tb, u8* ring,
+                                            u8* aring, u64* ready, u64* empty, u64* aempty,
+                                            int kb, int c, int r0, int lane) {
+    static_assert(NST < NS, "a call's stages wrap the ring at most once");
+    float f0[2], f1[2];
+    const int s0 = kb % NS, a0 = kb % NA;
+    const u32 ph0 = (u32)(kb / NS) & 1u;
+    auto slot = [&](int st) -> int { return s0 + st >= NS ? s0 + st - NS : s0 + st; };
+    auto phase = [&](int st) -> u32 { return s0 + st >= NS ? ph0 ^ 1u : ph0; };
+    auto aslot = [&](int st) -> int { return (a0 + st) % NA; };
+    auto scales = [&](int st) {
+        const int s = slot(st);
+        gm_bar_wait<1>(&ready[s], phase(st));
+        const u8* p = ring + s * GM_F4_SLOT;
+        const float cq = *reinterpret_cast<const float*>(p + GM_F4_C);
+        f0[st & 1] = gm_e8m0(p[GM_F4_SC + r0 * 4]) * cq;
+        f1[st & 1] = gm_e8m0(p[GM_F4_SC + (r0 + 8) * 4]) * cq;
+    };
+    const u64 da0 = gm_desc<0>(gm_smem(aring) + 8192 * c), db0 = gm_desc<0>(gm_smem(ring));
+    auto issue = [&](float* d, int st) {
+        gm_wgmma_stage<0, 1>(d, da0 + (u64)(aslot(st) * (GM_TILE_BYTES >> 4)),
+                             db0 + (u64)(slot(st) * (GM_F4_SLOT >> 4)));
+    };
+    scales(0);
+    issue(ta, 0);
+#pragma unroll
+    for (int i = 0; i < NST; ++i) {
+        float* cur = (i & 1) ? tb : ta;
+        float* nxt = (i & 1) ? ta : tb;
+        if (i + 1 < NST) {
+            scales(i + 1);
+            issue(nxt, i + 1);
+            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        } else {
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        }
+        __syncwarp();  // stage i's operands may be overwritten
+        if (lane == 0) {
+            gm_bar_arrive(&empty[slot(i)]);
+            gm_bar_arrive(&aempty[aslot(i)]);
+        }
+        gm_promote(acc, cur, f0[i & 1], f1[i & 1]);
     }
 }

@@ -267,21 +267,28 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const float* __restrict__ xr, float* y, int m,
                                                   int n, int kblocks, int ldy, int accumulate) {
     extern __shared__ __align__(1024) u8 gm_ring[];
-    __shared__ u64 full[NS], empty[NS], ready[F4 ? NS : 1];
+    __shared__ u64 full[NS], empty[NS], ready[F4 ? NS : 1], aempty[F4 ? GM_F4_A : 1];
     const int tid = threadIdx.x;
     const int wg = tid >> 7;
     const int m_tiles = (m + GM_TILE - 1) / GM_TILE, n_tiles = (n + GM_TILE - 1) / GM_TILE;
     const int tiles = m_tiles * n_tiles;
-    float* const stg0 = reinterpret_cast<float*>(gm_ring + NS * GM_STAGE_BYTES);
-    if (F4 && tid == 0)
-        for (int s = 0; s < NS; ++s) gm_bar_init(&ready[s], 4);  // one per producer warp
+    // The FP4 ring: NS fill slots, then GM_F4_A weight tiles, then the staging.
+    u8* const aring = gm_ring + NS * GM_F4_SLOT;
+    float* const stg0 = reinterpret_cast<float*>(
+        F4 ? aring + GM_F4_A * GM_TILE_BYTES : gm_ring + NS * GM_STAGE_BYTES);
+    if (F4 && tid == 0) {
+        for (int s = 0; s < NS; ++s) gm_bar_init(&ready[s], 3);  // one per converting warp
+        for (int a = 0; a < GM_F4_A; ++a) gm_bar_init(&aempty[a], 8);  // per consumer warp
+    }
     gm_init_bars<NS>(full, empty);  // its fence and block barrier cover `ready` too
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-        if (F4) {
-            gm_f4_producer<NS>(gm_ring, full, ready, empty, w, ws, xq, xc, m_tiles, tiles,
-                               kblocks);
-        } else if (tid == 0) {
+        if (F4 && tid == 0) {
+            gm_f4_fill<NS>(gm_ring, full, empty, w, ws, xq, xc, m_tiles, tiles, kblocks);
+        } else if (F4 && tid >= 32) {
+            gm_f4_converters<NS, GM_F4_A>(gm_ring, aring, full, ready, aempty, tiles, kblocks,
+                                          tid - 32);
+        } else if (!F4 && tid == 0) {
             int it = 0;
             for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
                 const int mt = tile % m_tiles, nt = tile / m_tiles;
@@ -338,16 +345,24 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                     gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
-                gm_stages<WFMT, U, GROUP, NS>(acc, ta, tb, gm_ring, F4 ? ready : full, empty, it + kb, c, r0,
-                                              lane);
+                if (F4)
+                    gm_f4_steps<U, NS, GM_F4_A>(acc, ta, tb, gm_ring, aring, ready, empty,
+                                                aempty, it + kb, c, r0, lane);
+                else
+                    gm_stages<WFMT, U, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
+                                                  r0, lane);
             }
             for (; kb < kblocks; ++kb) {
                 if (fetch) {
                     gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
-                gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, F4 ? ready : full, empty, it + kb, c, r0,
-                                              lane);
+                if (F4)
+                    gm_f4_steps<1, NS, GM_F4_A>(acc, ta, tb, gm_ring, aring, ready, empty,
+                                                aempty, it + kb, c, r0, lane);
+                else
+                    gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
+                                                  r0, lane);
             }
             it += kblocks;
             if (staged && EPI == 5 && accumulate)
@@ -532,7 +547,8 @@ GEMM_GROUP_KERNEL(gemm_mxfp8_e4m3_group4, 4)
         name(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq, \
              const float* __restrict__ xc, const float* __restrict__ xr, float* y, int m,     \
              int n, int kblocks, int ldy, int accumulate) {                                 \
-        gemm_persist_body<0, NST, GROUP, 5, EPI, F4>(w, ws, xq, xc, xr, y, m, n, kblocks,   \
+        gemm_persist_body<0, NST, GROUP, F4 ? GM_F4_STAGES : 5, EPI, F4>(                  \
+            w, ws, xq, xc, xr, y, m, n, kblocks,                                            \
                                                      ldy, accumulate);                      \
     }
 

@@ -443,7 +443,7 @@ fn check_gemm(
         );
         worst = worst.max(e);
     }
-    drop((wd, xd, acts));
+    drop((wd, f4, xd, acts));
     ctx.sweep(&owner).unwrap();
     worst
 }

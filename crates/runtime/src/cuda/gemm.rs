@@ -45,6 +45,9 @@ const GEMM_SMEM: usize = 6 * 33792;
 /// Dynamic shared memory of the staged-epilogue kernels (`GEMM_STAGED_KERNEL`): 5 ring
 /// stages plus two `GM_STG_BYTES` (64 tokens × 68 floats) staging buffers.
 const GEMM_STAGED_SMEM: usize = 5 * 33792 + 2 * 64 * 68 * 4;
+/// Dynamic shared memory of the FP4 ring's kernels: `GM_F4_STAGES` (6) fill slots of
+/// `GM_F4_SLOT` bytes, `GM_F4_A` (2) E4M3 weight tiles, the two staging buffers.
+const GEMM_F4_SMEM: usize = 6 * 25600 + 2 * 16384 + 2 * 64 * 68 * 4;
 /// Dynamic shared memory of the three-consumer kernel: `G3_STAGES` × `G3_STAGE_BYTES`.
 const GEMM_W3_SMEM: usize = 5 * 41984;
 /// Dynamic shared memory of the tensor-core ceiling kernel: `GEMM_TC_SLOTS` ring stages.
@@ -55,6 +58,7 @@ const SM90_DYNAMIC_SMEM: usize = 227 * 1024 - 1024;
 const _: () = assert!(
     GEMM_SMEM <= SM90_DYNAMIC_SMEM
         && GEMM_STAGED_SMEM <= SM90_DYNAMIC_SMEM
+        && GEMM_F4_SMEM <= SM90_DYNAMIC_SMEM
         && GEMM_W3_SMEM <= SM90_DYNAMIC_SMEM
         && GEMM_TC_SMEM <= SM90_DYNAMIC_SMEM,
     "a GEMM kernel's shared memory does not fit a Hopper block"
@@ -308,10 +312,10 @@ impl GemmMx {
                 big_with("gemm_mxfp8_e4m3_group4_swiglu", GEMM_STAGED_SMEM)?,
             ],
             f4_group_s: [
-                big_with("gemm_mxfp4_e4m3_group4_a", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp4_e4m3_group4_l", GEMM_STAGED_SMEM)?,
+                big_with("gemm_mxfp4_e4m3_group4_a", GEMM_F4_SMEM)?,
+                big_with("gemm_mxfp4_e4m3_group4_l", GEMM_F4_SMEM)?,
             ],
-            f4_swiglu: big_with("gemm_mxfp4_e4m3_group4_swiglu", GEMM_STAGED_SMEM)?,
+            f4_swiglu: big_with("gemm_mxfp4_e4m3_group4_swiglu", GEMM_F4_SMEM)?,
             group_stages: 4,
             store: TileStore::VectorAdd,
             sms: ctx
@@ -464,7 +468,11 @@ impl GemmMx {
         let cfg = LaunchConfig {
             grid_dim: (tiles.min(self.sms) as u32, 1, 1),
             block_dim: (384, 1, 1),
-            shared_mem_bytes: GEMM_STAGED_SMEM as u32,
+            shared_mem_bytes: if w.fp4 {
+                GEMM_F4_SMEM
+            } else {
+                GEMM_STAGED_SMEM
+            } as u32,
         };
         // Rows a multiple of 128 (tile_gemm_swiglu): every tile holds 64 outputs.
         self.run(
@@ -613,7 +621,9 @@ impl GemmMx {
             GemmKernel::Persistent => LaunchConfig {
                 grid_dim: ((mt * nt).min(self.sms) as u32, 1, 1),
                 block_dim: (384, 1, 1),
-                shared_mem_bytes: if staged.is_some() {
+                shared_mem_bytes: if w.fp4 {
+                    GEMM_F4_SMEM
+                } else if staged.is_some() {
                     GEMM_STAGED_SMEM
                 } else {
                     GEMM_SMEM

@@ -35,9 +35,10 @@ fn nibble(u: u32, code: u8) -> Option<u8> {
 }
 
 /// Byte offset (and nibble: 0 low, 1 high) of code (row `r`, k `k`) in one FP4 tile:
-/// thread (r / 32, r % 32) of the producer warpgroup reads its 16 bytes for MX block
-/// k / 32 at 16 · (128 · (r / 32) + 32 · (k / 32) + r % 32); within them, the 8-byte
-/// half of core-matrix row k16 = k / 16, the word of bytes (k % 16) / 8, nibble k % 8.
+/// the 16 bytes of (row r, MX block k / 32) at 16 · (128 · (r / 32) + 32 · (k / 32) +
+/// r % 32) (a converting warp reads 32 rows' units of one block as 512 contiguous
+/// bytes); within them, the 8-byte half of core-matrix row k16 = k / 16, the word of
+/// bytes (k % 16) / 8, nibble k % 8.
 pub(super) fn f4_offset(r: usize, k: usize) -> (usize, usize) {
     let unit = 128 * (r / 32) + 32 * (k / 32) + r % 32;
     let i = k % 8;
@@ -88,6 +89,16 @@ pub fn pack_fp4(h: &GemmWeightsHost) -> Option<GemmWeightsHost> {
     })
 }
 
+/// The tiling the GEMM runs for `h`: with `FAVLO_CUDA_FP4_RING=1` the FP4 ring's
+/// ([`pack_fp4`]) where `h` packs, else `h` as it is (the E4M3 ring, the default: the
+/// FP4 ring has not yet measured faster, docs/CUDA.md "The FP4 ring").
+pub fn ring_tiles(h: GemmWeightsHost) -> GemmWeightsHost {
+    if std::env::var("FAVLO_CUDA_FP4_RING").is_ok_and(|v| v == "1") {
+        return pack_fp4(&h).unwrap_or(h);
+    }
+    h
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -118,13 +129,14 @@ mod tests {
         mag | (sgn & 0x8080_8080)
     }
 
-    /// `gm_f4_convert` of the kernel over one tile: (FP4 tile, its scale tile) → E4M3.
+    /// `gm_f4_convert` of the kernel over one tile, unit by unit: (FP4 tile, its scale
+    /// tile) → E4M3.
     fn convert(f4: &[u8], scales: &[u8]) -> Vec<u8> {
         let w32 = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
         let mut out = vec![0u8; TILE_BYTES];
-        for tid in 0..128 {
-            let (wp, lane) = (tid / 32, tid % 32);
-            let sw = w32(scales, 4 * (32 * wp + lane));
+        for r in 0..GEMM_TILE {
+            let (wp, lane) = (r / 32, r % 32);
+            let sw = w32(scales, 4 * r);
             for j in 0..4 {
                 let src = 16 * (128 * wp + 32 * j + lane);
                 let u = (sw >> (16 + 4 * j)) & 0xF;
@@ -138,7 +150,7 @@ mod tests {
                         word(r1, false, l0, l1),
                         word(r1, true, l0, l1),
                     ];
-                    let piece = 64 * (4 * wp + lane / 8) + 8 * (2 * j + h) + lane % 8;
+                    let piece = 64 * (r / 8) + 8 * (2 * j + h) + r % 8;
                     for (i, w) in words.iter().enumerate() {
                         out[16 * piece + 4 * i..][..4].copy_from_slice(&w.to_le_bytes());
                     }
