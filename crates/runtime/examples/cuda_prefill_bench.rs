@@ -147,6 +147,60 @@ fn paired_copies(
     Ok(paired)
 }
 
+/// Median ms of every GEMM of the prefill as the chat runs them, layer by layer: the
+/// gate|up matrix (`mats[gu]`) through the SwiGLU GEMM over `paired`, one copy per layer.
+fn time_chat(
+    ctx: &CudaContext,
+    g: &GemmMx,
+    (mats, gu, paired): (&[Mat], usize, &[GemmWeights]),
+    acts: &[GemmActs],
+    y: &mut DeviceBuffer<f32>,
+) -> Result<f64, CudaError> {
+    time_ms(ctx, 2, 7, || {
+        for (l, w) in paired.iter().enumerate() {
+            for (i, mm) in mats.iter().enumerate() {
+                if i == gu {
+                    g.gemm_swiglu(&acts[mm.xin], w, y)?;
+                } else {
+                    g.gemm(&acts[mm.xin], &mm.copies[l], y, mm.accumulate)?;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The alternated comparisons' table: a header naming the variant column, then one row
+/// per round and variant (per matrix TFLOP/s, all GEMMs and as the chat runs them).
+fn print_round_header(variant: &str) {
+    println!(
+        "\n| round | {variant} | q|k|v TF/s | o TF/s | gate|up TF/s | down TF/s | all GEMMs ms | TFLOP/s | % of FP8 peak | as the chat runs them ms | TFLOP/s | % of FP8 peak |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+}
+
+fn print_round(round: usize, label: &str, per: &[f64], (all, chat): (f64, f64), flop: f64) {
+    println!(
+        "| {round} | {label} | {:.0} | {:.0} | {:.0} | {:.0} | {all:.3} | {:.0} | {:.1}% | {chat:.3} | {:.0} | {:.1}% |",
+        per[0],
+        per[1],
+        per[2],
+        per[3],
+        tflops(flop, all),
+        100.0 * tflops(flop, all) / FP8_PEAK_TFLOPS,
+        tflops(flop, chat),
+        100.0 * tflops(flop, chat) / FP8_PEAK_TFLOPS
+    );
+}
+
+/// How many of `a`'s values differ from `b`'s in any bit.
+fn differing(a: &[f32], b: &[f32]) -> usize {
+    a.iter()
+        .zip(b)
+        .filter(|(x, z)| x.to_bits() != z.to_bits())
+        .count()
+}
+
 /// `FAVLO_PREFILL_ORDER_PROBE=1`: where the whole prefill's GEMMs lose time against the
 /// per-matrix loops. Each launch is followed by an event, so every launch's time (with
 /// any gap before it) is known, in two orders: each matrix's 36 copies in a row (as the
@@ -278,11 +332,7 @@ fn epilogue_probe(
                 outs.push(ctx.download(&yd)?);
             }
             for (store, out) in stores.iter().zip(&outs).skip(1) {
-                let differ = out
-                    .iter()
-                    .zip(&outs[0])
-                    .filter(|(a, b)| a.to_bits() != b.to_bits())
-                    .count();
+                let differ = differing(out, &outs[0]);
                 println!(
                     "check {:8} {store:?}{}: {differ} of {} outputs differ from VectorAdd",
                     mm.name,
@@ -301,26 +351,9 @@ fn epilogue_probe(
         return Err("no gate|up matrix".into());
     };
     let paired = paired_copies(ctx, owner, &mats[gu])?;
-    let chat_layers = |g: &GemmMx, y: &mut DeviceBuffer<f32>| {
-        time_ms(ctx, 2, 7, || {
-            for (l, w) in paired.iter().enumerate() {
-                for (i, mm) in mats.iter().enumerate() {
-                    if i == gu {
-                        g.gemm_swiglu(&acts[mm.xin], w, y)?;
-                    } else {
-                        g.gemm(&acts[mm.xin], &mm.copies[l], y, mm.accumulate)?;
-                    }
-                }
-            }
-            Ok(())
-        })
-    };
     let (warm, reps) = (2, 7);
     let all_flop = prefill_flop(mats, m);
-    println!(
-        "\n| round | tile store | q|k|v TF/s | o TF/s | gate|up TF/s | down TF/s | all GEMMs ms | TFLOP/s | % of FP8 peak | as the chat runs them ms | TFLOP/s | % of FP8 peak |"
-    );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    print_round_header("tile store");
     for round in 1..=4 {
         let order: Vec<TileStore> = if round % 2 == 1 {
             stores.to_vec()
@@ -331,18 +364,8 @@ fn epilogue_probe(
             g.store = store;
             let per = time_matrices(ctx, g, mats, acts, y, (warm, reps))?;
             let all = time_layers(ctx, g, mats, acts, y, (warm, reps))?;
-            let chat = chat_layers(g, y)?;
-            println!(
-                "| {round} | {store:?} | {:.0} | {:.0} | {:.0} | {:.0} | {all:.3} | {:.0} | {:.1}% | {chat:.3} | {:.0} | {:.1}% |",
-                per[0],
-                per[1],
-                per[2],
-                per[3],
-                tflops(all_flop, all),
-                100.0 * tflops(all_flop, all) / FP8_PEAK_TFLOPS,
-                tflops(all_flop, chat),
-                100.0 * tflops(all_flop, chat) / FP8_PEAK_TFLOPS
-            );
+            let chat = time_chat(ctx, g, (mats, gu, &paired), acts, y)?;
+            print_round(round, &format!("{store:?}"), &per, (all, chat), all_flop);
         }
     }
     g.store = saved;
@@ -400,11 +423,7 @@ fn fp4_probe(
                 g.gemm(&acts[mm.xin], w, &mut yd, accumulate)?;
                 outs.push(ctx.download(&yd)?);
             }
-            let differ = outs[1]
-                .iter()
-                .zip(&outs[0])
-                .filter(|(a, b)| a.to_bits() != b.to_bits())
-                .count();
+            let differ = differing(&outs[1], &outs[0]);
             println!(
                 "check {:8} FP4 ring{}: {differ} of {} outputs differ from the E4M3 ring",
                 mm.name,
@@ -423,11 +442,7 @@ fn fp4_probe(
             g.gemm_swiglu(a, w, y)?;
             outs.push(ctx.download(y)?);
         }
-        let differ = outs[1]
-            .iter()
-            .zip(&outs[0])
-            .filter(|(a, b)| a.to_bits() != b.to_bits())
-            .count();
+        let differ = differing(&outs[1], &outs[0]);
         println!(
             "check gate|up SwiGLU FP4 ring: {differ} of {} outputs differ",
             outs[0].len()
@@ -443,10 +458,7 @@ fn fp4_probe(
         ("FP4 ring", TileStore::VectorAdd, true),
         ("FP4 ring, lean", TileStore::Lean, true),
     ];
-    println!(
-        "\n| round | variant | q|k|v TF/s | o TF/s | gate|up TF/s | down TF/s | all GEMMs ms | TFLOP/s | % of FP8 peak | as the chat runs them ms | TFLOP/s | % of FP8 peak |"
-    );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    print_round_header("variant");
     for round in 1..=4 {
         let order: Vec<usize> = if round % 2 == 1 {
             (0..variants.len()).collect()
@@ -464,35 +476,14 @@ fn fp4_probe(
             let ws = if fp4 { &paired_f4 } else { &paired };
             let per = time_matrices(ctx, g, mats, acts, y, (warm, reps));
             let all = time_layers(ctx, g, mats, acts, y, (warm, reps));
-            let chat = time_ms(ctx, warm, reps, || {
-                for (l, w) in ws.iter().enumerate() {
-                    for (i, mm) in mats.iter().enumerate() {
-                        if i == gu {
-                            g.gemm_swiglu(&acts[mm.xin], w, y)?;
-                        } else {
-                            g.gemm(&acts[mm.xin], &mm.copies[l], y, mm.accumulate)?;
-                        }
-                    }
-                }
-                Ok(())
-            });
+            let chat = time_chat(ctx, g, (mats, gu, ws), acts, y);
             if fp4 {
                 for (mm, c) in mats.iter_mut().zip(f4.iter_mut()) {
                     std::mem::swap(&mut mm.copies, c);
                 }
             }
             let (per, all, chat) = (per?, all?, chat?);
-            println!(
-                "| {round} | {label} | {:.0} | {:.0} | {:.0} | {:.0} | {all:.3} | {:.0} | {:.1}% | {chat:.3} | {:.0} | {:.1}% |",
-                per[0],
-                per[1],
-                per[2],
-                per[3],
-                tflops(all_flop, all),
-                100.0 * tflops(all_flop, all) / FP8_PEAK_TFLOPS,
-                tflops(all_flop, chat),
-                100.0 * tflops(all_flop, chat) / FP8_PEAK_TFLOPS
-            );
+            print_round(round, label, &per, (all, chat), all_flop);
         }
     }
     g.store = TileStore::VectorAdd;

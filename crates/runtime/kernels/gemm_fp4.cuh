@@ -23,8 +23,8 @@
 // and arrive on ready[s], which the consumers wait for instead of full[s]; the
 // consumers read the activations from the fill slot and the weights from the weight
 // tile, and release both (empty, aempty). So six stages of fills are in flight (147 KB
-// per multiprocessor, against the E4M3 ring's 5 × 32.5 KB), for 4 + 2 × 16 KB less
-// than 6 E4M3 stages. The thread that issues the copies writes no shared memory, so it
+// per multiprocessor, against the E4M3 ring's 5 × 32.5 KB), in 16 KB less shared
+// memory than 6 E4M3 stages. The thread that issues the copies writes no shared memory, so it
 // never executes the proxy fence: that fence (MEMBAR.ALL.CTA in SASS) also waits for
 // the thread's bulk copies still in flight, which made a first version, where thread 0
 // also converted, wait for its newest fill every stage (2.3 times slower; session 37);
@@ -130,54 +130,5 @@ __device__ __forceinline__ void gm_f4_converters(u8* ring, u8* aring, u64* full,
         gm_f4_convert(aring + a * GM_TILE_BYTES, st + GM_F4_CODES, st + GM_F4_SC, t);
         __syncwarp();
         if ((t & 31) == 0) gm_bar_arrive(&ready[s]);
-    }
-}
-
-// The grouped consumer steps (gm_group_steps) over the FP4 ring: stage st's activations
-// and factors from fill slot slot(st), its weights from weight tile aslot(st); both are
-// released when the stage's wgmmas are done.
-template <int NST, int NS, int NA>
-__device__ __forceinline__ void gm_f4_steps(float* acc, float* ta, float* tb, u8* ring,
-                                            u8* aring, u64* ready, u64* empty, u64* aempty,
-                                            int kb, int c, int r0, int lane) {
-    static_assert(NST < NS, "a call's stages wrap the ring at most once");
-    float f0[2], f1[2];
-    const int s0 = kb % NS, a0 = kb % NA;
-    const u32 ph0 = (u32)(kb / NS) & 1u;
-    auto slot = [&](int st) -> int { return s0 + st >= NS ? s0 + st - NS : s0 + st; };
-    auto phase = [&](int st) -> u32 { return s0 + st >= NS ? ph0 ^ 1u : ph0; };
-    auto aslot = [&](int st) -> int { return (a0 + st) % NA; };
-    auto scales = [&](int st) {
-        const int s = slot(st);
-        gm_bar_wait<1>(&ready[s], phase(st));
-        const u8* p = ring + s * GM_F4_SLOT;
-        const float cq = *reinterpret_cast<const float*>(p + GM_F4_C);
-        f0[st & 1] = gm_e8m0(p[GM_F4_SC + r0 * 4]) * cq;
-        f1[st & 1] = gm_e8m0(p[GM_F4_SC + (r0 + 8) * 4]) * cq;
-    };
-    const u64 da0 = gm_desc<0>(gm_smem(aring) + 8192 * c), db0 = gm_desc<0>(gm_smem(ring));
-    auto issue = [&](float* d, int st) {
-        gm_wgmma_stage<0, 1>(d, da0 + (u64)(aslot(st) * (GM_TILE_BYTES >> 4)),
-                             db0 + (u64)(slot(st) * (GM_F4_SLOT >> 4)));
-    };
-    scales(0);
-    issue(ta, 0);
-#pragma unroll
-    for (int i = 0; i < NST; ++i) {
-        float* cur = (i & 1) ? tb : ta;
-        float* nxt = (i & 1) ? ta : tb;
-        if (i + 1 < NST) {
-            scales(i + 1);
-            issue(nxt, i + 1);
-            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        } else {
-            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        }
-        __syncwarp();  // stage i's operands may be overwritten
-        if (lane == 0) {
-            gm_bar_arrive(&empty[slot(i)]);
-            gm_bar_arrive(&aempty[aslot(i)]);
-        }
-        gm_promote(acc, cur, f0[i & 1], f1[i & 1]);
     }
 }

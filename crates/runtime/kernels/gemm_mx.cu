@@ -144,33 +144,43 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
 // promotion, against 143 before): the stages' ring slots and phases are stepped from
 // the call's first, the wgmma descriptors are the ring's first slot's plus an offset,
 // and the barrier waits sleep (suspend hint) instead of polling.
-template <int WFMT, int NST, int NS = GM_STAGES>
+//
+// F4: over the FP4 ring (gemm_fp4.cuh): `full` is its `ready`, a stage's activations and
+// factors are in fill slot slot(st), its weights in E4M3 tile aslot(st) of `aring`, and
+// the stage releases both (`empty`, `aempty`).
+template <int WFMT, int NST, int NS = GM_STAGES, int F4 = 0>
 __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb, u8* ring,
                                                u64* full, u64* empty, int kb, int c, int r0,
-                                               int lane) {
+                                               int lane, u8* aring = nullptr,
+                                               u64* aempty = nullptr) {
     static_assert(NST < NS, "a call's stages wrap the ring at most once");
+    constexpr int STAGE = F4 ? GM_F4_SLOT : GM_STAGE_BYTES;
+    constexpr int SC = F4 ? GM_F4_SC : GM_SCALE_OFF, CO = F4 ? GM_F4_C : GM_C_OFF;
     const u32 ring0 = gm_smem(ring);
     float f0[2], f1[2];
     const int s0 = kb % NS;
     const u32 ph0 = (u32)(kb / NS) & 1u;
-    // Ring slot and phase parity of stage st of this call.
+    // Ring slot and phase parity of stage st of this call (and its FP4 ring weight tile).
     auto slot = [&](int st) -> int { return s0 + st >= NS ? s0 + st - NS : s0 + st; };
     auto phase = [&](int st) -> u32 { return s0 + st >= NS ? ph0 ^ 1u : ph0; };
+    auto aslot = [&](int st) -> int { return (kb + st) % GM_F4_A; };
     auto scales = [&](int st) {
         const int s = slot(st);
         gm_bar_wait<1>(&full[s], phase(st));
-        const u8* p = ring + s * GM_STAGE_BYTES;
-        const float cq = *reinterpret_cast<const float*>(p + GM_C_OFF);
-        f0[st & 1] = gm_e8m0(p[GM_SCALE_OFF + r0 * 4]) * cq;
-        f1[st & 1] = gm_e8m0(p[GM_SCALE_OFF + (r0 + 8) * 4]) * cq;
+        const u8* p = ring + s * STAGE;
+        const float cq = *reinterpret_cast<const float*>(p + CO);
+        f0[st & 1] = gm_e8m0(p[SC + r0 * 4]) * cq;
+        f1[st & 1] = gm_e8m0(p[SC + (r0 + 8) * 4]) * cq;
     };
     // The descriptors of the ring's first slot; a stage's are those plus its offset (a
     // descriptor's address field is the shared address / 16, and no ring address
     // carries out of it), each k step 256 bytes (16) further.
-    const u64 da0 = gm_desc<0>(ring0 + 8192 * c), db0 = gm_desc<0>(ring0 + GM_TILE_BYTES);
+    const u64 da0 = F4 ? gm_desc<0>(gm_smem(aring) + 8192 * c) : gm_desc<0>(ring0 + 8192 * c);
+    const u64 db0 = gm_desc<0>(ring0 + (F4 ? 0 : GM_TILE_BYTES));
     auto issue = [&](float* d, int st) {
-        const u64 off = (u64)(slot(st) * (GM_STAGE_BYTES >> 4));
-        gm_wgmma_stage<WFMT, 1>(d, da0 + off, db0 + off);
+        const u64 off = (u64)(slot(st) * (STAGE >> 4));
+        const u64 aoff = F4 ? (u64)(aslot(st) * (GM_TILE_BYTES >> 4)) : off;
+        gm_wgmma_stage<WFMT, 1>(d, da0 + aoff, db0 + off);
     };
     scales(0);
     issue(ta, 0);
@@ -186,7 +196,10 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         }
         __syncwarp();  // stage i's operands may be overwritten
-        if (lane == 0) gm_bar_arrive(&empty[slot(i)]);
+        if (lane == 0) {
+            gm_bar_arrive(&empty[slot(i)]);
+            if (F4) gm_bar_arrive(&aempty[aslot(i)]);
+        }
         const float a = f0[i & 1], b = f1[i & 1];
         gm_promote(acc, cur, a, b);
     }
@@ -346,8 +359,8 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                     fetch = false;
                 }
                 if (F4)
-                    gm_f4_steps<U, NS, GM_F4_A>(acc, ta, tb, gm_ring, aring, ready, empty,
-                                                aempty, it + kb, c, r0, lane);
+                    gm_group_steps<0, U, NS, 1>(acc, ta, tb, gm_ring, ready, empty, it + kb, c,
+                                                r0, lane, aring, aempty);
                 else
                     gm_stages<WFMT, U, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
                                                   r0, lane);
@@ -358,8 +371,8 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                     fetch = false;
                 }
                 if (F4)
-                    gm_f4_steps<1, NS, GM_F4_A>(acc, ta, tb, gm_ring, aring, ready, empty,
-                                                aempty, it + kb, c, r0, lane);
+                    gm_group_steps<0, 1, NS, 1>(acc, ta, tb, gm_ring, ready, empty, it + kb, c,
+                                                r0, lane, aring, aempty);
                 else
                     gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
                                                   r0, lane);
@@ -539,7 +552,7 @@ GEMM_GROUP_KERNEL(gemm_mxfp8_e4m3_group4, 4)
 
 // The same with a staged epilogue (EPI: see gemm_persist_body) over a 5-stage ring:
 // 5 × GM_STAGE_BYTES + 2 × GM_STG_BYTES of dynamic shared memory (GEMM_STAGED_SMEM in
-// gemm.rs).
+// gemm.rs); with F4, over the FP4 ring (GEMM_F4_SMEM).
 #define GEMM_STAGED_KERNEL(name, NST, GROUP, EPI)                                          \
     GEMM_STAGED_KERNEL_F4(name, NST, GROUP, EPI, 0)
 #define GEMM_STAGED_KERNEL_F4(name, NST, GROUP, EPI, F4)                                   \
