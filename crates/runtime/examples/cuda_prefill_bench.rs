@@ -29,8 +29,9 @@
 
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 use favlo_runtime::cuda::{
-    CudaContext, CudaError, DeviceBuffer, GemmActs, GemmKernel, GemmMx, GemmWeights, TileStore,
-    copy_bandwidth_gbps, pack_fp4, tile_gemm, tile_gemm_swiglu, time_ms,
+    CudaContext, CudaError, DeviceBuffer, GemmActs, GemmKernel, GemmMx, GemmWeights,
+    GemmWeightsHost, TileStore, copy_bandwidth_gbps, pack_fp4, tile_gemm, tile_gemm_swiglu,
+    time_ms,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
@@ -78,19 +79,24 @@ struct Mat {
     packed: Vec<u8>,
 }
 
-/// Median ms of every GEMM of the prefill, layer by layer, as `g` is set.
+/// Median ms of every GEMM of the prefill, layer by layer, as `g` is set; with `swiglu =
+/// Some((gu, paired))` as the chat runs them: the gate|up matrix (`mats[gu]`) through the
+/// SwiGLU GEMM over `paired`, one copy per layer.
 fn time_layers(
     ctx: &CudaContext,
     g: &GemmMx,
-    mats: &[Mat],
+    (mats, swiglu): (&[Mat], Option<(usize, &[GemmWeights])>),
     acts: &[GemmActs],
     y: &mut DeviceBuffer<f32>,
     (warm, reps): (usize, usize),
 ) -> Result<f64, CudaError> {
     time_ms(ctx, warm, reps, || {
         for l in 0..LAYERS {
-            for mm in mats {
-                g.gemm(&acts[mm.xin], &mm.copies[l], y, mm.accumulate)?;
+            for (i, mm) in mats.iter().enumerate() {
+                match swiglu {
+                    Some((gu, paired)) if i == gu => g.gemm_swiglu(&acts[mm.xin], &paired[l], y)?,
+                    _ => g.gemm(&acts[mm.xin], &mm.copies[l], y, mm.accumulate)?,
+                }
             }
         }
         Ok(())
@@ -139,35 +145,21 @@ fn paired_copies(
     mm: &Mat,
 ) -> Result<Vec<GemmWeights>, Box<dyn std::error::Error>> {
     let view = MxView::new(mm.layout, &mm.packed)?;
-    let p0 = GemmWeights::upload(ctx, owner, &tile_gemm_swiglu(view)?)?;
-    let mut paired = (1..mm.copies.len())
-        .map(|_| p0.duplicate(ctx, owner))
-        .collect::<Result<Vec<_>, _>>()?;
-    paired.insert(0, p0);
-    Ok(paired)
+    Ok(layer_copies(ctx, owner, &tile_gemm_swiglu(view)?)?)
 }
 
-/// Median ms of every GEMM of the prefill as the chat runs them, layer by layer: the
-/// gate|up matrix (`mats[gu]`) through the SwiGLU GEMM over `paired`, one copy per layer.
-fn time_chat(
+/// `host` uploaded once per layer: the upload and `LAYERS - 1` device copies of it.
+fn layer_copies(
     ctx: &CudaContext,
-    g: &GemmMx,
-    (mats, gu, paired): (&[Mat], usize, &[GemmWeights]),
-    acts: &[GemmActs],
-    y: &mut DeviceBuffer<f32>,
-) -> Result<f64, CudaError> {
-    time_ms(ctx, 2, 7, || {
-        for (l, w) in paired.iter().enumerate() {
-            for (i, mm) in mats.iter().enumerate() {
-                if i == gu {
-                    g.gemm_swiglu(&acts[mm.xin], w, y)?;
-                } else {
-                    g.gemm(&acts[mm.xin], &mm.copies[l], y, mm.accumulate)?;
-                }
-            }
-        }
-        Ok(())
-    })
+    owner: &Owner,
+    host: &GemmWeightsHost,
+) -> Result<Vec<GemmWeights>, CudaError> {
+    let w0 = GemmWeights::upload(ctx, owner, host)?;
+    let mut copies = (1..LAYERS)
+        .map(|_| w0.duplicate(ctx, owner))
+        .collect::<Result<Vec<_>, _>>()?;
+    copies.insert(0, w0);
+    Ok(copies)
 }
 
 /// The alternated comparisons' table: a header naming the variant column, then one row
@@ -258,7 +250,7 @@ fn order_probe(
             .chunks(LAYERS)
             .map(|c| time_ms(ctx, 0, 1, || c.iter().try_for_each(|&p| launch(p, y))))
             .collect::<Result<Vec<_>, _>>()?;
-        let pb = time_layers(ctx, g, mats, acts, y, (0, 1))?;
+        let pb = time_layers(ctx, g, (mats, None), acts, y, (0, 1))?;
         if rep >= 2 {
             for (mi, v) in per_matrix.iter_mut().enumerate() {
                 v[0].push(sa[mi]);
@@ -363,8 +355,8 @@ fn epilogue_probe(
         for store in order {
             g.store = store;
             let per = time_matrices(ctx, g, mats, acts, y, (warm, reps))?;
-            let all = time_layers(ctx, g, mats, acts, y, (warm, reps))?;
-            let chat = time_chat(ctx, g, (mats, gu, &paired), acts, y)?;
+            let all = time_layers(ctx, g, (mats, None), acts, y, (warm, reps))?;
+            let chat = time_layers(ctx, g, (mats, Some((gu, &paired))), acts, y, (warm, reps))?;
             print_round(round, &format!("{store:?}"), &per, (all, chat), all_flop);
         }
     }
@@ -391,24 +383,20 @@ fn fp4_probe(
         return Err("no gate|up matrix".into());
     };
     // Per matrix its FP4 copies, and gate|up paired for SwiGLU in both forms.
-    let copies_of = |h: &favlo_runtime::cuda::GemmWeightsHost| {
-        let w0 = GemmWeights::upload(ctx, owner, h)?;
-        let mut c = (1..LAYERS)
-            .map(|_| w0.duplicate(ctx, owner))
-            .collect::<Result<Vec<_>, _>>()?;
-        c.insert(0, w0);
-        Ok::<_, CudaError>(c)
-    };
     let mut f4 = Vec::new();
     for mm in mats.iter() {
         let view = MxView::new(mm.layout, &mm.packed)?;
         let h = pack_fp4(&tile_gemm(view)?).ok_or("the matrix does not pack for the FP4 ring")?;
-        f4.push(copies_of(&h)?);
+        f4.push(layer_copies(ctx, owner, &h)?);
     }
     let view = MxView::new(mats[gu].layout, &mats[gu].packed)?;
     let paired_host = tile_gemm_swiglu(view)?;
-    let paired = copies_of(&paired_host)?;
-    let paired_f4 = copies_of(&pack_fp4(&paired_host).ok_or("gate|up does not pack")?)?;
+    let paired = layer_copies(ctx, owner, &paired_host)?;
+    let paired_f4 = layer_copies(
+        ctx,
+        owner,
+        &pack_fp4(&paired_host).ok_or("gate|up does not pack")?,
+    )?;
     let m = acts[0].rows();
     let mut rng = StdRng::seed_from_u64(9);
     g.store = TileStore::VectorAdd;
@@ -475,8 +463,8 @@ fn fp4_probe(
             }
             let ws = if fp4 { &paired_f4 } else { &paired };
             let per = time_matrices(ctx, g, mats, acts, y, (warm, reps));
-            let all = time_layers(ctx, g, mats, acts, y, (warm, reps));
-            let chat = time_chat(ctx, g, (mats, gu, ws), acts, y);
+            let all = time_layers(ctx, g, (mats, None), acts, y, (warm, reps));
+            let chat = time_layers(ctx, g, (mats, Some((gu, ws))), acts, y, (warm, reps));
             if fp4 {
                 for (mm, c) in mats.iter_mut().zip(f4.iter_mut()) {
                     std::mem::swap(&mut mm.copies, c);
@@ -639,12 +627,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let layout = MxLayout::new(format, n, k);
         let packed = random_packed(layout, &mut rng);
         let view = MxView::new(layout, &packed)?;
-        let w0 = GemmWeights::upload(&ctx, &owner, &tile_gemm(view)?)?;
-        let mut copies = Vec::with_capacity(LAYERS);
-        for _ in 1..LAYERS {
-            copies.push(w0.duplicate(&ctx, &owner)?);
-        }
-        copies.insert(0, w0);
+        let copies = layer_copies(&ctx, &owner, &tile_gemm(view)?)?;
         mats.push(Mat {
             name,
             n,
@@ -785,7 +768,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             worst = worst.max(e);
         }
         let per = time_matrices(&ctx, &g, &mats, &acts, &mut y, (warm, reps))?;
-        let all = time_layers(&ctx, &g, &mats, &acts, &mut y, (warm, reps))?;
+        let all = time_layers(&ctx, &g, (&mats, None), &acts, &mut y, (warm, reps))?;
         println!(
             "| {label} ({store:?}) | {:.0} | {:.0} | {:.0} | {:.0} | {all:.3} | {:.0} | {:.1}% | {worst:.2e} |",
             per[0],
@@ -866,7 +849,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             continue;
         }
         g.kernel = kernel;
-        let gemms_only = time_layers(&ctx, &g, &mats, &acts, &mut y, (warm, reps))?;
+        let gemms_only = time_layers(&ctx, &g, (&mats, None), &acts, &mut y, (warm, reps))?;
         let with_quant = time_ms(&ctx, warm, reps, || {
             for l in 0..LAYERS {
                 for mm in &mats {
