@@ -25,13 +25,30 @@ fn mag_code(u: u32, m: usize) -> u8 {
     if m == 0 { 0 } else { MAG[m] + 8 * u as u8 - 40 }
 }
 
-/// The 4-bit code of E4M3 `code` at shift `u − 5`, if it is one of that shift's values.
-fn nibble(u: u32, code: u8) -> Option<u8> {
-    let sign = (code >> 7) << 3;
-    let mag = code & 0x7F;
-    (0..8)
-        .find(|&m| mag_code(u, m) == mag)
-        .map(|m| sign | m as u8)
+/// Per E4M3 magnitude (code & 0x7F): the shifts u (bit u) under which it is an E2M1
+/// magnitude, and that magnitude's 3-bit code at each (built once: packing an 8B model
+/// looks up billions of codes).
+struct Inverse {
+    shifts: [u16; 128],
+    code: [[u8; 128]; SHIFTS as usize],
+}
+
+fn inverse() -> &'static Inverse {
+    static INV: std::sync::OnceLock<Inverse> = std::sync::OnceLock::new();
+    INV.get_or_init(|| {
+        let mut inv = Inverse {
+            shifts: [0; 128],
+            code: [[0; 128]; SHIFTS as usize],
+        };
+        for u in 0..SHIFTS {
+            for m in 0..8 {
+                let mag = usize::from(mag_code(u, m));
+                inv.shifts[mag] |= 1 << u;
+                inv.code[u as usize][mag] = m as u8;
+            }
+        }
+        inv
+    })
 }
 
 /// Byte offset (and nibble: 0 low, 1 high) of code (row `r`, k `k`) in one FP4 tile:
@@ -56,36 +73,53 @@ pub(super) fn f4_offset(r: usize, k: usize) -> (usize, usize) {
 /// table (shifts −5..6 of the block's largest E2M1 value: real and random MXFP4 weights
 /// stay well inside).
 pub fn pack_fp4(h: &GemmWeightsHost) -> Option<GemmWeightsHost> {
+    use rayon::prelude::*;
     if h.format != ElementFormat::Fp8E4M3 || !h.grouped || h.fp4 {
         return None;
     }
+    let inv = inverse();
     let tiles = h.rows.div_ceil(GEMM_TILE) * h.kblocks;
     let mut data = vec![0u8; tiles * F4_TILE_BYTES];
     let mut scales = h.scales.clone();
-    for t in 0..tiles {
-        let codes = &h.data[t * TILE_BYTES..][..TILE_BYTES];
-        let out = &mut data[t * F4_TILE_BYTES..][..F4_TILE_BYTES];
-        for r in 0..GEMM_TILE {
-            let mut shifts = 0u16;
-            for j in 0..GEMM_KB / 32 {
-                let block = |k: usize| codes[super::tile_offset(r, 32 * j + k)];
-                let u = (0..SHIFTS).find(|&u| (0..32).all(|k| nibble(u, block(k)).is_some()))?;
-                shifts |= (u as u16) << (4 * j);
-                for k in 0..32 {
-                    let n = nibble(u, block(k))?;
-                    let (o, hi) = f4_offset(r, 32 * j + k);
-                    out[o] |= n << (4 * hi);
+    // Tiles in parallel, as the tiling itself; `None` stops at a block out of range.
+    data.par_chunks_mut(F4_TILE_BYTES)
+        .zip(scales.par_chunks_mut(SCALE_TILE_BYTES))
+        .zip(h.data.par_chunks(TILE_BYTES))
+        .try_for_each(|((out, sc), codes)| {
+            for r in 0..GEMM_TILE {
+                let mut shifts = 0u16;
+                for j in 0..GEMM_KB / 32 {
+                    let block = |k: usize| codes[super::tile_offset(r, 32 * j + k)];
+                    // The lowest shift under which every code of the block is E2M1.
+                    let ok = (0..32).fold(u16::MAX, |m, k| {
+                        m & inv.shifts[usize::from(block(k) & 0x7F)]
+                    });
+                    let u = ok.trailing_zeros();
+                    if u >= SHIFTS {
+                        return None;
+                    }
+                    shifts |= (u as u16) << (4 * j);
+                    for k in 0..32 {
+                        let c = block(k);
+                        let n = ((c >> 7) << 3) | inv.code[u as usize][usize::from(c & 0x7F)];
+                        let (o, hi) = f4_offset(r, 32 * j + k);
+                        out[o] |= n << (4 * hi);
+                    }
                 }
+                sc[4 * r + 2..4 * r + 4].copy_from_slice(&shifts.to_le_bytes());
             }
-            let s = t * SCALE_TILE_BYTES + 4 * r;
-            scales[s + 2..s + 4].copy_from_slice(&shifts.to_le_bytes());
-        }
-    }
+            Some(())
+        })?;
     Some(GemmWeightsHost {
+        format: h.format,
+        grouped: h.grouped,
+        rows: h.rows,
+        cols: h.cols,
+        kblocks: h.kblocks,
         data,
         scales,
+        swiglu: h.swiglu,
         fp4: true,
-        ..h.clone()
     })
 }
 
@@ -93,7 +127,9 @@ pub fn pack_fp4(h: &GemmWeightsHost) -> Option<GemmWeightsHost> {
 /// ([`pack_fp4`]) where `h` packs, else `h` as it is (the E4M3 ring, the default: the
 /// FP4 ring has not yet measured faster, docs/CUDA.md "The FP4 ring").
 pub fn ring_tiles(h: GemmWeightsHost) -> GemmWeightsHost {
-    if std::env::var("FAVLO_CUDA_FP4_RING").is_ok_and(|v| v == "1") {
+    // Read once per process: a model's open tiles hundreds of matrices.
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *ON.get_or_init(|| std::env::var("FAVLO_CUDA_FP4_RING").is_ok_and(|v| v == "1")) {
         return pack_fp4(&h).unwrap_or(h);
     }
     h
