@@ -70,22 +70,44 @@ __device__ __forceinline__ uint4 gm_f4_half(u32 r0, u32 r1, u32 l0, u32 l1) {
 #define GM_F4_L0 (0x3C383000u - 5u * 0x08080800u)
 #define GM_F4_L1 (0x4C484440u - 5u * 0x08080808u)
 
-// Thread t (0..95: warps 1..3 of the producer warpgroup) converts the units t, t + 96,
-// ... of one stage's `codes` (row scale words at `sc`) into the E4M3 tile `at`. A warp's
-// 32 units are 32 consecutive rows of one block: its loads read 512 contiguous bytes and
-// each 8-lane group of its stores writes 128 (no bank conflicts).
+// One unit: the 32 codes of (row r, block j) (`raw`, shift nibble j of the row's scale
+// word `sw`) as the two 16-byte core-matrix rows at `dst` and `dst + 8` (uint4s).
+__device__ __forceinline__ void gm_f4_unit(uint4* dst, uint4 raw, u32 sw, int j) {
+    const u32 us = (sw >> (16 + 4 * j)) & 0xFu;
+    const u32 l0 = GM_F4_L0 + us * 0x08080800u, l1 = GM_F4_L1 + us * 0x08080808u;
+    dst[0] = gm_f4_half(raw.x, raw.y, l0, l1);
+    dst[8] = gm_f4_half(raw.z, raw.w, l0, l1);
+}
+
+// Thread t (0..95: warps 1..3 of the producer warpgroup) converts one stage's `codes`
+// (row scale words at `sc`) into the E4M3 tile `at`. The 512 units form 16 groups of 32
+// (g = 4 · (r / 32) + j: the 512 contiguous bytes at 512 · g), and warp w takes groups
+// w, w + 3, ..., one unit per lane: its loads read 512 contiguous bytes and each 8-lane
+// group of its stores writes 128 (no bank conflicts). The next group's code and scale
+// words are loaded before this one is converted, so a warp waits for shared memory
+// once per stage rather than once per group.
 __device__ __forceinline__ void gm_f4_convert(u8* at, const u8* codes, const u8* sc, int t) {
-    for (int u = t; u < 4 * GM_TILE; u += 96) {
-        const int r = u % GM_TILE, j = u / GM_TILE;
-        const uint4 raw =
-            reinterpret_cast<const uint4*>(codes)[128 * (r / 32) + 32 * j + r % 32];
-        const u32 sw = *reinterpret_cast<const u32*>(sc + 4 * r);
-        const u32 us = (sw >> (16 + 4 * j)) & 0xFu;
-        const u32 l0 = GM_F4_L0 + us * 0x08080800u, l1 = GM_F4_L1 + us * 0x08080808u;
-        // Core-matrix rows (r / 8, k16, r % 8) at 16 bytes each.
-        uint4* dst = reinterpret_cast<uint4*>(at) + 64 * (r / 8) + 16 * j + r % 8;
-        dst[0] = gm_f4_half(raw.x, raw.y, l0, l1);
-        dst[8] = gm_f4_half(raw.z, raw.w, l0, l1);
+    const int w = t >> 5, lane = t & 31;
+    const uint4* src = reinterpret_cast<const uint4*>(codes) + lane;
+    const u32* scw = reinterpret_cast<const u32*>(sc) + lane;
+    // Core-matrix rows (r / 8, k16, r % 8) at 16 bytes each: lane's part, then group's.
+    uint4* const dst = reinterpret_cast<uint4*>(at) + 64 * (lane >> 3) + (lane & 7);
+    int g = w;
+    uint4 raw = src[32 * g];
+    u32 sw = scw[32 * (g >> 2)];
+    for (;;) {
+        const int gn = g + 3;
+        uint4 nraw = raw;
+        u32 nsw = sw;
+        if (gn < 16) {
+            nraw = src[32 * gn];
+            nsw = scw[32 * (gn >> 2)];
+        }
+        gm_f4_unit(dst + 256 * (g >> 2) + 16 * (g & 3), raw, sw, g & 3);
+        if (gn >= 16) break;
+        g = gn;
+        raw = nraw;
+        sw = nsw;
     }
     // The tensor cores read shared memory through the async proxy.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");

@@ -165,34 +165,42 @@ mod tests {
         mag | (sgn & 0x8080_8080)
     }
 
-    /// `gm_f4_convert` of the kernel over one tile, unit by unit: (FP4 tile, its scale
-    /// tile) → E4M3.
+    /// `gm_f4_convert` of the kernel over one tile, thread by thread: converting warp w
+    /// (0..3) takes groups w, w + 3, ... of the 16 (g = 4 · (r / 32) + j), one unit per
+    /// lane, at the kernel's load and store offsets; every 16-byte piece of the E4M3 tile
+    /// must be written exactly once. (FP4 tile, its scale tile) → E4M3.
     fn convert(f4: &[u8], scales: &[u8]) -> Vec<u8> {
         let w32 = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
         let mut out = vec![0u8; TILE_BYTES];
-        for r in 0..GEMM_TILE {
-            let (wp, lane) = (r / 32, r % 32);
-            let sw = w32(scales, 4 * r);
-            for j in 0..4 {
-                let src = 16 * (128 * wp + 32 * j + lane);
-                let u = (sw >> (16 + 4 * j)) & 0xF;
-                let l0 = (0x3C38_3000u32 - 5 * 0x0808_0800).wrapping_add(u * 0x0808_0800);
-                let l1 = (0x4C48_4440u32 - 5 * 0x0808_0808).wrapping_add(u * 0x0808_0808);
-                for h in 0..2 {
-                    let (r0, r1) = (w32(f4, src + 8 * h), w32(f4, src + 8 * h + 4));
-                    let words = [
-                        word(r0, false, l0, l1),
-                        word(r0, true, l0, l1),
-                        word(r1, false, l0, l1),
-                        word(r1, true, l0, l1),
-                    ];
-                    let piece = 64 * (r / 8) + 8 * (2 * j + h) + r % 8;
-                    for (i, w) in words.iter().enumerate() {
-                        out[16 * piece + 4 * i..][..4].copy_from_slice(&w.to_le_bytes());
+        let mut written = vec![0u8; TILE_BYTES / 16];
+        for w in 0..3 {
+            for lane in 0..32 {
+                let dst = 64 * (lane >> 3) + (lane & 7);
+                for g in (w..16).step_by(3) {
+                    let (src, j) = (16 * (32 * g + lane), g & 3);
+                    let sw = w32(scales, 4 * (32 * (g >> 2) + lane));
+                    let u = (sw >> (16 + 4 * j)) & 0xF;
+                    let l0 = (0x3C38_3000u32 - 5 * 0x0808_0800).wrapping_add(u * 0x0808_0800);
+                    let l1 = (0x4C48_4440u32 - 5 * 0x0808_0808).wrapping_add(u * 0x0808_0808);
+                    for h in 0..2 {
+                        let (r0, r1) = (w32(f4, src + 8 * h), w32(f4, src + 8 * h + 4));
+                        let words = [
+                            word(r0, false, l0, l1),
+                            word(r0, true, l0, l1),
+                            word(r1, false, l0, l1),
+                            word(r1, true, l0, l1),
+                        ];
+                        let piece = dst + 256 * (g >> 2) + 16 * j + 8 * h;
+                        written[piece] += 1;
+                        for (i, w) in words.iter().enumerate() {
+                            out[16 * piece + 4 * i..][..4].copy_from_slice(&w.to_le_bytes());
+                        }
                     }
                 }
             }
         }
+        let wrong = written.iter().filter(|&&n| n != 1).count();
+        assert_eq!(wrong, 0, "16-byte pieces not written exactly once");
         out
     }
 
