@@ -22,19 +22,21 @@
 // (aempty), convert the codes into it, make it visible to the tensor cores (async proxy)
 // and arrive on ready[s], which the consumers wait for instead of full[s]; the
 // consumers read the activations from the fill slot and the weights from the weight
-// tile, and release both (empty, aempty). So six stages of fills are in flight (147 KB
-// per multiprocessor, against the E4M3 ring's 5 × 32.5 KB), in 16 KB less shared
-// memory than 6 E4M3 stages. The thread that issues the copies writes no shared memory, so it
-// never executes the proxy fence: that fence (MEMBAR.ALL.CTA in SASS) also waits for
-// the thread's bulk copies still in flight, which made a first version, where thread 0
-// also converted, wait for its newest fill every stage (2.3 times slower; session 37);
-// a second, with 3 slots of codes beside 5 E4M3 stages, kept only 3 fills in flight and
-// ran 45% slower than the E4M3 ring.
+// tile, and release both (empty, aempty). Five stages of fills are in flight (122.5 KB
+// per multiprocessor), and the converters may run up to three stages ahead of the
+// consumers. The thread that issues the copies writes no shared memory, so it never
+// executes the proxy fence: that fence (MEMBAR.ALL.CTA in SASS) also waits for the
+// thread's bulk copies still in flight, which made a first version, where thread 0 also
+// converted, wait for its newest fill every stage (2.3 times slower; session 37).
+// Measured on an H100 (sessions 37, 38), every later version ran at 0.53-0.56 of the
+// E4M3 ring's rate whatever the fills in flight: 3 code slots beside 5 E4M3 stages, 6
+// fill slots with 2 weight tiles, and these 5 with 3 (the fastest, 540 TFLOP/s against
+// 957-1016), so the fills' depth is not what bounds it (docs/CUDA.md, "The FP4 ring").
 
 #define GM_F4_BYTES 8192
 #define GM_F4_TX (GM_F4_BYTES + GM_TILE_BYTES + 512 + 16)
-#define GM_F4_STAGES 6       // fill ring slots
-#define GM_F4_A 2            // E4M3 weight tiles
+#define GM_F4_STAGES 5       // fill ring slots
+#define GM_F4_A 3            // E4M3 weight tiles
 #define GM_F4_CODES GM_TILE_BYTES                  // in a fill slot, after the activations
 #define GM_F4_SC (GM_F4_CODES + GM_F4_BYTES)       // the weight scales (512 bytes)
 #define GM_F4_C (GM_F4_SC + 512)                   // the activation block scales (16)

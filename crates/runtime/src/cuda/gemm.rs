@@ -45,9 +45,9 @@ const GEMM_SMEM: usize = 6 * 33792;
 /// Dynamic shared memory of the staged-epilogue kernels (`GEMM_STAGED_KERNEL`): 5 ring
 /// stages plus two `GM_STG_BYTES` (64 tokens × 68 floats) staging buffers.
 const GEMM_STAGED_SMEM: usize = 5 * 33792 + 2 * 64 * 68 * 4;
-/// Dynamic shared memory of the FP4 ring's kernels: `GM_F4_STAGES` (6) fill slots of
-/// `GM_F4_SLOT` bytes, `GM_F4_A` (2) E4M3 weight tiles, the two staging buffers.
-const GEMM_F4_SMEM: usize = 6 * 25600 + 2 * 16384 + 2 * 64 * 68 * 4;
+/// Dynamic shared memory of the FP4 ring's kernels: `GM_F4_STAGES` (5) fill slots of
+/// `GM_F4_SLOT` bytes, `GM_F4_A` (3) E4M3 weight tiles, the two staging buffers.
+const GEMM_F4_SMEM: usize = 5 * 25600 + 3 * 16384 + 2 * 64 * 68 * 4;
 /// Dynamic shared memory of the three-consumer kernel: `G3_STAGES` × `G3_STAGE_BYTES`.
 const GEMM_W3_SMEM: usize = 5 * 41984;
 /// Dynamic shared memory of the tensor-core ceiling kernel: `GEMM_TC_SLOTS` ring stages.
