@@ -17,12 +17,12 @@
 //
 // Pipeline: a fill ring of GM_F4_STAGES slots, each the activation tile, the weights'
 // codes, scales and C (GM_F4_TX bytes, completing on full[s]), and a ring of GM_F4_A
-// weight tiles in E4M3. Thread 0 of the producer warpgroup fills the fill ring as the
-// E4M3 ring's producer does; its warps 1..3 wait for full[s] and for a free weight tile
-// (aempty), convert the codes into it, make it visible to the tensor cores (async proxy)
-// and arrive on ready[s], which the consumers wait for instead of full[s]; the
-// consumers read the activations from the fill slot and the weights from the weight
-// tile, and release both (empty, aempty). Five stages of fills are in flight (122.5 KB
+// weight tiles in E4M3. Thread 0 of the producer warpgroup fills the fill ring
+// (gm_persist_fill in gemm_mx.cu, which fills the E4M3 ring too); its warps 1..3 wait
+// for full[s] and for a free weight tile (aempty), convert the codes into it, make it
+// visible to the tensor cores (async proxy) and arrive on ready[s], which the consumers
+// wait for instead of full[s]; the consumers read the activations from the fill slot
+// and the weights from the weight tile, and release both (empty, aempty). Five stages of fills are in flight (122.5 KB
 // per multiprocessor), and the converters may run up to three stages ahead of the
 // consumers. The thread that issues the copies writes no shared memory, so it never
 // executes the proxy fence: that fence (MEMBAR.ALL.CTA in SASS) also waits for the
@@ -113,30 +113,6 @@ __device__ __forceinline__ void gm_f4_convert(u8* at, const u8* codes, const u8*
     }
     // The tensor cores read shared memory through the async proxy.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Thread 0 of the producer warpgroup: the E4M3 ring's producer over the fill ring.
-template <int NS>
-__device__ __forceinline__ void gm_f4_fill(u8* ring, u64* full, u64* empty,
-                                           const u8* __restrict__ w, const u8* __restrict__ ws,
-                                           const u8* __restrict__ xq,
-                                           const float* __restrict__ xc, int m_tiles,
-                                           int tiles, int kblocks) {
-    int it = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int mt = tile % m_tiles, nt = tile / m_tiles;
-        for (int kb = 0; kb < kblocks; ++kb, ++it) {
-            const int s = it % NS;
-            if (it >= NS) gm_bar_wait<1>(&empty[s], ((it / NS) - 1) & 1);
-            const size_t wk = (size_t)nt * kblocks + kb, xk = (size_t)mt * kblocks + kb;
-            u8* st = ring + s * GM_F4_SLOT;
-            gm_bar_expect(&full[s], GM_F4_TX);
-            gm_bulk(st, xq + xk * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
-            gm_bulk(st + GM_F4_CODES, w + wk * GM_F4_BYTES, GM_F4_BYTES, &full[s]);
-            gm_bulk(st + GM_F4_SC, ws + wk * 512, 512, &full[s]);
-            gm_bulk(st + GM_F4_C, xc + xk * 4, 16, &full[s]);
-        }
-    }
 }
 
 // Warps 1..3 of the producer warpgroup (t = thread − 32): every stage, in ring order,

@@ -259,6 +259,42 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
     }
 }
 
+// Thread 0 of the persistent kernels' producer warpgroup fills the ring over the grid's
+// tiles: per k block the weight tile, the activation tile, the weight scales and the
+// activation block scales, all completing on full[slot]. F4: the FP4 ring's fill slots
+// (gemm_fp4.cuh: the activations first, then 8 KB of weight codes). HINT: the waits
+// sleep (the grouped kernels' lean loop).
+template <int NS, int HINT, int F4>
+__device__ __forceinline__ void gm_persist_fill(u8* ring, u64* full, u64* empty,
+                                                const u8* __restrict__ w,
+                                                const u8* __restrict__ ws,
+                                                const u8* __restrict__ xq,
+                                                const float* __restrict__ xc, int m_tiles,
+                                                int tiles, int kblocks) {
+    constexpr int STAGE = F4 ? GM_F4_SLOT : GM_STAGE_BYTES;
+    constexpr int WB = F4 ? GM_F4_BYTES : GM_TILE_BYTES;
+    constexpr int WOFF = F4 ? GM_F4_CODES : 0, XOFF = F4 ? 0 : GM_TILE_BYTES;
+    constexpr int SC = F4 ? GM_F4_SC : GM_SCALE_OFF, CO = F4 ? GM_F4_C : GM_C_OFF;
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int mt = tile % m_tiles, nt = tile / m_tiles;
+        const u8* wsrc = w + (size_t)nt * kblocks * WB;
+        const u8* xsrc = xq + (size_t)mt * kblocks * GM_TILE_BYTES;
+        const u8* ssrc = ws + (size_t)nt * kblocks * 512;
+        const float* csrc = xc + (size_t)mt * kblocks * 4;
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+            const int s = it % NS;
+            if (it >= NS) gm_bar_wait<HINT>(&empty[s], ((it / NS) - 1) & 1);
+            u8* st = ring + s * STAGE;
+            gm_bar_expect(&full[s], F4 ? GM_F4_TX : GM_STAGE_TX);
+            gm_bulk(st + WOFF, wsrc + (size_t)kb * WB, WB, &full[s]);
+            gm_bulk(st + XOFF, xsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
+            gm_bulk(st + SC, ssrc + (size_t)kb * 512, 512, &full[s]);
+            gm_bulk(st + CO, csrc + (size_t)kb * 4, 16, &full[s]);
+        }
+    }
+}
+
 // Persistent version of gemm_pipe_body: gridDim.x blocks (one per multiprocessor) walk
 // the output tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (token tile fastest, as
 // the non-persistent grid), the ring's stage counter running on across tiles, so the
@@ -296,32 +332,12 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
     gm_init_bars<NS>(full, empty);  // its fence and block barrier cover `ready` too
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-        if (F4 && tid == 0) {
-            gm_f4_fill<NS>(gm_ring, full, empty, w, ws, xq, xc, m_tiles, tiles, kblocks);
+        if (tid == 0) {
+            gm_persist_fill<NS, GROUP != 0, F4>(gm_ring, full, empty, w, ws, xq, xc, m_tiles,
+                                                tiles, kblocks);
         } else if (F4 && tid >= 32) {
             gm_f4_converters<NS, GM_F4_A>(gm_ring, aring, full, ready, aempty, tiles, kblocks,
                                           tid - 32);
-        } else if (!F4 && tid == 0) {
-            int it = 0;
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                const int mt = tile % m_tiles, nt = tile / m_tiles;
-                const u8* wsrc = w + (size_t)nt * kblocks * GM_TILE_BYTES;
-                const u8* xsrc = xq + (size_t)mt * kblocks * GM_TILE_BYTES;
-                const u8* ssrc = ws + (size_t)nt * kblocks * 512;
-                const float* csrc = xc + (size_t)mt * kblocks * 4;
-                for (int kb = 0; kb < kblocks; ++kb, ++it) {
-                    const int s = it % NS;
-                    // The grouped kernels' producer sleeps in its waits too (their lean loop).
-                    if (it >= NS) gm_bar_wait<GROUP != 0>(&empty[s], ((it / NS) - 1) & 1);
-                    u8* st = gm_ring + s * GM_STAGE_BYTES;
-                    gm_bar_expect(&full[s], GM_STAGE_TX);
-                    gm_bulk(st, wsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
-                    gm_bulk(st + GM_TILE_BYTES, xsrc + (size_t)kb * GM_TILE_BYTES,
-                            GM_TILE_BYTES, &full[s]);
-                    gm_bulk(st + GM_SCALE_OFF, ssrc + (size_t)kb * 512, 512, &full[s]);
-                    gm_bulk(st + GM_C_OFF, csrc + (size_t)kb * 4, 16, &full[s]);
-                }
-            }
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");

@@ -465,15 +465,7 @@ impl GemmMx {
         let ff = w.rows / 2;
         check_gemm(op, x, w, y, ff)?;
         let tiles = x.m.div_ceil(GEMM_TILE) * w.rows.div_ceil(GEMM_TILE);
-        let cfg = LaunchConfig {
-            grid_dim: (tiles.min(self.sms) as u32, 1, 1),
-            block_dim: (384, 1, 1),
-            shared_mem_bytes: if w.fp4 {
-                GEMM_F4_SMEM
-            } else {
-                GEMM_STAGED_SMEM
-            } as u32,
-        };
+        let cfg = self.persistent_cfg(tiles, w, true);
         // Rows a multiple of 128 (tile_gemm_swiglu): every tile holds 64 outputs.
         self.run(
             if w.fp4 {
@@ -618,17 +610,7 @@ impl GemmMx {
         };
         let (mt, nt) = (m.div_ceil(GEMM_TILE), w.rows.div_ceil(GEMM_TILE));
         let cfg = match kernel {
-            GemmKernel::Persistent => LaunchConfig {
-                grid_dim: ((mt * nt).min(self.sms) as u32, 1, 1),
-                block_dim: (384, 1, 1),
-                shared_mem_bytes: if w.fp4 {
-                    GEMM_F4_SMEM
-                } else if staged.is_some() {
-                    GEMM_STAGED_SMEM
-                } else {
-                    GEMM_SMEM
-                } as u32,
-            },
+            GemmKernel::Persistent => self.persistent_cfg(mt * nt, w, staged.is_some()),
             GemmKernel::Wide3 => LaunchConfig {
                 grid_dim: (mt as u32, w.rows.div_ceil(192) as u32, 1),
                 block_dim: (512, 1, 1),
@@ -641,6 +623,24 @@ impl GemmMx {
             },
         };
         self.run(f, cfg, x, w, y, (w.rows, accumulate), op)
+    }
+
+    /// The persistent kernels' launch over `tiles` output tiles: at most one block per
+    /// multiprocessor, and the shared memory of `w`'s ring (the FP4 ring's, else the
+    /// E4M3 ring's with or without the epilogue's staging).
+    fn persistent_cfg(&self, tiles: usize, w: &GemmWeights, staged: bool) -> LaunchConfig {
+        let smem = if w.fp4 {
+            GEMM_F4_SMEM
+        } else if staged {
+            GEMM_STAGED_SMEM
+        } else {
+            GEMM_SMEM
+        };
+        LaunchConfig {
+            grid_dim: (tiles.min(self.sms) as u32, 1, 1),
+            block_dim: (384, 1, 1),
+            shared_mem_bytes: smem as u32,
+        }
     }
 
     /// Launches GEMM kernel `f` (every variant takes the same arguments) on shapes
