@@ -13,8 +13,6 @@
 //! (`GemmKernel::Persistent`, the default, `Wide3`, `Pipelined` and `Serial`) is timed.
 //! `FAVLO_PREFILL_SWIGLU_PROBE=1` only times the gate|up GEMM four ways (plain and
 //! paired tilings through the plain and SwiGLU GEMMs, see `swiglu_probe`).
-//! `FAVLO_PREFILL_FP4=1` (MXFP4 weights) only checks the FP4 ring against the E4M3
-//! ring bit for bit and times the two in alternation (see `fp4_probe`).
 //! `FAVLO_PREFILL_EPILOGUE=1` only checks the tile stores that must equal the default's
 //! values bit for bit and times them against it in alternation (see `epilogue_probe`).
 //! `FAVLO_PREFILL_ORDER_PROBE=1` only times every launch of the whole prefill's GEMMs in
@@ -30,8 +28,7 @@
 use favlo_mx::{ElementFormat, MxLayout, MxView};
 use favlo_runtime::cuda::{
     CudaContext, CudaError, DeviceBuffer, GemmActs, GemmKernel, GemmMx, GemmWeights,
-    GemmWeightsHost, TileStore, copy_bandwidth_gbps, pack_fp4, tile_gemm, tile_gemm_swiglu,
-    time_ms,
+    GemmWeightsHost, TileStore, copy_bandwidth_gbps, tile_gemm, tile_gemm_swiglu, time_ms,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
@@ -364,120 +361,6 @@ fn epilogue_probe(
     Ok(())
 }
 
-/// `FAVLO_PREFILL_FP4=1` (with `FAVLO_PREFILL_WEIGHTS=mxfp4`): the FP4 ring (MXFP4
-/// weights filled as 4-bit codes and rebuilt as the E4M3 tile in shared memory,
-/// `pack_fp4`) against the E4M3 ring. Checked bit for bit on every matrix, `y =` and
-/// `y +=`, and on the SwiGLU gate|up GEMM; then timed in alternation, four rounds, the
-/// order turned every other round: per matrix, all GEMMs layer by layer, and as the chat
-/// runs them (gate|up through the SwiGLU GEMM). Variants: the E4M3 ring with the default
-/// store, the FP4 ring with it, and the FP4 ring with the lean epilogue.
-fn fp4_probe(
-    ctx: &CudaContext,
-    owner: &Owner,
-    g: &mut GemmMx,
-    mats: &mut [Mat],
-    acts: &[GemmActs],
-    y: &mut DeviceBuffer<f32>,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let Some(gu) = mats.iter().position(|mm| mm.name == "gate|up") else {
-        return Err("no gate|up matrix".into());
-    };
-    // Per matrix its FP4 copies, and gate|up paired for SwiGLU in both forms.
-    let mut f4 = Vec::new();
-    for mm in mats.iter() {
-        let view = MxView::new(mm.layout, &mm.packed)?;
-        let h = pack_fp4(&tile_gemm(view)?).ok_or("the matrix does not pack for the FP4 ring")?;
-        f4.push(layer_copies(ctx, owner, &h)?);
-    }
-    let view = MxView::new(mats[gu].layout, &mats[gu].packed)?;
-    let paired_host = tile_gemm_swiglu(view)?;
-    let paired = layer_copies(ctx, owner, &paired_host)?;
-    let paired_f4 = layer_copies(
-        ctx,
-        owner,
-        &pack_fp4(&paired_host).ok_or("gate|up does not pack")?,
-    )?;
-    let m = acts[0].rows();
-    let mut rng = StdRng::seed_from_u64(9);
-    g.store = TileStore::VectorAdd;
-    for (i, mm) in mats.iter().enumerate() {
-        let y0: Vec<f32> = (0..m * mm.n)
-            .map(|_| rng.random_range(-1.0f32..1.0))
-            .collect();
-        for accumulate in [false, true] {
-            let mut outs = Vec::new();
-            for w in [&mm.copies[0], &f4[i][0]] {
-                let mut yd = ctx.upload(owner, SpanKind::Scratch, &y0)?;
-                g.gemm(&acts[mm.xin], w, &mut yd, accumulate)?;
-                outs.push(ctx.download(&yd)?);
-            }
-            let differ = differing(&outs[1], &outs[0]);
-            println!(
-                "check {:8} FP4 ring{}: {differ} of {} outputs differ from the E4M3 ring",
-                mm.name,
-                if accumulate { " (y +=)" } else { "" },
-                outs[0].len()
-            );
-            if differ > 0 {
-                return Err(format!("the FP4 ring differs on {}", mm.name).into());
-            }
-        }
-    }
-    {
-        let a = &acts[mats[gu].xin];
-        let mut outs = Vec::new();
-        for w in [&paired[0], &paired_f4[0]] {
-            g.gemm_swiglu(a, w, y)?;
-            outs.push(ctx.download(y)?);
-        }
-        let differ = differing(&outs[1], &outs[0]);
-        println!(
-            "check gate|up SwiGLU FP4 ring: {differ} of {} outputs differ",
-            outs[0].len()
-        );
-        if differ > 0 {
-            return Err("the FP4 ring's SwiGLU GEMM differs".into());
-        }
-    }
-    let (warm, reps) = (2, 7);
-    let all_flop = prefill_flop(mats, m);
-    let variants = [
-        ("E4M3 ring", TileStore::VectorAdd, false),
-        ("FP4 ring", TileStore::VectorAdd, true),
-        ("FP4 ring, lean", TileStore::Lean, true),
-    ];
-    print_round_header("variant");
-    for round in 1..=4 {
-        let order: Vec<usize> = if round % 2 == 1 {
-            (0..variants.len()).collect()
-        } else {
-            (0..variants.len()).rev().collect()
-        };
-        for v in order {
-            let (label, store, fp4) = variants[v];
-            g.store = store;
-            if fp4 {
-                for (mm, c) in mats.iter_mut().zip(f4.iter_mut()) {
-                    std::mem::swap(&mut mm.copies, c);
-                }
-            }
-            let ws = if fp4 { &paired_f4 } else { &paired };
-            let per = time_matrices(ctx, g, mats, acts, y, (warm, reps));
-            let all = time_layers(ctx, g, (mats, None), acts, y, (warm, reps));
-            let chat = time_layers(ctx, g, (mats, Some((gu, ws))), acts, y, (warm, reps));
-            if fp4 {
-                for (mm, c) in mats.iter_mut().zip(f4.iter_mut()) {
-                    std::mem::swap(&mut mm.copies, c);
-                }
-            }
-            let (per, all, chat) = (per?, all?, chat?);
-            print_round(round, label, &per, (all, chat), all_flop);
-        }
-    }
-    g.store = TileStore::VectorAdd;
-    Ok(())
-}
-
 /// `FAVLO_PREFILL_SWIGLU_PROBE=1`: where the SwiGLU gate|up GEMM (`gemm_swiglu` over
 /// `tile_gemm_swiglu`, the chat's) loses its time against the plain one. Four runs of
 /// the gate|up GEMM over the layers' copies, timed in turn three times (so drift in the
@@ -715,9 +598,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if std::env::var("FAVLO_PREFILL_SWIGLU_PROBE").is_ok_and(|v| v == "1") {
         return swiglu_probe(&ctx, &owner, &g, &mats, &acts, &mut y);
-    }
-    if std::env::var("FAVLO_PREFILL_FP4").is_ok_and(|v| v == "1") {
-        return fp4_probe(&ctx, &owner, &mut g, &mut mats, &acts, &mut y);
     }
     if std::env::var("FAVLO_PREFILL_EPILOGUE").is_ok_and(|v| v == "1") {
         return epilogue_probe(&ctx, &owner, &mut g, &mats, &acts, &mut y);

@@ -1,8 +1,7 @@
 // Favlo CUDA: MXFP8 GEMM on the Hopper tensor cores (wgmma, sm_90a), for prefill: the
 // design, the tile constants and what every kernel shares (mbarriers, bulk copies,
 // wgmma, the promotion, the producer). The module is silu_fp8.cuh, this file,
-// gemm_epilogue.cuh, gemm_fp4.cuh, gemm_mx.cu and gemm_quant.cu, in that order
-// (src/cuda/gemm.rs).
+// gemm_epilogue.cuh, gemm_mx.cu and gemm_quant.cu, in that order (src/cuda/gemm.rs).
 //
 // Y[m, n] = sum_k X[m, k] * W[n, k]   (X: activations, m tokens; W: MX weights, n rows)
 //
@@ -31,9 +30,7 @@
 //   the tile written through shared memory (`gm_epilogue_staged`; `_v`, plain tiles as
 //   16-byte row stores and `y +=` as copy-engine reduce-adds; `_a`, `y +=` too by 16-byte
 //   thread loads, adds and stores, the default; `_l`, `_a`'s values by the lean
-//   epilogue); `gemm_mxfp4_e4m3_group4_{a,l,swiglu}`: the grouped `_a`, `_l` and SwiGLU
-//   kernels over the FP4 ring (gemm_fp4.cuh: MXFP4 weights filled as 4-bit codes).
-//   Measured on the H200 in docs/CUDA.md.
+//   epilogue). Measured on the H200 in docs/CUDA.md.
 
 typedef unsigned int u32;
 typedef unsigned long long u64;

@@ -144,43 +144,33 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
 // promotion, against 143 before): the stages' ring slots and phases are stepped from
 // the call's first, the wgmma descriptors are the ring's first slot's plus an offset,
 // and the barrier waits sleep (suspend hint) instead of polling.
-//
-// F4: over the FP4 ring (gemm_fp4.cuh): `full` is its `ready`, a stage's activations and
-// factors are in fill slot slot(st), its weights in E4M3 tile aslot(st) of `aring`, and
-// the stage releases both (`empty`, `aempty`).
-template <int WFMT, int NST, int NS = GM_STAGES, int F4 = 0>
+template <int WFMT, int NST, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb, u8* ring,
                                                u64* full, u64* empty, int kb, int c, int r0,
-                                               int lane, u8* aring = nullptr,
-                                               u64* aempty = nullptr) {
+                                               int lane) {
     static_assert(NST < NS, "a call's stages wrap the ring at most once");
-    constexpr int STAGE = F4 ? GM_F4_SLOT : GM_STAGE_BYTES;
-    constexpr int SC = F4 ? GM_F4_SC : GM_SCALE_OFF, CO = F4 ? GM_F4_C : GM_C_OFF;
     const u32 ring0 = gm_smem(ring);
     float f0[2], f1[2];
     const int s0 = kb % NS;
     const u32 ph0 = (u32)(kb / NS) & 1u;
-    // Ring slot and phase parity of stage st of this call (and its FP4 ring weight tile).
+    // Ring slot and phase parity of stage st of this call.
     auto slot = [&](int st) -> int { return s0 + st >= NS ? s0 + st - NS : s0 + st; };
     auto phase = [&](int st) -> u32 { return s0 + st >= NS ? ph0 ^ 1u : ph0; };
-    auto aslot = [&](int st) -> int { return (kb + st) % GM_F4_A; };
     auto scales = [&](int st) {
         const int s = slot(st);
         gm_bar_wait<1>(&full[s], phase(st));
-        const u8* p = ring + s * STAGE;
-        const float cq = *reinterpret_cast<const float*>(p + CO);
-        f0[st & 1] = gm_e8m0(p[SC + r0 * 4]) * cq;
-        f1[st & 1] = gm_e8m0(p[SC + (r0 + 8) * 4]) * cq;
+        const u8* p = ring + s * GM_STAGE_BYTES;
+        const float cq = *reinterpret_cast<const float*>(p + GM_C_OFF);
+        f0[st & 1] = gm_e8m0(p[GM_SCALE_OFF + r0 * 4]) * cq;
+        f1[st & 1] = gm_e8m0(p[GM_SCALE_OFF + (r0 + 8) * 4]) * cq;
     };
     // The descriptors of the ring's first slot; a stage's are those plus its offset (a
     // descriptor's address field is the shared address / 16, and no ring address
     // carries out of it), each k step 256 bytes (16) further.
-    const u64 da0 = F4 ? gm_desc<0>(gm_smem(aring) + 8192 * c) : gm_desc<0>(ring0 + 8192 * c);
-    const u64 db0 = gm_desc<0>(ring0 + (F4 ? 0 : GM_TILE_BYTES));
+    const u64 da0 = gm_desc<0>(ring0 + 8192 * c), db0 = gm_desc<0>(ring0 + GM_TILE_BYTES);
     auto issue = [&](float* d, int st) {
-        const u64 off = (u64)(slot(st) * (STAGE >> 4));
-        const u64 aoff = F4 ? (u64)(aslot(st) * (GM_TILE_BYTES >> 4)) : off;
-        gm_wgmma_stage<WFMT, 1>(d, da0 + aoff, db0 + off);
+        const u64 off = (u64)(slot(st) * (GM_STAGE_BYTES >> 4));
+        gm_wgmma_stage<WFMT, 1>(d, da0 + off, db0 + off);
     };
     scales(0);
     issue(ta, 0);
@@ -196,10 +186,7 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         }
         __syncwarp();  // stage i's operands may be overwritten
-        if (lane == 0) {
-            gm_bar_arrive(&empty[slot(i)]);
-            if (F4) gm_bar_arrive(&aempty[aslot(i)]);
-        }
+        if (lane == 0) gm_bar_arrive(&empty[slot(i)]);
         const float a = f0[i & 1], b = f1[i & 1];
         gm_promote(acc, cur, a, b);
     }
@@ -259,42 +246,6 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
     }
 }
 
-// Thread 0 of the persistent kernels' producer warpgroup fills the ring over the grid's
-// tiles: per k block the weight tile, the activation tile, the weight scales and the
-// activation block scales, all completing on full[slot]. F4: the FP4 ring's fill slots
-// (gemm_fp4.cuh: the activations first, then 8 KB of weight codes). HINT: the waits
-// sleep (the grouped kernels' lean loop).
-template <int NS, int HINT, int F4>
-__device__ __forceinline__ void gm_persist_fill(u8* ring, u64* full, u64* empty,
-                                                const u8* __restrict__ w,
-                                                const u8* __restrict__ ws,
-                                                const u8* __restrict__ xq,
-                                                const float* __restrict__ xc, int m_tiles,
-                                                int tiles, int kblocks) {
-    constexpr int STAGE = F4 ? GM_F4_SLOT : GM_STAGE_BYTES;
-    constexpr int WB = F4 ? GM_F4_BYTES : GM_TILE_BYTES;
-    constexpr int WOFF = F4 ? GM_F4_CODES : 0, XOFF = F4 ? 0 : GM_TILE_BYTES;
-    constexpr int SC = F4 ? GM_F4_SC : GM_SCALE_OFF, CO = F4 ? GM_F4_C : GM_C_OFF;
-    int it = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int mt = tile % m_tiles, nt = tile / m_tiles;
-        const u8* wsrc = w + (size_t)nt * kblocks * WB;
-        const u8* xsrc = xq + (size_t)mt * kblocks * GM_TILE_BYTES;
-        const u8* ssrc = ws + (size_t)nt * kblocks * 512;
-        const float* csrc = xc + (size_t)mt * kblocks * 4;
-        for (int kb = 0; kb < kblocks; ++kb, ++it) {
-            const int s = it % NS;
-            if (it >= NS) gm_bar_wait<HINT>(&empty[s], ((it / NS) - 1) & 1);
-            u8* st = ring + s * STAGE;
-            gm_bar_expect(&full[s], F4 ? GM_F4_TX : GM_STAGE_TX);
-            gm_bulk(st + WOFF, wsrc + (size_t)kb * WB, WB, &full[s]);
-            gm_bulk(st + XOFF, xsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
-            gm_bulk(st + SC, ssrc + (size_t)kb * 512, 512, &full[s]);
-            gm_bulk(st + CO, csrc + (size_t)kb * 4, 16, &full[s]);
-        }
-    }
-}
-
 // Persistent version of gemm_pipe_body: gridDim.x blocks (one per multiprocessor) walk
 // the output tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (token tile fastest, as
 // the non-persistent grid), the ring's stage counter running on across tiles, so the
@@ -306,9 +257,7 @@ __device__ __forceinline__ void gm_persist_fill(u8* ring, u64* full, u64* empty,
 // thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=` as 16-byte
 // loads, adds and stores); 4 = SwiGLU of gate | up row pairs (n a multiple of 128);
 // 5 = the values of 3 by the lean epilogue (`gm_epilogue_lean`).
-// F4: the weights are the FP4 ring's (gemm_fp4.cuh): the producer warpgroup converts
-// each stage and the consumers wait for its `ready` barrier instead of `full`.
-template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0, int F4 = 0>
+template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
                                                   const u8* __restrict__ xq,
@@ -316,28 +265,36 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const float* __restrict__ xr, float* y, int m,
                                                   int n, int kblocks, int ldy, int accumulate) {
     extern __shared__ __align__(1024) u8 gm_ring[];
-    __shared__ u64 full[NS], empty[NS], ready[F4 ? NS : 1], aempty[F4 ? GM_F4_A : 1];
+    __shared__ u64 full[NS], empty[NS];
     const int tid = threadIdx.x;
     const int wg = tid >> 7;
     const int m_tiles = (m + GM_TILE - 1) / GM_TILE, n_tiles = (n + GM_TILE - 1) / GM_TILE;
     const int tiles = m_tiles * n_tiles;
-    // The FP4 ring: NS fill slots, then GM_F4_A weight tiles, then the staging.
-    u8* const aring = gm_ring + NS * GM_F4_SLOT;
-    float* const stg0 = reinterpret_cast<float*>(
-        F4 ? aring + GM_F4_A * GM_TILE_BYTES : gm_ring + NS * GM_STAGE_BYTES);
-    if (F4 && tid == 0) {
-        for (int s = 0; s < NS; ++s) gm_bar_init(&ready[s], 3);  // one per converting warp
-        for (int a = 0; a < GM_F4_A; ++a) gm_bar_init(&aempty[a], 8);  // per consumer warp
-    }
-    gm_init_bars<NS>(full, empty);  // its fence and block barrier cover `ready` too
+    float* const stg0 = reinterpret_cast<float*>(gm_ring + NS * GM_STAGE_BYTES);
+    gm_init_bars<NS>(full, empty);
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (tid == 0) {
-            gm_persist_fill<NS, GROUP != 0, F4>(gm_ring, full, empty, w, ws, xq, xc, m_tiles,
-                                                tiles, kblocks);
-        } else if (F4 && tid >= 32) {
-            gm_f4_converters<NS, GM_F4_A>(gm_ring, aring, full, ready, aempty, tiles, kblocks,
-                                          tid - 32);
+            int it = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                const int mt = tile % m_tiles, nt = tile / m_tiles;
+                const u8* wsrc = w + (size_t)nt * kblocks * GM_TILE_BYTES;
+                const u8* xsrc = xq + (size_t)mt * kblocks * GM_TILE_BYTES;
+                const u8* ssrc = ws + (size_t)nt * kblocks * 512;
+                const float* csrc = xc + (size_t)mt * kblocks * 4;
+                for (int kb = 0; kb < kblocks; ++kb, ++it) {
+                    const int s = it % NS;
+                    // The grouped kernels' producer sleeps in its waits too (their lean loop).
+                    if (it >= NS) gm_bar_wait<GROUP != 0>(&empty[s], ((it / NS) - 1) & 1);
+                    u8* st = gm_ring + s * GM_STAGE_BYTES;
+                    gm_bar_expect(&full[s], GM_STAGE_TX);
+                    gm_bulk(st, wsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
+                    gm_bulk(st + GM_TILE_BYTES, xsrc + (size_t)kb * GM_TILE_BYTES,
+                            GM_TILE_BYTES, &full[s]);
+                    gm_bulk(st + GM_SCALE_OFF, ssrc + (size_t)kb * 512, 512, &full[s]);
+                    gm_bulk(st + GM_C_OFF, csrc + (size_t)kb * 4, 16, &full[s]);
+                }
+            }
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
@@ -374,24 +331,16 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                     gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
-                if (F4)
-                    gm_group_steps<0, U, NS, 1>(acc, ta, tb, gm_ring, ready, empty, it + kb, c,
-                                                r0, lane, aring, aempty);
-                else
-                    gm_stages<WFMT, U, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
-                                                  r0, lane);
+                gm_stages<WFMT, U, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                                              lane);
             }
             for (; kb < kblocks; ++kb) {
                 if (fetch) {
                     gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
-                if (F4)
-                    gm_group_steps<0, 1, NS, 1>(acc, ta, tb, gm_ring, ready, empty, it + kb, c,
-                                                r0, lane, aring, aempty);
-                else
-                    gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c,
-                                                  r0, lane);
+                gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
+                                              lane);
             }
             it += kblocks;
             if (staged && EPI == 5 && accumulate)
@@ -568,17 +517,14 @@ GEMM_GROUP_KERNEL(gemm_mxfp8_e4m3_group4, 4)
 
 // The same with a staged epilogue (EPI: see gemm_persist_body) over a 5-stage ring:
 // 5 × GM_STAGE_BYTES + 2 × GM_STG_BYTES of dynamic shared memory (GEMM_STAGED_SMEM in
-// gemm.rs); with F4, over the FP4 ring (GEMM_F4_SMEM).
+// gemm.rs).
 #define GEMM_STAGED_KERNEL(name, NST, GROUP, EPI)                                          \
-    GEMM_STAGED_KERNEL_F4(name, NST, GROUP, EPI, 0)
-#define GEMM_STAGED_KERNEL_F4(name, NST, GROUP, EPI, F4)                                   \
     extern "C" __global__ void __launch_bounds__(384, 1)                                    \
         name(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq, \
              const float* __restrict__ xc, const float* __restrict__ xr, float* y, int m,     \
              int n, int kblocks, int ldy, int accumulate) {                                 \
-        gemm_persist_body<0, NST, GROUP, F4 ? GM_F4_STAGES : 5, EPI, F4>(                  \
-            w, ws, xq, xc, xr, y, m, n, kblocks,                                            \
-                                                     ldy, accumulate);                      \
+        gemm_persist_body<0, NST, GROUP, 5, EPI>(w, ws, xq, xc, xr, y, m, n, kblocks, ldy,  \
+                                                 accumulate);                               \
     }
 
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_s, 2, 0, 1)
@@ -591,11 +537,6 @@ GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_l, 2, 0, 5)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_l, 2, 4, 5)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_swiglu, 2, 0, 4)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_swiglu, 2, 4, 4)
-// The FP4 ring (gemm_fp4.cuh) under the grouped loop: `_a`'s, `_l`'s and the SwiGLU
-// kernel's epilogues.
-GEMM_STAGED_KERNEL_F4(gemm_mxfp4_e4m3_group4_a, 2, 4, 3, 1)
-GEMM_STAGED_KERNEL_F4(gemm_mxfp4_e4m3_group4_l, 2, 4, 5, 1)
-GEMM_STAGED_KERNEL_F4(gemm_mxfp4_e4m3_group4_swiglu, 2, 4, 4, 1)
 
 #define GEMM_W3_KERNEL(name, WFMT)                                                          \
     extern "C" __global__ void __launch_bounds__(512, 1)                                    \

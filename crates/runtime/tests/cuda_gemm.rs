@@ -33,7 +33,7 @@ use std::sync::Arc;
 use favlo_mx::{ElementFormat, MxLayout, MxView, ScaleRule};
 use favlo_runtime::cuda::{
     CudaContext, CudaError, GemmActs, GemmKernel, GemmMx, GemmWeights, PrefillOps, TileStore,
-    pack_fp4, tile_gemm, tile_gemm_swiglu,
+    tile_gemm, tile_gemm_swiglu,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 use rand::rngs::StdRng;
@@ -312,17 +312,8 @@ fn check_gemm(
     };
     let view = MxView::new(layout, &packed).unwrap();
     let wf = view.dequantize();
-    let host = tile_gemm(view).unwrap();
-    let wd = GemmWeights::upload(ctx, &owner, &host).unwrap();
+    let wd = GemmWeights::upload(ctx, &owner, &tile_gemm(view).unwrap()).unwrap();
     assert_eq!(wd.grouped, grouped, "MXFP4 weights fold to grouped E4M3");
-    // Grouped MXFP4 also runs through the FP4 ring (the same tiles rebuilt in shared
-    // memory), which must write the E4M3 ring's values bit for bit.
-    let f4 = pack_fp4(&host).map(|h| GemmWeights::upload(ctx, &owner, &h).unwrap());
-    assert_eq!(
-        f4.is_some(),
-        grouped,
-        "the FP4 ring takes the grouped MXFP4 tiling"
-    );
     let x = rand_matrix(rng, m, k);
     let xd = ctx.upload(&owner, SpanKind::Scratch, &x).unwrap();
     let mut acts = GemmActs::new(ctx, &owner, m, k).unwrap().grouped(grouped);
@@ -362,43 +353,27 @@ fn check_gemm(
     }
     g.kernel = GemmKernel::Persistent;
     g.group_stages = 4;
-    if let Some(f4) = &f4 {
-        for store in [TileStore::VectorAdd, TileStore::Lean] {
-            g.store = store;
-            let mut yd = ctx.upload(&owner, SpanKind::Scratch, &y0).unwrap();
-            g.gemm(&acts, f4, &mut yd, accumulate).unwrap();
-            ys.push((format!("FP4 ring {store:?}"), ctx.download(&yd).unwrap()));
-        }
-        // Only those epilogues have the FP4 ring.
-        for store in [TileStore::Direct, TileStore::Bulk, TileStore::Vector] {
-            g.store = store;
-            let mut yd = ctx.upload(&owner, SpanKind::Scratch, &y0).unwrap();
-            assert!(g.gemm(&acts, f4, &mut yd, accumulate).is_err(), "{store:?}");
-        }
-    }
     g.store = TileStore::VectorAdd;
-    // The lean epilogue writes VectorAdd's values, bit for bit (every element), and so
-    // does the FP4 ring with either.
-    let out = |label: &str| ys.iter().find(|(l, _)| l == label).map(|(_, y)| y).unwrap();
-    let va = out("Persistent 4 stages VectorAdd");
-    let same = |label: &str| {
-        let differ = va
-            .iter()
-            .zip(out(label))
-            .filter(|(a, b)| a.to_bits() != b.to_bits())
-            .count();
-        assert_eq!(
-            differ,
-            0,
-            "{m}x{n}x{k}{}: {label} differs from VectorAdd in {differ} outputs",
-            if accumulate { " (y +=)" } else { "" }
-        );
+    // The lean epilogue writes VectorAdd's values, bit for bit (every element).
+    let out = |store: TileStore| {
+        let label = format!("Persistent 4 stages {store:?}");
+        ys.iter()
+            .find(|(l, _)| *l == label)
+            .map(|(_, y)| y)
+            .unwrap()
     };
-    same("Persistent 4 stages Lean");
-    if f4.is_some() {
-        same("FP4 ring VectorAdd");
-        same("FP4 ring Lean");
-    }
+    let (va, lean) = (out(TileStore::VectorAdd), out(TileStore::Lean));
+    let differ = va
+        .iter()
+        .zip(lean)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert_eq!(
+        differ,
+        0,
+        "{m}x{n}x{k}{}: Lean differs from VectorAdd in {differ} outputs",
+        if accumulate { " (y +=)" } else { "" }
+    );
     // Tokens checked: all for small m, else a spread that touches every 128-token tile.
     let toks: Vec<usize> = if m * n * k <= 1 << 28 {
         (0..m).collect()
@@ -443,7 +418,7 @@ fn check_gemm(
         );
         worst = worst.max(e);
     }
-    drop((wd, f4, xd, acts));
+    drop((wd, xd, acts));
     ctx.sweep(&owner).unwrap();
     worst
 }
@@ -632,23 +607,6 @@ fn gemm_swiglu_matches_gemm_then_swiglu() {
                 ctx.download(&want_d).unwrap(),
             );
             let what = format!("{format:?} m {m} ff {ff} k {k}");
-            // Grouped MXFP4: the FP4 ring's SwiGLU GEMM writes the same bits.
-            if let Some(h) = pack_fp4(&tile_gemm_swiglu(view).unwrap()) {
-                let f4 = GemmWeights::upload(&ctx, &owner, &h).unwrap();
-                let mut f4_d = ctx.upload(&owner, SpanKind::Scratch, &nan).unwrap();
-                g.gemm_swiglu(&acts, &f4, &mut f4_d).unwrap();
-                let differ = ctx
-                    .download(&f4_d)
-                    .unwrap()
-                    .iter()
-                    .zip(&got)
-                    .filter(|(a, b)| a.to_bits() != b.to_bits())
-                    .count();
-                assert_eq!(differ, 0, "{what}: the FP4 ring's SwiGLU GEMM differs");
-                eprintln!("gemm_swiglu {what}: FP4 ring bit-identical");
-            } else {
-                assert!(!grouped, "{what}: grouped MXFP4 packs for the FP4 ring");
-            }
             assert!(
                 got.iter().all(|v| v.is_finite()),
                 "{what}: unwritten output"

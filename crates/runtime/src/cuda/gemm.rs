@@ -31,7 +31,6 @@ const SRC: &str = concat!(
     include_str!("../../kernels/silu_fp8.cuh"),
     include_str!("../../kernels/gemm_common.cuh"),
     include_str!("../../kernels/gemm_epilogue.cuh"),
-    include_str!("../../kernels/gemm_fp4.cuh"),
     include_str!("../../kernels/gemm_mx.cu"),
     include_str!("../../kernels/gemm_quant.cu")
 );
@@ -45,9 +44,6 @@ const GEMM_SMEM: usize = 6 * 33792;
 /// Dynamic shared memory of the staged-epilogue kernels (`GEMM_STAGED_KERNEL`): 5 ring
 /// stages plus two `GM_STG_BYTES` (64 tokens × 68 floats) staging buffers.
 const GEMM_STAGED_SMEM: usize = 5 * 33792 + 2 * 64 * 68 * 4;
-/// Dynamic shared memory of the FP4 ring's kernels: `GM_F4_STAGES` (5) fill slots of
-/// `GM_F4_SLOT` bytes, `GM_F4_A` (3) E4M3 weight tiles, the two staging buffers.
-const GEMM_F4_SMEM: usize = 5 * 25600 + 3 * 16384 + 2 * 64 * 68 * 4;
 /// Dynamic shared memory of the three-consumer kernel: `G3_STAGES` × `G3_STAGE_BYTES`.
 const GEMM_W3_SMEM: usize = 5 * 41984;
 /// Dynamic shared memory of the tensor-core ceiling kernel: `GEMM_TC_SLOTS` ring stages.
@@ -58,7 +54,6 @@ const SM90_DYNAMIC_SMEM: usize = 227 * 1024 - 1024;
 const _: () = assert!(
     GEMM_SMEM <= SM90_DYNAMIC_SMEM
         && GEMM_STAGED_SMEM <= SM90_DYNAMIC_SMEM
-        && GEMM_F4_SMEM <= SM90_DYNAMIC_SMEM
         && GEMM_W3_SMEM <= SM90_DYNAMIC_SMEM
         && GEMM_TC_SMEM <= SM90_DYNAMIC_SMEM,
     "a GEMM kernel's shared memory does not fit a Hopper block"
@@ -205,10 +200,6 @@ pub struct GemmMx {
     /// The staged kernels with the SwiGLU epilogue ([`Self::gemm_swiglu`]): per-step
     /// promotion, grouped.
     e4m3_swiglu: [CudaFunction; 2],
-    /// The FP4 ring's kernels (weights from [`super::pack_fp4`]): grouped, with
-    /// [`TileStore::VectorAdd`]'s and [`TileStore::Lean`]'s epilogues, and SwiGLU.
-    f4_group_s: [CudaFunction; 2],
-    f4_swiglu: CudaFunction,
     sms: usize,
     e4m3_swap: CudaFunction,
     probe: CudaFunction,
@@ -311,11 +302,6 @@ impl GemmMx {
                 big_with("gemm_mxfp8_e4m3_persist_swiglu", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_swiglu", GEMM_STAGED_SMEM)?,
             ],
-            f4_group_s: [
-                big_with("gemm_mxfp4_e4m3_group4_a", GEMM_F4_SMEM)?,
-                big_with("gemm_mxfp4_e4m3_group4_l", GEMM_F4_SMEM)?,
-            ],
-            f4_swiglu: big_with("gemm_mxfp4_e4m3_group4_swiglu", GEMM_F4_SMEM)?,
             group_stages: 4,
             store: TileStore::VectorAdd,
             sms: ctx
@@ -456,23 +442,13 @@ impl GemmMx {
                 ),
             ));
         }
-        if w.fp4 && !grouped {
-            return Err(shape(
-                op,
-                "FP4 ring weights need grouped activations".into(),
-            ));
-        }
         let ff = w.rows / 2;
         check_gemm(op, x, w, y, ff)?;
         let tiles = x.m.div_ceil(GEMM_TILE) * w.rows.div_ceil(GEMM_TILE);
-        let cfg = self.persistent_cfg(tiles, w, true);
+        let cfg = self.persistent_cfg(tiles, true);
         // Rows a multiple of 128 (tile_gemm_swiglu): every tile holds 64 outputs.
         self.run(
-            if w.fp4 {
-                &self.f4_swiglu
-            } else {
-                &self.e4m3_swiglu[usize::from(grouped)]
-            },
+            &self.e4m3_swiglu[usize::from(grouped)],
             cfg,
             x,
             w,
@@ -570,24 +546,6 @@ impl GemmMx {
             TileStore::Lean => Some(3),
         };
         let f = match (w.format, kernel) {
-            // The FP4 ring: only the grouped persistent kernel with a thread-written
-            // epilogue has it.
-            _ if w.fp4 => match staged {
-                Some(i @ (2 | 3)) if grouped && !probe && !self.desc_swap => {
-                    &self.f4_group_s[i - 2]
-                }
-                _ => {
-                    return Err(shape(
-                        op,
-                        format!(
-                            "FP4 ring weights need grouped activations and the persistent \
-                             kernel with 4 grouped stages and the VectorAdd or Lean store \
-                             (grouped {grouped}, {kernel:?}, {} stages, {:?})",
-                            self.group_stages, self.store
-                        ),
-                    ));
-                }
-            },
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
             (ElementFormat::Fp8E4M3, _) if self.desc_swap => &self.e4m3_swap,
             (ElementFormat::Fp8E4M3, GemmKernel::Serial) => &self.e4m3,
@@ -610,7 +568,7 @@ impl GemmMx {
         };
         let (mt, nt) = (m.div_ceil(GEMM_TILE), w.rows.div_ceil(GEMM_TILE));
         let cfg = match kernel {
-            GemmKernel::Persistent => self.persistent_cfg(mt * nt, w, staged.is_some()),
+            GemmKernel::Persistent => self.persistent_cfg(mt * nt, staged.is_some()),
             GemmKernel::Wide3 => LaunchConfig {
                 grid_dim: (mt as u32, w.rows.div_ceil(192) as u32, 1),
                 block_dim: (512, 1, 1),
@@ -626,16 +584,10 @@ impl GemmMx {
     }
 
     /// The persistent kernels' launch over `tiles` output tiles: at most one block per
-    /// multiprocessor, and the shared memory of `w`'s ring (the FP4 ring's, else the
-    /// E4M3 ring's with or without the epilogue's staging).
-    fn persistent_cfg(&self, tiles: usize, w: &GemmWeights, staged: bool) -> LaunchConfig {
-        let smem = if w.fp4 {
-            GEMM_F4_SMEM
-        } else if staged {
-            GEMM_STAGED_SMEM
-        } else {
-            GEMM_SMEM
-        };
+    /// multiprocessor, and the ring's shared memory with or without the epilogue's
+    /// staging.
+    fn persistent_cfg(&self, tiles: usize, staged: bool) -> LaunchConfig {
+        let smem = if staged { GEMM_STAGED_SMEM } else { GEMM_SMEM };
         LaunchConfig {
             grid_dim: (tiles.min(self.sms) as u32, 1, 1),
             block_dim: (384, 1, 1),

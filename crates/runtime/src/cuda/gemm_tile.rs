@@ -48,9 +48,6 @@ pub struct GemmWeightsHost {
     pub scales: Vec<u8>,
     /// Gate | up rows re-paired for [`GemmMx::gemm_swiglu`](super::GemmMx::gemm_swiglu) ([`tile_gemm_swiglu`]).
     pub swiglu: bool,
-    /// `data` holds 8 KB of FP4 codes per tile and k block for the FP4 ring, and the
-    /// scales' bytes 2..3 each block's shift ([`pack_fp4`](super::pack_fp4)).
-    pub fp4: bool,
 }
 
 impl GemmWeightsHost {
@@ -137,7 +134,6 @@ fn tile_gemm_rows(
         data,
         scales,
         swiglu,
-        fp4: false,
     })
 }
 
@@ -184,8 +180,6 @@ pub struct GemmWeights {
     pub kblocks: usize,
     /// See [`GemmWeightsHost::swiglu`].
     pub swiglu: bool,
-    /// See [`GemmWeightsHost::fp4`].
-    pub fp4: bool,
     pub(super) data: DeviceBuffer<u8>,
     pub(super) scales: DeviceBuffer<u8>,
 }
@@ -204,7 +198,6 @@ impl GemmWeights {
             cols: host.cols,
             kblocks: host.kblocks,
             swiglu: host.swiglu,
-            fp4: host.fp4,
             data: ctx.upload(owner, SpanKind::Resident, &host.data)?,
             scales: ctx.upload(owner, SpanKind::Resident, &host.scales)?,
         })
@@ -226,7 +219,6 @@ impl GemmWeights {
             cols: self.cols,
             kblocks: self.kblocks,
             swiglu: self.swiglu,
-            fp4: self.fp4,
             data,
             scales,
         })

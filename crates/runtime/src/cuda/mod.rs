@@ -20,7 +20,6 @@ mod decode_batch;
 mod encoder;
 mod gemm;
 mod gemm_fold;
-mod gemm_fp4;
 mod gemm_tile;
 mod gemv;
 mod gemv_batch;
@@ -56,7 +55,6 @@ pub use decode::DecodeOps;
 pub use decode_batch::{AttnSeq, RopeSeq, SEQ_MAX};
 pub use encoder::{ENC_MAX_HEAD_DIM, ENC_QUERY_TILE, EncAct, EncPool, EncoderOps, attention_tiles};
 pub use gemm::{GemmActs, GemmKernel, GemmMx, TileStore};
-pub use gemm_fp4::{pack_fp4, ring_tiles};
 pub use gemm_tile::{
     GEMM_KB, GEMM_TILE, GemmWeights, GemmWeightsHost, tile_gemm, tile_gemm_swiglu, tile_offset,
 };

@@ -11,8 +11,7 @@
 use favlo_mx::MxView;
 use favlo_runtime::buffer::Buffer;
 use favlo_runtime::cuda::{
-    CudaContext, DeviceBuffer, GemmWeights, KvCache, MxTiled, ring_tiles, tile_gemm,
-    tile_gemm_swiglu, tile_mx,
+    CudaContext, DeviceBuffer, GemmWeights, KvCache, MxTiled, tile_gemm, tile_gemm_swiglu, tile_mx,
 };
 use favlo_runtime::ledger::{Owner, SpanKind};
 
@@ -71,7 +70,7 @@ fn gemm_matrix(
     m: &Matrix,
     name: &str,
 ) -> Result<GemmWeights, LlamaError> {
-    let host = ring_tiles(tile_gemm(mx_view(m, name)?).map_err(dev_err)?);
+    let host = tile_gemm(mx_view(m, name)?).map_err(dev_err)?;
     GemmWeights::upload(ctx, owner, &host).map_err(dev_err)
 }
 
@@ -91,7 +90,7 @@ fn gate_up_matrix(
         tile_gemm(view)
     }
     .map_err(dev_err)?;
-    GemmWeights::upload(ctx, owner, &ring_tiles(host)).map_err(dev_err)
+    GemmWeights::upload(ctx, owner, &host).map_err(dev_err)
 }
 
 /// Whether the FP8 prefill's gate|up weights of intermediate size `ff` are paired for

@@ -30,7 +30,7 @@ use super::gemv::describe;
 use super::{BenchError, Rng, random_mx};
 use crate::cuda::{
     CudaContext, CudaError, DeviceBuffer, GemmActs, GemmMx, GemmWeights, MxGemm, MxTiled,
-    PrefillOps, XPrep, mx_gemm_k, ring_tiles, tile_gemm, tile_gemm_swiglu, tile_mx, time_ms,
+    PrefillOps, XPrep, mx_gemm_k, tile_gemm, tile_gemm_swiglu, tile_mx, time_ms,
 };
 use crate::ledger::{Owner, SpanKind};
 
@@ -244,10 +244,9 @@ pub fn prefill_bench(
             }
             Ok(c)
         };
-        // MXFP4 through the FP4 ring, as the chat runs it (`ring_tiles`).
-        let fp8 = copies(&ring_tiles(tile_gemm(view)?))?;
+        let fp8 = copies(&tile_gemm(view)?)?;
         let swiglu = if paired {
-            copies(&ring_tiles(tile_gemm_swiglu(view)?))?
+            copies(&tile_gemm_swiglu(view)?)?
         } else {
             Vec::new()
         };
