@@ -171,20 +171,24 @@ __device__ __forceinline__ void gm_init_bars(u64* full, u64* empty) {
     __syncthreads();
 }
 
-// One thread fills the ring: per k block the weight tile, the activation tile, the
-// weight scales and the activation block scales, all completing on full[stage].
+// One thread fills the ring with tile (mt, nt): per k block the weight tile, the
+// activation tile, the weight scales and the activation block scales, all completing on
+// full[stage]. `it0`: the ring's stage counter at the tile's first k block (the
+// persistent kernels run it on across their tiles); NS: the ring's stages; HINT: the
+// waits sleep (gm_bar_wait).
+template <int NS = GM_STAGES, int HINT = 0>
 __device__ __forceinline__ void gm_producer(u8* ring, u64* full, u64* empty,
                                             const u8* __restrict__ w, const u8* __restrict__ ws,
                                             const u8* __restrict__ xq,
                                             const float* __restrict__ xc, int mt, int nt,
-                                            int kblocks) {
+                                            int kblocks, int it0 = 0) {
     const u8* wsrc = w + (size_t)nt * kblocks * GM_TILE_BYTES;
     const u8* xsrc = xq + (size_t)mt * kblocks * GM_TILE_BYTES;
     const u8* ssrc = ws + (size_t)nt * kblocks * 512;
     const float* csrc = xc + (size_t)mt * kblocks * 4;
     for (int kb = 0; kb < kblocks; ++kb) {
-        const int s = kb % GM_STAGES;
-        if (kb >= GM_STAGES) gm_bar_wait(&empty[s], ((kb / GM_STAGES) - 1) & 1);
+        const int it = it0 + kb, s = it % NS;
+        if (it >= NS) gm_bar_wait<HINT>(&empty[s], ((it / NS) - 1) & 1);
         u8* st = ring + s * GM_STAGE_BYTES;
         gm_bar_expect(&full[s], GM_STAGE_TX);
         gm_bulk(st, wsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);

@@ -275,26 +275,11 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (tid == 0) {
+            // The grouped kernels' producer sleeps in its waits too (their lean loop).
             int it = 0;
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                const int mt = tile % m_tiles, nt = tile / m_tiles;
-                const u8* wsrc = w + (size_t)nt * kblocks * GM_TILE_BYTES;
-                const u8* xsrc = xq + (size_t)mt * kblocks * GM_TILE_BYTES;
-                const u8* ssrc = ws + (size_t)nt * kblocks * 512;
-                const float* csrc = xc + (size_t)mt * kblocks * 4;
-                for (int kb = 0; kb < kblocks; ++kb, ++it) {
-                    const int s = it % NS;
-                    // The grouped kernels' producer sleeps in its waits too (their lean loop).
-                    if (it >= NS) gm_bar_wait<GROUP != 0>(&empty[s], ((it / NS) - 1) & 1);
-                    u8* st = gm_ring + s * GM_STAGE_BYTES;
-                    gm_bar_expect(&full[s], GM_STAGE_TX);
-                    gm_bulk(st, wsrc + (size_t)kb * GM_TILE_BYTES, GM_TILE_BYTES, &full[s]);
-                    gm_bulk(st + GM_TILE_BYTES, xsrc + (size_t)kb * GM_TILE_BYTES,
-                            GM_TILE_BYTES, &full[s]);
-                    gm_bulk(st + GM_SCALE_OFF, ssrc + (size_t)kb * 512, 512, &full[s]);
-                    gm_bulk(st + GM_C_OFF, csrc + (size_t)kb * 4, 16, &full[s]);
-                }
-            }
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, it += kblocks)
+                gm_producer<NS, GROUP != 0>(gm_ring, full, empty, w, ws, xq, xc,
+                                            tile % m_tiles, tile / m_tiles, kblocks, it);
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
