@@ -338,3 +338,66 @@ __device__ __forceinline__ void gm_epilogue_lean(const float* acc, float* y, con
             gm_lean_store<false>(yr, step, sp, add, m - (tok0 + HT * hf), col, rows);
     }
 }
+
+// `y +=` with the residuals pre-added (EPI 6), part 1, as a tile starts: this thread's
+// residuals, raw, into its accumulators in the fragment order (0 past the last token or
+// row). Their loads land while the tile's first stages run on the tensor cores. A full
+// tile reads them from one base pointer with no bounds tests (two 4-byte loads per
+// token, 32 bytes apart).
+__device__ __forceinline__ void gm_res_preload(float* acc, const float* y, int m, int n,
+                                               int ldy, int mt, int nt, int r0, int t) {
+    const int row0 = nt * GM_TILE + r0, tok0 = mt * GM_TILE + 2 * t;
+    if (mt * GM_TILE + GM_TILE <= m && nt * GM_TILE + GM_TILE <= n) {
+        const float* p = y + (size_t)tok0 * ldy + row0;
+        const size_t s8 = (size_t)8 * ldy;
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float* q = p + j * s8 + e * ldy;
+                acc[4 * j + e] = q[0];
+                acc[4 * j + 2 + e] = q[8];
+            }
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int tok = tok0 + 8 * j + e, row = row0 + 8 * h;
+                acc[4 * j + 2 * h + e] = (tok < m && row < n) ? y[(size_t)tok * ldy + row] : 0.f;
+            }
+}
+
+// Part 2, before the tile's first promotion: each residual times 1 / R[token] (the row
+// scales in rs, copied in by gm_rs_fetch; R is a power of two, so the product is exact
+// and y = acc · R returns the residual plus the tile's sum). Returns false, with acc
+// cleared, when some token's R lies outside [2^-64, 2^64], where the quotient could
+// overflow or underflow; every warp decides alike (each sees all 128 tokens). Tokens
+// past the last have R = 0 and residual 0.
+__device__ __forceinline__ bool gm_pre_scale(float* acc, const float* rs, int t, int c) {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    gm_named_sync(1 + c);  // every thread's row scale has landed
+    bool ok = true;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const float2 r2 = *reinterpret_cast<const float2*>(rs + 8 * j + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const u32 b = __float_as_uint(e ? r2.y : r2.x);
+            const u32 ex = b >> 23;
+            ok = ok && (b == 0u || (ex >= 127u - 64u && ex <= 127u + 64u));
+            const float inv = __uint_as_float((254u << 23) - b);  // 1 / R, exact here
+            acc[4 * j + e] *= inv;
+            acc[4 * j + 2 + e] *= inv;
+        }
+    }
+    ok = __all_sync(0xffffffffu, ok);
+    if (!ok) {
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    }
+    return ok;
+}
