@@ -2,6 +2,20 @@
 // the staged ones through shared memory (`gm_epilogue_staged`); part of the GEMM module
 // after gemm_common.cuh.
 
+// The residuals of fragment column group j, y[tok0 + 8j + e][row0 + 8h] for e, h < 2,
+// into dst[4j + 2h + e] (0 past the last token or row); tok0 = the tile's first token +
+// 2t, row0 = the thread's first row in y.
+__device__ __forceinline__ void gm_res_group(float* dst, const float* y, int m, int n, int ldy,
+                                             int tok0, int row0, int j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int tok = tok0 + 8 * j + e, row = row0 + 8 * h;
+            dst[4 * j + 2 * h + e] = (tok < m && row < n) ? y[(size_t)tok * ldy + row] : 0.f;
+        }
+}
+
 // Epilogue: acc[4j + 2h + e] = D[row r0 + 8h][token 8j + 2t + e] -> y[token][row] ·
 // R[token] (+ y). The residuals are all loaded (into `res`) before any store, so the
 // loads overlap instead of each waiting behind the previous store.
@@ -16,14 +30,7 @@ __device__ __forceinline__ void gm_epilogue(const float* acc, float* res, float*
         if (accumulate) {
 #pragma unroll
             for (int j = 8 * hf; j < 8 * hf + 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int tok = mt * GM_TILE + 8 * j + 2 * t + e, row = row0 + 8 * h;
-                        res[4 * j + 2 * h + e] =
-                            (tok < m && row < n) ? y[(size_t)tok * ldy + row] : 0.f;
-                    }
+                gm_res_group(res, y, m, n, ldy, mt * GM_TILE + 2 * t, row0, j);
         }
 #pragma unroll
         for (int j = 8 * hf; j < 8 * hf + 8; ++j) {
@@ -361,14 +368,7 @@ __device__ __forceinline__ void gm_res_preload(float* acc, const float* y, int m
         return;
     }
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int tok = tok0 + 8 * j + e, row = row0 + 8 * h;
-                acc[4 * j + 2 * h + e] = (tok < m && row < n) ? y[(size_t)tok * ldy + row] : 0.f;
-            }
+    for (int j = 0; j < 16; ++j) gm_res_group(acc, y, m, n, ldy, tok0, row0, j);
 }
 
 // Part 2, before the tile's first promotion: each residual times 1 / R[token] (the row

@@ -145,10 +145,11 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
 // the call's first, the wgmma descriptors are the ring's first slot's plus an offset,
 // and the barrier waits sleep (suspend hint) instead of polling.
 //
-// PRE (the tile's first call under EPI 6): acc holds the tile's raw residuals; they are
-// scaled into the accumulator's units (gm_pre_scale) just before the first promotion,
-// with two stages on the tensor cores meanwhile; `pre_ok` says whether they could be.
-template <int WFMT, int NST, int NS = GM_STAGES, int PRE = 0>
+// pre_rs (the tile's first call under EPI 6, else null): acc holds the tile's raw
+// residuals; they are scaled into the accumulator's units by the row scales pre_rs
+// (gm_pre_scale) just before the first promotion, with two stages on the tensor cores
+// meanwhile; `pre_ok` says whether they could be.
+template <int WFMT, int NST, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb, u8* ring,
                                                u64* full, u64* empty, int kb, int c, int r0,
                                                int lane, const float* pre_rs = nullptr,
@@ -192,23 +193,22 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
         }
         __syncwarp();  // stage i's operands may be overwritten
         if (lane == 0) gm_bar_arrive(&empty[slot(i)]);
-        if (PRE && i == 0) *pre_ok = gm_pre_scale(acc, pre_rs, lane & 3, c);
+        if (pre_rs && i == 0) *pre_ok = gm_pre_scale(acc, pre_rs, lane & 3, c);
         const float a = f0[i & 1], b = f1[i & 1];
         gm_promote(acc, cur, a, b);
     }
 }
 
 // N stages of one consumer warpgroup: grouped promotion (GROUP) or one per k step.
-// PRE: see gm_group_steps (grouped only).
-template <int WFMT, int N, int GROUP, int NS = GM_STAGES, int PRE = 0>
+// pre_rs, pre_ok: see gm_group_steps (grouped only; the per-step loop ignores them).
+template <int WFMT, int N, int GROUP, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_stages(float* acc, float* ta, float* tb, u8* ring,
                                           u64* full, u64* empty, int kb, int c, int r0,
                                           int lane, const float* pre_rs = nullptr,
                                           bool* pre_ok = nullptr) {
-    static_assert(!PRE || GROUP, "the residual pre-add runs in the grouped loop only");
     if (GROUP)
-        gm_group_steps<WFMT, N, NS, PRE>(acc, ta, tb, ring, full, empty, kb, c, r0, lane,
-                                         pre_rs, pre_ok);
+        gm_group_steps<WFMT, N, NS>(acc, ta, tb, ring, full, empty, kb, c, r0, lane, pre_rs,
+                                    pre_ok);
     else
         gm_pipe_steps<WFMT, N, NS>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
 }
@@ -278,6 +278,7 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const float* __restrict__ xc,
                                                   const float* __restrict__ xr, float* y, int m,
                                                   int n, int kblocks, int ldy, int accumulate) {
+    static_assert(EPI != 6 || GROUP, "the residual pre-add runs in the grouped loop only");
     extern __shared__ __align__(1024) u8 gm_ring[];
     __shared__ u64 full[NS], empty[NS];
     const int tid = threadIdx.x;
@@ -330,25 +331,16 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
             bool fetch = (EPI == 3 || EPI == 5) && staged && accumulate;
             float* const stg = stg0 + c * (GM_STG_BYTES / 4);
             int kb = 0;
+            // The tile's first call scales the preloaded residuals (EPI 6).
             bool pre_ok = true;
-            if (EPI == 6 && pre) {  // the tile's first call scales the preloaded residuals
-                if (U <= kblocks) {
-                    gm_stages<WFMT, U, GROUP, NS, EPI == 6>(acc, ta, tb, gm_ring, full, empty,
-                                                            it, c, r0, lane, gm_rs[c], &pre_ok);
-                    kb = U;
-                } else {
-                    gm_stages<WFMT, 1, GROUP, NS, EPI == 6>(acc, ta, tb, gm_ring, full, empty,
-                                                            it, c, r0, lane, gm_rs[c], &pre_ok);
-                    kb = 1;
-                }
-            }
+            auto pre_rs = [&]() -> const float* { return pre && kb == 0 ? gm_rs[c] : nullptr; };
             for (; kb + U <= kblocks; kb += U) {
                 if (fetch && kb + U > kblocks - U) {
                     gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
                 gm_stages<WFMT, U, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
-                                              lane);
+                                              lane, pre_rs(), &pre_ok);
             }
             for (; kb < kblocks; ++kb) {
                 if (fetch) {
@@ -356,10 +348,10 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                     fetch = false;
                 }
                 gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
-                                              lane);
+                                              lane, pre_rs(), &pre_ok);
             }
             it += kblocks;
-            if (EPI == 6 && pre && !pre_ok) {
+            if (pre && !pre_ok) {
                 // A row scale outside 2^±64: the residuals were dropped; added here.
                 gm_epilogue(acc, ta, y, xr, m, n, ldy, 1, mt, nt, r0, t);
                 gm_named_sync(1 + c);

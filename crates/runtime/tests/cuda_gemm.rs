@@ -103,6 +103,17 @@ fn random_packed(layout: MxLayout, rng: &mut StdRng) -> Vec<u8> {
     b
 }
 
+/// (outputs whose bits differ, max |a − b|, max |a|) of two equally long outputs.
+fn compare(a: &[f32], b: &[f32]) -> (usize, f32, f32) {
+    a.iter().zip(b).fold((0, 0f32, 0f32), |(d, w, s), (p, q)| {
+        (
+            d + usize::from(p.to_bits() != q.to_bits()),
+            w.max((p - q).abs()),
+            s.max(p.abs()),
+        )
+    })
+}
+
 /// The quantization rule on the CPU: (R per row, C per (tile, block), decoded values);
 /// `grouped`: C from the whole 128-value k block, repeated in its four slots.
 fn cpu_quantize(x: &[f32], m: usize, k: usize, grouped: bool) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
@@ -366,11 +377,7 @@ fn check_gemm(
             .unwrap()
     };
     let (va, lean) = (out(TileStore::VectorAdd), out(TileStore::Lean));
-    let differ = va
-        .iter()
-        .zip(lean)
-        .filter(|(a, b)| a.to_bits() != b.to_bits())
-        .count();
+    let differ = compare(va, lean).0;
     assert_eq!(
         differ,
         0,
@@ -381,13 +388,8 @@ fn check_gemm(
     // the tile's sum instead of after it, so the two differ by the f32 roundings of that
     // sum (≤ 97 promotions here, each within 2^-24 of a partial sum): ≤ 1e-5 of max|y|
     // on these random inputs, where a lost or doubled residual would be ~1.
-    let pre = out(TileStore::Preload);
-    let scale = va.iter().fold(0f32, |a, v| a.max(v.abs())).max(1e-30);
-    let (mut pre_differ, mut pre_max) = (0usize, 0f32);
-    for (a, b) in va.iter().zip(pre) {
-        pre_differ += usize::from(a.to_bits() != b.to_bits());
-        pre_max = pre_max.max((a - b).abs());
-    }
+    let (pre_differ, pre_max, scale) = compare(va, out(TileStore::Preload));
+    let scale = scale.max(1e-30);
     eprintln!(
         "{m}x{n}x{k}{}: Preload differs from VectorAdd in {pre_differ} of {} outputs, by at most {:.2e} of max|y|",
         if accumulate { " (y +=)" } else { "" },
@@ -626,17 +628,7 @@ fn gemm_preload_falls_back_on_extreme_row_scales() {
     assert!(pre.iter().all(|v| v.is_finite()), "non-finite output");
     for tile in 0..3 {
         let span = tile * 128 * n..(tile + 1) * 128 * n;
-        let (a, b) = (&va[span.clone()], &pre[span]);
-        let differ = a
-            .iter()
-            .zip(b)
-            .filter(|(p, q)| p.to_bits() != q.to_bits())
-            .count();
-        let scale = a.iter().fold(0f32, |acc, v| acc.max(v.abs()));
-        let worst = a
-            .iter()
-            .zip(b)
-            .fold(0f32, |acc, (p, q)| acc.max((p - q).abs()));
+        let (differ, worst, scale) = compare(&va[span.clone()], &pre[span]);
         eprintln!(
             "tile {tile}: Preload differs from VectorAdd in {differ} outputs, by at most {:.2e} of max|y|",
             worst / scale
