@@ -2,20 +2,6 @@
 // the staged ones through shared memory (`gm_epilogue_staged`); part of the GEMM module
 // after gemm_common.cuh.
 
-// The residuals of fragment column group j, y[tok0 + 8j + e][row0 + 8h] for e, h < 2,
-// into dst[4j + 2h + e] (0 past the last token or row); tok0 = the tile's first token +
-// 2t, row0 = the thread's first row in y.
-__device__ __forceinline__ void gm_res_group(float* dst, const float* y, int m, int n, int ldy,
-                                             int tok0, int row0, int j) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int tok = tok0 + 8 * j + e, row = row0 + 8 * h;
-            dst[4 * j + 2 * h + e] = (tok < m && row < n) ? y[(size_t)tok * ldy + row] : 0.f;
-        }
-}
-
 // Epilogue: acc[4j + 2h + e] = D[row r0 + 8h][token 8j + 2t + e] -> y[token][row] ·
 // R[token] (+ y). The residuals are all loaded (into `res`) before any store, so the
 // loads overlap instead of each waiting behind the previous store.
@@ -30,7 +16,14 @@ __device__ __forceinline__ void gm_epilogue(const float* acc, float* res, float*
         if (accumulate) {
 #pragma unroll
             for (int j = 8 * hf; j < 8 * hf + 8; ++j)
-                gm_res_group(res, y, m, n, ldy, mt * GM_TILE + 2 * t, row0, j);
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int tok = mt * GM_TILE + 8 * j + 2 * t + e, row = row0 + 8 * h;
+                        res[4 * j + 2 * h + e] =
+                            (tok < m && row < n) ? y[(size_t)tok * ldy + row] : 0.f;
+                    }
         }
 #pragma unroll
         for (int j = 8 * hf; j < 8 * hf + 8; ++j) {
@@ -344,60 +337,4 @@ __device__ __forceinline__ void gm_epilogue_lean(const float* acc, float* y, con
         else  // piece u is in y when 8u < left
             gm_lean_store<false>(yr, step, sp, add, m - (tok0 + HT * hf), col, rows);
     }
-}
-
-// `y +=` with the residuals pre-added (EPI 6), part 1, as a tile starts: this thread's
-// residuals, raw, into its accumulators in the fragment order (0 past the last token or
-// row). Their loads land while the tile's first stages run on the tensor cores. A full
-// tile reads them from one base pointer with no bounds tests (two 4-byte loads per
-// token, 32 bytes apart).
-__device__ __forceinline__ void gm_res_preload(float* acc, const float* y, int m, int n,
-                                               int ldy, int mt, int nt, int r0, int t) {
-    const int row0 = nt * GM_TILE + r0, tok0 = mt * GM_TILE + 2 * t;
-    if (mt * GM_TILE + GM_TILE <= m && nt * GM_TILE + GM_TILE <= n) {
-        const float* p = y + (size_t)tok0 * ldy + row0;
-        const size_t s8 = (size_t)8 * ldy;
-#pragma unroll
-        for (int j = 0; j < 16; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const float* q = p + j * s8 + e * ldy;
-                acc[4 * j + e] = q[0];
-                acc[4 * j + 2 + e] = q[8];
-            }
-        return;
-    }
-#pragma unroll
-    for (int j = 0; j < 16; ++j) gm_res_group(acc, y, m, n, ldy, tok0, row0, j);
-}
-
-// Part 2, before the tile's first promotion: each residual times 1 / R[token] (the row
-// scales in rs, copied in by gm_rs_fetch; R is a power of two, so the product is exact
-// and y = acc · R returns the residual plus the tile's sum). Returns false, with acc
-// cleared, when some token's R lies outside [2^-64, 2^64], where the quotient could
-// overflow or underflow; every warp decides alike (each sees all 128 tokens). Tokens
-// past the last have R = 0 and residual 0.
-__device__ __forceinline__ bool gm_pre_scale(float* acc, const float* rs, int t, int c) {
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    gm_named_sync(1 + c);  // every thread's row scale has landed
-    bool ok = true;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-        const float2 r2 = *reinterpret_cast<const float2*>(rs + 8 * j + 2 * t);
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const u32 b = __float_as_uint(e ? r2.y : r2.x);
-            const u32 ex = b >> 23;
-            ok = ok && (b == 0u || (ex >= 127u - 64u && ex <= 127u + 64u));
-            const float inv = __uint_as_float((254u << 23) - b);  // 1 / R, exact here
-            acc[4 * j + e] *= inv;
-            acc[4 * j + 2 + e] *= inv;
-        }
-    }
-    ok = __all_sync(0xffffffffu, ok);
-    if (!ok) {
-#pragma unroll
-        for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-    }
-    return ok;
 }

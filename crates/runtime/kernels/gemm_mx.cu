@@ -144,16 +144,10 @@ __device__ __forceinline__ void gm_pipe_steps(float* acc, float* ta, float* tb, 
 // promotion, against 143 before): the stages' ring slots and phases are stepped from
 // the call's first, the wgmma descriptors are the ring's first slot's plus an offset,
 // and the barrier waits sleep (suspend hint) instead of polling.
-//
-// pre_rs (the tile's first call under EPI 6, else null): acc holds the tile's raw
-// residuals; they are scaled into the accumulator's units by the row scales pre_rs
-// (gm_pre_scale) just before the first promotion, with two stages on the tensor cores
-// meanwhile; `pre_ok` says whether they could be.
 template <int WFMT, int NST, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb, u8* ring,
                                                u64* full, u64* empty, int kb, int c, int r0,
-                                               int lane, const float* pre_rs = nullptr,
-                                               bool* pre_ok = nullptr) {
+                                               int lane) {
     static_assert(NST < NS, "a call's stages wrap the ring at most once");
     const u32 ring0 = gm_smem(ring);
     float f0[2], f1[2];
@@ -193,22 +187,18 @@ __device__ __forceinline__ void gm_group_steps(float* acc, float* ta, float* tb,
         }
         __syncwarp();  // stage i's operands may be overwritten
         if (lane == 0) gm_bar_arrive(&empty[slot(i)]);
-        if (pre_rs && i == 0) *pre_ok = gm_pre_scale(acc, pre_rs, lane & 3, c);
         const float a = f0[i & 1], b = f1[i & 1];
         gm_promote(acc, cur, a, b);
     }
 }
 
 // N stages of one consumer warpgroup: grouped promotion (GROUP) or one per k step.
-// pre_rs, pre_ok: see gm_group_steps (grouped only; the per-step loop ignores them).
 template <int WFMT, int N, int GROUP, int NS = GM_STAGES>
 __device__ __forceinline__ void gm_stages(float* acc, float* ta, float* tb, u8* ring,
                                           u64* full, u64* empty, int kb, int c, int r0,
-                                          int lane, const float* pre_rs = nullptr,
-                                          bool* pre_ok = nullptr) {
+                                          int lane) {
     if (GROUP)
-        gm_group_steps<WFMT, N, NS>(acc, ta, tb, ring, full, empty, kb, c, r0, lane, pre_rs,
-                                    pre_ok);
+        gm_group_steps<WFMT, N, NS>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
     else
         gm_pipe_steps<WFMT, N, NS>(acc, ta, tb, ring, full, empty, kb, c, r0, lane);
 }
@@ -266,11 +256,7 @@ __device__ __forceinline__ void gemm_pipe_body(const u8* __restrict__ w,
 // the staging fits): 1 = the copy engine for everything; 2 = plain results by 16-byte
 // thread stores, `y +=` by the copy engine; 3 = threads for both (`y +=` as 16-byte
 // loads, adds and stores); 4 = SwiGLU of gate | up row pairs (n a multiple of 128);
-// 5 = the values of 3 by the lean epilogue (`gm_epilogue_lean`); 6 = `y +=` with the
-// residuals pre-added: loaded into the accumulators as the tile starts (gm_res_preload)
-// and scaled by 1 / R[token] before its first promotion, so the epilogue is the lean
-// plain one (grouped only; tiles with a row scale outside 2^±64 fall back to `y +=` by
-// per-thread stores).
+// 5 = the values of 3 by the lean epilogue (`gm_epilogue_lean`).
 template <int WFMT, int NST, int GROUP = 0, int NS = GM_STAGES, int EPI = 0>
 __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const u8* __restrict__ ws,
@@ -278,7 +264,6 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                                                   const float* __restrict__ xc,
                                                   const float* __restrict__ xr, float* y, int m,
                                                   int n, int kblocks, int ldy, int accumulate) {
-    static_assert(EPI != 6 || GROUP, "the residual pre-add runs in the grouped loop only");
     extern __shared__ __align__(1024) u8 gm_ring[];
     __shared__ u64 full[NS], empty[NS];
     const int tid = threadIdx.x;
@@ -318,29 +303,21 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
             const int mt = tile % m_tiles, nt = tile / m_tiles;
             if (staged) gm_rs_fetch(&gm_rs[c][32 * wq + lane], xr, mt * GM_TILE + 32 * wq + lane, m);
-            const bool pre = EPI == 6 && staged && accumulate;
-            if (pre) {
-                gm_res_preload(acc, y, m, n, ldy, mt, nt, r0, t);
-            } else {
 #pragma unroll
-                for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-            }
+            for (int i = 0; i < 64; ++i) acc[i] = 0.f;
             constexpr int U = GROUP ? GROUP : NST;  // stages per call
             // `y +=` by the threads: the first round's residuals are fetched into the
             // staging before the call that runs any of the tile's last U stages.
             bool fetch = (EPI == 3 || EPI == 5) && staged && accumulate;
             float* const stg = stg0 + c * (GM_STG_BYTES / 4);
             int kb = 0;
-            // The tile's first call scales the preloaded residuals (EPI 6).
-            bool pre_ok = true;
-            auto pre_rs = [&]() -> const float* { return pre && kb == 0 ? gm_rs[c] : nullptr; };
             for (; kb + U <= kblocks; kb += U) {
                 if (fetch && kb + U > kblocks - U) {
                     gm_res_fetch(stg, y, m, n, ldy, mt, nt, c, 32 * wq + lane);
                     fetch = false;
                 }
                 gm_stages<WFMT, U, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
-                                              lane, pre_rs(), &pre_ok);
+                                              lane);
             }
             for (; kb < kblocks; ++kb) {
                 if (fetch) {
@@ -348,17 +325,10 @@ __device__ __forceinline__ void gemm_persist_body(const u8* __restrict__ w,
                     fetch = false;
                 }
                 gm_stages<WFMT, 1, GROUP, NS>(acc, ta, tb, gm_ring, full, empty, it + kb, c, r0,
-                                              lane, pre_rs(), &pre_ok);
+                                              lane);
             }
             it += kblocks;
-            if (pre && !pre_ok) {
-                // A row scale outside 2^±64: the residuals were dropped; added here.
-                gm_epilogue(acc, ta, y, xr, m, n, ldy, 1, mt, nt, r0, t);
-                gm_named_sync(1 + c);
-            } else if (staged && EPI == 6)
-                gm_epilogue_lean<false>(acc, y, gm_rs[c], m, n, ldy, mt, nt, c, wq, g, t, lane,
-                                        stg);
-            else if (staged && EPI == 5 && accumulate)
+            if (staged && EPI == 5 && accumulate)
                 gm_epilogue_lean<true>(acc, y, gm_rs[c], m, n, ldy, mt, nt, c, wq, g, t, lane,
                                        stg);
             else if (staged && EPI == 5)
@@ -550,7 +520,6 @@ GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_a, 2, 0, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_a, 2, 4, 3)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_l, 2, 0, 5)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_l, 2, 4, 5)
-GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_p, 2, 4, 6)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_persist_swiglu, 2, 0, 4)
 GEMM_STAGED_KERNEL(gemm_mxfp8_e4m3_group4_swiglu, 2, 4, 4)
 

@@ -194,9 +194,9 @@ pub struct GemmMx {
     e4m3_w3_group: CudaFunction,
     /// The persistent kernels with staged epilogues ([`TileStore::Bulk`],
     /// [`TileStore::Vector`], [`TileStore::VectorAdd`], [`TileStore::Lean`]): per-step
-    /// promotion, then grouped (and [`TileStore::Preload`], grouped only).
+    /// promotion, then grouped.
     e4m3_persist_s: [CudaFunction; 4],
-    e4m3_group_s: [CudaFunction; 5],
+    e4m3_group_s: [CudaFunction; 4],
     /// The staged kernels with the SwiGLU epilogue ([`Self::gemm_swiglu`]): per-step
     /// promotion, grouped.
     e4m3_swiglu: [CudaFunction; 2],
@@ -242,13 +242,6 @@ pub enum TileStore {
     /// (`gm_epilogue_lean`: `y +=` chosen once per tile, a full tile's pieces stored
     /// from one base pointer with no bounds tests).
     Lean,
-    /// `y +=` with the residuals pre-added: each tile's residuals are loaded into its
-    /// accumulators as the tile starts and scaled by 1 / R (the token's power-of-two row
-    /// scale) before its first promotion, so the epilogue is [`Self::Lean`]'s plain one
-    /// and no residual load waits at the tile's end. Grouped weights (MXFP4) only;
-    /// per-step weights run [`Self::Lean`]. Plain tiles equal [`Self::VectorAdd`]'s bit
-    /// for bit; `y +=` adds the residual first instead of last (another rounding order).
-    Preload,
 }
 
 impl GemmMx {
@@ -304,7 +297,6 @@ impl GemmMx {
                 big_with("gemm_mxfp8_e4m3_group4_v", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_a", GEMM_STAGED_SMEM)?,
                 big_with("gemm_mxfp8_e4m3_group4_l", GEMM_STAGED_SMEM)?,
-                big_with("gemm_mxfp8_e4m3_group4_p", GEMM_STAGED_SMEM)?,
             ],
             e4m3_swiglu: [
                 big_with("gemm_mxfp8_e4m3_persist_swiglu", GEMM_STAGED_SMEM)?,
@@ -552,8 +544,6 @@ impl GemmMx {
             TileStore::Vector => Some(1),
             TileStore::VectorAdd => Some(2),
             TileStore::Lean => Some(3),
-            TileStore::Preload if grouped => Some(4),
-            TileStore::Preload => Some(3),
         };
         let f = match (w.format, kernel) {
             (ElementFormat::Fp8E4M3, _) if probe => &self.probe,
