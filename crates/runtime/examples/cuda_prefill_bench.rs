@@ -13,8 +13,9 @@
 //! (`GemmKernel::Persistent`, the default, `Wide3`, `Pipelined` and `Serial`) is timed.
 //! `FAVLO_PREFILL_SWIGLU_PROBE=1` only times the gate|up GEMM four ways (plain and
 //! paired tilings through the plain and SwiGLU GEMMs, see `swiglu_probe`).
-//! `FAVLO_PREFILL_EPILOGUE=1` only checks the tile stores that must equal the default's
-//! values bit for bit and times them against it in alternation (see `epilogue_probe`).
+//! `FAVLO_PREFILL_EPILOGUE=1` only checks `Lean` (the default) against `VectorAdd` (the
+//! default before it), whose values it must equal bit for bit, and times the two in
+//! alternation (see `epilogue_probe`).
 //! `FAVLO_PREFILL_ORDER_PROBE=1` only times every launch of the whole prefill's GEMMs in
 //! two orders, matrix by matrix and layer by layer (see `order_probe`).
 //! `FAVLO_PREFILL_PROFILE=1` only runs each matrix's GEMM (default loop, then the

@@ -29,8 +29,8 @@
 //   `*_swap` a descriptor diagnostic. `*_s` / `*_v` / `*_a`: the persistent kernels with
 //   the tile written through shared memory (`gm_epilogue_staged`; `_v`, plain tiles as
 //   16-byte row stores and `y +=` as copy-engine reduce-adds; `_a`, `y +=` too by 16-byte
-//   thread loads, adds and stores, the default; `_l`, `_a`'s values by the lean
-//   epilogue). Measured on the H200 in docs/CUDA.md.
+//   thread loads, adds and stores, the default before `_l`; `_l`, `_a`'s values by the
+//   lean epilogue, the default). Measured in docs/CUDA.md.
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
