@@ -344,19 +344,52 @@ fn epilogue_probe(
     let (warm, reps) = (2, 7);
     let all_flop = prefill_flop(mats, m);
     print_round_header("tile store");
+    // (all GEMMs, as the chat runs them) per round, per store in `stores`' order.
+    let mut totals = vec![Vec::new(); stores.len()];
     for round in 1..=4 {
-        let order: Vec<TileStore> = if round % 2 == 1 {
-            stores.to_vec()
+        let order: Vec<usize> = if round % 2 == 1 {
+            (0..stores.len()).collect()
         } else {
-            stores.iter().rev().copied().collect()
+            (0..stores.len()).rev().collect()
         };
-        for store in order {
-            g.store = store;
+        for i in order {
+            g.store = stores[i];
             let per = time_matrices(ctx, g, mats, acts, y, (warm, reps))?;
             let all = time_layers(ctx, g, (mats, None), acts, y, (warm, reps))?;
             let chat = time_layers(ctx, g, (mats, Some((gu, &paired))), acts, y, (warm, reps))?;
-            print_round(round, &format!("{store:?}"), &per, (all, chat), all_flop);
+            print_round(
+                round,
+                &format!("{:?}", stores[i]),
+                &per,
+                (all, chat),
+                all_flop,
+            );
+            totals[i].push((all, chat));
         }
+    }
+    // The rounds summed up: the means, and in how many rounds each store beat the first
+    // (the same round's timing, so drift between rounds falls on both alike).
+    for (store, t) in stores.iter().zip(&totals).skip(1) {
+        let mean = |f: fn(&(f64, f64)) -> f64, t: &[(f64, f64)]| {
+            t.iter().map(f).sum::<f64>() / t.len().max(1) as f64
+        };
+        let wins = |f: fn(&(f64, f64)) -> f64| {
+            t.iter()
+                .zip(&totals[0])
+                .filter(|(a, b)| f(a) < f(b))
+                .count()
+        };
+        println!(
+            "{store:?} against {:?} over {} rounds: all GEMMs mean {:.3} ms against {:.3} (faster in {}), as the chat runs them {:.3} against {:.3} (faster in {})",
+            stores[0],
+            t.len(),
+            mean(|p| p.0, t),
+            mean(|p| p.0, &totals[0]),
+            wins(|p| p.0),
+            mean(|p| p.1, t),
+            mean(|p| p.1, &totals[0]),
+            wins(|p| p.1),
+        );
     }
     g.store = saved;
     Ok(())
