@@ -369,26 +369,21 @@ fn epilogue_probe(
     }
     // The rounds summed up: the means, and in how many rounds each store beat the first
     // (the same round's timing, so drift between rounds falls on both alike).
+    let means = |t: &[(f64, f64)]| {
+        let n = t.len().max(1) as f64;
+        let sum = t.iter().fold((0.0, 0.0), |s, p| (s.0 + p.0, s.1 + p.1));
+        (sum.0 / n, sum.1 / n)
+    };
+    let (base_all, base_chat) = means(&totals[0]);
     for (store, t) in stores.iter().zip(&totals).skip(1) {
-        let mean = |f: fn(&(f64, f64)) -> f64, t: &[(f64, f64)]| {
-            t.iter().map(f).sum::<f64>() / t.len().max(1) as f64
-        };
-        let wins = |f: fn(&(f64, f64)) -> f64| {
-            t.iter()
-                .zip(&totals[0])
-                .filter(|(a, b)| f(a) < f(b))
-                .count()
-        };
+        let (all, chat) = means(t);
+        let pairs = || t.iter().zip(&totals[0]);
         println!(
-            "{store:?} against {:?} over {} rounds: all GEMMs mean {:.3} ms against {:.3} (faster in {}), as the chat runs them {:.3} against {:.3} (faster in {})",
+            "{store:?} against {:?} over {} rounds: all GEMMs mean {all:.3} ms against {base_all:.3} (faster in {}), as the chat runs them {chat:.3} against {base_chat:.3} (faster in {})",
             stores[0],
             t.len(),
-            mean(|p| p.0, t),
-            mean(|p| p.0, &totals[0]),
-            wins(|p| p.0),
-            mean(|p| p.1, t),
-            mean(|p| p.1, &totals[0]),
-            wins(|p| p.1),
+            pairs().filter(|(a, b)| a.0 < b.0).count(),
+            pairs().filter(|(a, b)| a.1 < b.1).count(),
         );
     }
     g.store = saved;
