@@ -34,6 +34,11 @@ pub enum BenchWhat {
     /// weights on a CUDA GPU (the FP8 tensor-core GEMM and the chat path's exact GEMM),
     /// TFLOP/s beside the FP8 tensor-core rate (and PyTorch with --anchor).
     Prefill(PrefillBench),
+    /// The CUDA backend's targets in one table: the MX GEMV against the copy bandwidth,
+    /// batch-1 decode against its roofline and the 2048-token prefill GEMMs against the
+    /// FP8 peak, each beside its goal and the ceilings measured in the same run (and
+    /// PyTorch with --anchor).
+    Targets(TargetsBench),
     /// Prefill and decode tokens/s of a chat model at 1 and 2 threads.
     Chat(super::bench_chat::ChatBench),
     /// Sentences/s of an embeddings model at batch 1, 8, 32, and one-sentence latency.
@@ -99,6 +104,17 @@ pub struct PrefillBench {
     /// promotion per 32 k). Both run the FP8 tensor-core GEMM and the exact GEMM.
     #[arg(long, default_value = "mxfp4")]
     pub weights: String,
+}
+
+#[derive(Args, Debug)]
+pub struct TargetsBench {
+    /// cuda or cuda:N (this benchmark needs a CUDA device).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Also run PyTorch's bf16 decode and FP8 GEMMs on the same shapes (needs python3
+    /// and torch with CUDA) and print them beside.
+    #[arg(long)]
+    pub anchor: bool,
 }
 
 #[derive(Args, Debug)]
@@ -169,6 +185,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchWhat::Kernels(b) => kernels(b),
         BenchWhat::Decode(b) => decode(b),
         BenchWhat::Prefill(b) => prefill(b),
+        BenchWhat::Targets(b) => targets(b),
         BenchWhat::Chat(b) => super::bench_chat::chat(b),
         BenchWhat::Embeddings(b) => embeddings(b),
     }
@@ -220,6 +237,16 @@ fn prefill(b: PrefillBench) -> anyhow::Result<ExitCode> {
         layers: b.layers,
     };
     crate::cmd::bench_cuda::prefill(n, &request)
+}
+
+fn targets(b: TargetsBench) -> anyhow::Result<ExitCode> {
+    let Device::Cuda(n) = crate::cmd::common::device(&b.device)? else {
+        return Err(UsageError(
+            "favlo bench targets needs a CUDA device: use --device cuda or cuda:N".into(),
+        )
+        .into());
+    };
+    crate::cmd::bench_targets::targets(n, b.anchor)
 }
 
 pub(crate) fn find_gguf(dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {

@@ -10,6 +10,8 @@
 use std::process::ExitCode;
 
 #[cfg(feature = "cuda")]
+pub(crate) use with_cuda::{anchor_json, check_anchor, open};
+#[cfg(feature = "cuda")]
 pub use with_cuda::{decode, kernels, prefill};
 
 /// What `favlo bench prefill` was asked for (besides the device).
@@ -69,7 +71,7 @@ mod with_cuda {
         format_name, gemv_bench, mx_format, prefill_bench, tflops,
     };
 
-    fn open(ordinal: u32) -> anyhow::Result<std::sync::Arc<CudaContext>> {
+    pub(crate) fn open(ordinal: u32) -> anyhow::Result<std::sync::Arc<CudaContext>> {
         CudaContext::open(ordinal as usize, None).map_err(|e| {
             crate::cmd::common::UsageError(format!("--device cuda:{ordinal}: {e}")).into()
         })
@@ -135,11 +137,11 @@ mod with_cuda {
     }
 
     /// The last JSON line an anchor script printed.
-    struct Anchor(serde_json::Value);
+    pub(crate) struct Anchor(pub(crate) serde_json::Value);
 
     impl Anchor {
         /// The figures `keys`, or an error naming the JSON when one is missing.
-        fn nums<const N: usize>(&self, keys: [&str; N]) -> anyhow::Result<[f64; N]> {
+        pub(crate) fn nums<const N: usize>(&self, keys: [&str; N]) -> anyhow::Result<[f64; N]> {
             let mut out = [0.0; N];
             for (o, k) in out.iter_mut().zip(keys) {
                 *o = self
@@ -152,13 +154,13 @@ mod with_cuda {
         }
 
         /// The torch version it reported.
-        fn torch(&self) -> &str {
+        pub(crate) fn torch(&self) -> &str {
             self.0.get("torch").and_then(|v| v.as_str()).unwrap_or("?")
         }
     }
 
     /// Runs an anchor script with `args` and reads its last JSON line.
-    fn anchor_json(script: &str, args: &[String]) -> anyhow::Result<Anchor> {
+    pub(crate) fn anchor_json(script: &str, args: &[String]) -> anyhow::Result<Anchor> {
         let out = crate::cmd::bench::run_anchor(script, args)?;
         let json = out
             .lines()
@@ -171,7 +173,7 @@ mod with_cuda {
     }
 
     /// Checks that python3 and torch with CUDA are there for the anchor.
-    fn check_anchor() -> anyhow::Result<()> {
+    pub(crate) fn check_anchor() -> anyhow::Result<()> {
         let out = std::process::Command::new("python3")
             .args([
                 "-c",

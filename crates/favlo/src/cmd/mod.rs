@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_chat;
 pub mod bench_cuda;
+pub mod bench_targets;
 pub mod common;
 pub mod complete;
 pub mod lock;
