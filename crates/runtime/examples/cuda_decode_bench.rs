@@ -5,7 +5,7 @@
 //! Run: `cuda_decode_bench [--layers 36] [--ctx 1024] [--steps 32] [--f32-kv] [--mxfp8]
 //! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
 //! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--attn-fma] [--unfused]
-//! [--no-persist] [--warps-cap W] [--capacity N] [--skip qkv,attn,o,gate_up,down,head,rope]`
+//! [--no-persist] [--warps-cap W] [--capacity N] [--skip qkv,attn,o,gate_up,down,head,rope,split,combine]`
 //! (`--unfused`: the RMSNorm and SwiGLU preparations as kernels of their own;
 //! `--attn-fma`: the one-pass attention's FMA loop over the f16 cache instead of its
 //! tensor-core loop;
@@ -72,7 +72,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         skip: arg(&argv, "--skip").map_or(0, |list| {
             list.split(',')
                 .filter_map(|p| SKIP_PARTS.iter().position(|n| *n == p))
-                .fold(0u8, |a, i| a | (1 << i))
+                .fold(0u16, |a, i| a | (1 << i))
         }),
     };
     let ctx = match CudaContext::open(0, None) {

@@ -236,6 +236,10 @@ pub struct AttentionDecode {
     pub min_keys: usize,
     /// `OnePass`: blocks per kv head instead of the occupancy-derived one wave (≤ 64).
     pub splits: Option<usize>,
+    /// Timing ablation only (benches; outputs then meaningless): bit 0 leaves out the
+    /// two-pass split launch, bit 1 its combine, so a step's graph shows what each costs
+    /// on the chain. 0 (the default) runs both.
+    pub ablate: u8,
     /// The one-pass kernels (the tensor-core loop over f16 caches on sm_80+).
     one: onepass::OnePass,
     /// The FMA-loop one-pass kernels, once [`Self::set_onepass_tc`]`(false)` loaded them.
@@ -315,6 +319,7 @@ impl AttentionDecode {
             pdl: false,
             kernel: AttnKernel::Auto,
             light_fence: false,
+            ablate: 0,
             min_keys: 64,
             splits: None,
             ctx: Arc::clone(ctx),
@@ -481,9 +486,14 @@ impl AttentionDecode {
             .arg(&cap)
             .arg(&nkv)
             .arg(&scale);
-        // SAFETY: types match the kernel; it clamps len to 1..=capacity and key indices
-        // to len - 1, and the cache holds capacity rows (checked above).
-        unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(attn_decode)"))?;
+        if self.ablate & 1 == 0 {
+            // SAFETY: types match the kernel; it clamps len to 1..=capacity and key
+            // indices to len - 1, and the cache holds capacity rows (checked above).
+            unsafe { b.launch(cfg) }.map_err(driver_err("cuLaunchKernel(attn_decode)"))?;
+        }
+        if self.ablate & 2 != 0 {
+            return Ok(());
+        }
         let cfg = LaunchConfig {
             grid_dim: (n_heads as u32, 1, 1),
             block_dim: (hd as u32, 1, 1),
@@ -560,9 +570,15 @@ impl AttentionDecode {
             arg_ptr(&nkv),
             arg_ptr(&scale),
         ];
-        // SAFETY: the split kernel's parameters in order (checked shapes, see `decode`).
-        unsafe { launch_ex(s, split, cfg, &mut args) }
-            .map_err(driver_err("cuLaunchKernelEx(attn_decode)"))?;
+        if self.ablate & 1 == 0 {
+            // SAFETY: the split kernel's parameters in order (checked shapes, see
+            // `decode`).
+            unsafe { launch_ex(s, split, cfg, &mut args) }
+                .map_err(driver_err("cuLaunchKernelEx(attn_decode)"))?;
+        }
+        if self.ablate & 2 != 0 {
+            return Ok(());
+        }
         let cfg = LaunchConfig {
             grid_dim: (n_heads as u32, 1, 1),
             block_dim: (hd as u32, 1, 1),

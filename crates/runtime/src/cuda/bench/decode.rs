@@ -117,7 +117,7 @@ pub struct DecodeBenchOptions {
     pub fused: bool,
     /// Parts left out of the fused step ([`SKIP_PARTS`] bits; timing ablation only:
     /// the logits are then meaningless and the fused check is not run).
-    pub skip: u8,
+    pub skip: u16,
     /// The ring GEMVs loop over tiles in one wave of blocks (`GemvMma::persistent`).
     pub persistent: bool,
     /// At most this many warps per block of the register GEMV kernels
@@ -131,7 +131,11 @@ pub struct DecodeBenchOptions {
 
 /// The parts [`DecodeBenchOptions::skip`] can leave out, bit i = name i.
 /// `rope`: only the attention's q/k norm + RoPE + KV store kernel (two-pass attention).
-pub const SKIP_PARTS: [&str; 7] = ["qkv", "attn", "o", "gate_up", "down", "head", "rope"];
+/// `split` and `combine` leave out one launch of the two-pass attention
+/// ([`AttentionDecode::ablate`]).
+pub const SKIP_PARTS: [&str; 9] = [
+    "qkv", "attn", "o", "gate_up", "down", "head", "rope", "split", "combine",
+];
 
 impl Default for DecodeBenchOptions {
     /// `favlo bench decode --device cuda`: the full model, 1024 tokens of context, 32
@@ -263,7 +267,7 @@ pub(super) struct Kernels {
     /// Steps use the fused epilogues ([`super::decode_fused`]).
     pub(super) fused: bool,
     /// [`DecodeBenchOptions::skip`].
-    pub(super) skip: u8,
+    pub(super) skip: u16,
 }
 
 impl Kernels {
@@ -364,6 +368,7 @@ pub fn decode_bench(
         None
     };
     k.skip = opts.skip;
+    k.attn.ablate = ((opts.skip >> 7) & 3) as u8;
     let pdl_check = if pdl {
         Some(check_pdl(ctx, &mut k, &mut m, start)?)
     } else {
