@@ -31,10 +31,15 @@ pub struct TargetRow {
 }
 
 impl TargetRow {
-    /// `met`, or how many points it is short by (a figure that is not finite, e.g.
-    /// from a timing that failed, is never met).
+    /// Whether the figure reaches the goal (a figure that is not finite, e.g. from a
+    /// timing that failed, never does).
+    pub fn met(&self) -> bool {
+        self.figure.is_finite() && self.figure >= self.goal
+    }
+
+    /// `met`, or how many points it is short by.
     pub fn verdict(&self) -> String {
-        if self.figure.is_finite() && self.figure >= self.goal {
+        if self.met() {
             "met".into()
         } else if self.figure.is_finite() {
             let short = self.goal - self.figure;
@@ -56,13 +61,13 @@ pub fn render(device: &str, rows: &[TargetRow]) -> String {
     let _ = writeln!(out, "device {device}");
     let _ = writeln!(
         out,
-        "{:<44} {:>8} {:>7}  {:<20} {:<22} beside it (same run)",
+        "{:<48} {:>8} {:>7}  {:<20} {:<26} beside it (same run)",
         "target", "figure", "goal", "verdict", "measured"
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{:<44} {:>7.1}% {:>6.0}%  {:<20} {:<22} {}",
+            "{:<48} {:>7.1}% {:>6.0}%  {:<20} {:<26} {}",
             r.what,
             r.figure,
             r.goal,
@@ -71,7 +76,7 @@ pub fn render(device: &str, rows: &[TargetRow]) -> String {
             r.beside
         );
     }
-    let met = rows.iter().filter(|r| r.verdict() == "met").count();
+    let met = rows.iter().filter(|r| r.met()).count();
     let _ = writeln!(out, "{met} of {} targets met", rows.len());
     out
 }
@@ -217,7 +222,7 @@ mod with_cuda {
         }
         rows.push(TargetRow {
             what: format!(
-                "decode, batch 1, Qwen3-8B shape {}, % of roofline",
+                "batch-1 decode, Qwen3-8B {}, % of roofline",
                 format_name(d_opts.format)
             ),
             figure: 100.0 * d.roofline_ms / d.graph_ms,
@@ -262,6 +267,7 @@ mod tests {
         assert_eq!(row(79.96, 80.0).verdict(), "< 0.1 points short");
         assert_eq!(row(f64::NAN, 80.0).verdict(), "no figure");
         assert_eq!(row(f64::INFINITY, 80.0).verdict(), "no figure");
+        assert!(row(80.0, 80.0).met() && !row(79.96, 80.0).met() && !row(f64::NAN, 0.0).met());
     }
 
     #[test]
@@ -277,5 +283,12 @@ mod tests {
         assert!(lines[3].contains("51.2%") && lines[3].contains("met"));
         assert!(lines[3].contains("read ceiling 73%"));
         assert_eq!(lines[4], "1 of 2 targets met");
+        // Every row's verdict starts where the header's does (in characters: "×" is
+        // two bytes).
+        let col = |line: &str, pat: &str| line.find(pat).map(|b| line[..b].chars().count());
+        let verdict_col = col(lines[1], "verdict");
+        assert!(verdict_col.is_some_and(|c| c > 0));
+        assert_eq!(col(lines[2], "23.0 points short"), verdict_col);
+        assert_eq!(col(lines[3], "met"), verdict_col);
     }
 }
