@@ -10,7 +10,7 @@
 use std::process::ExitCode;
 
 #[cfg(feature = "cuda")]
-pub(crate) use with_cuda::{anchor_json, check_anchor, open};
+pub(crate) use with_cuda::{check_anchor, decode_anchor, open, prefill_anchor};
 #[cfg(feature = "cuda")]
 pub use with_cuda::{decode, kernels, prefill};
 
@@ -37,28 +37,25 @@ pub struct DecodeRequest {
     pub steps: usize,
 }
 
+/// The usage error of a CUDA benchmark in a favlo built without the `cuda` feature.
+#[cfg(not(feature = "cuda"))]
+pub(crate) fn without_cuda() -> anyhow::Error {
+    crate::cmd::common::UsageError("this favlo was built without the cuda feature".into()).into()
+}
+
 #[cfg(not(feature = "cuda"))]
 pub fn kernels(_ordinal: u32) -> anyhow::Result<ExitCode> {
-    Err(
-        crate::cmd::common::UsageError("this favlo was built without the cuda feature".into())
-            .into(),
-    )
+    Err(without_cuda())
 }
 
 #[cfg(not(feature = "cuda"))]
 pub fn decode(_ordinal: u32, _r: &DecodeRequest) -> anyhow::Result<ExitCode> {
-    Err(
-        crate::cmd::common::UsageError("this favlo was built without the cuda feature".into())
-            .into(),
-    )
+    Err(without_cuda())
 }
 
 #[cfg(not(feature = "cuda"))]
 pub fn prefill(_ordinal: u32, _r: &PrefillRequest) -> anyhow::Result<ExitCode> {
-    Err(
-        crate::cmd::common::UsageError("this favlo was built without the cuda feature".into())
-            .into(),
-    )
+    Err(without_cuda())
 }
 
 #[cfg(feature = "cuda")]
@@ -160,7 +157,7 @@ mod with_cuda {
     }
 
     /// Runs an anchor script with `args` and reads its last JSON line.
-    pub(crate) fn anchor_json(script: &str, args: &[String]) -> anyhow::Result<Anchor> {
+    fn anchor_json(script: &str, args: &[String]) -> anyhow::Result<Anchor> {
         let out = crate::cmd::bench::run_anchor(script, args)?;
         let json = out
             .lines()
@@ -170,6 +167,46 @@ mod with_cuda {
         Ok(Anchor(
             serde_json::from_str(json).context("reading the PyTorch anchor's JSON")?,
         ))
+    }
+
+    /// PyTorch's bf16 decode of `opts`'s shapes on GPU `ordinal`.
+    pub(crate) fn decode_anchor(opts: &DecodeBenchOptions, ordinal: u32) -> anyhow::Result<Anchor> {
+        let args = [
+            "--layers".to_string(),
+            opts.layers.to_string(),
+            "--ctx".into(),
+            opts.context.to_string(),
+            "--steps".into(),
+            opts.steps.to_string(),
+            "--device".into(),
+            ordinal.to_string(),
+            "--json".into(),
+        ];
+        anchor_json(
+            include_str!("../../../../tools/bench/cuda_decode_anchor.py"),
+            &args,
+        )
+    }
+
+    /// PyTorch's bf16 and FP8 GEMMs of the prefill's shapes on GPU `ordinal`.
+    pub(crate) fn prefill_anchor(
+        tokens: usize,
+        layers: usize,
+        ordinal: u32,
+    ) -> anyhow::Result<Anchor> {
+        let args = [
+            "--tokens".to_string(),
+            tokens.to_string(),
+            "--layers".into(),
+            layers.to_string(),
+            "--device".into(),
+            ordinal.to_string(),
+            "--json".into(),
+        ];
+        anchor_json(
+            include_str!("../../../../tools/bench/cuda_prefill_anchor.py"),
+            &args,
+        )
     }
 
     /// Checks that python3 and torch with CUDA are there for the anchor.
@@ -266,21 +303,7 @@ mod with_cuda {
         line("favlo, CUDA graph", d.graph_ms, d.roofline_ms);
         line("favlo, plain launches", d.plain_ms, d.roofline_ms);
         if r.anchor {
-            let args = [
-                "--layers".to_string(),
-                opts.layers.to_string(),
-                "--ctx".into(),
-                opts.context.to_string(),
-                "--steps".into(),
-                opts.steps.to_string(),
-                "--device".into(),
-                ordinal.to_string(),
-                "--json".into(),
-            ];
-            let a = anchor_json(
-                include_str!("../../../../tools/bench/cuda_decode_anchor.py"),
-                &args,
-            )?;
+            let a = decode_anchor(&opts, ordinal)?;
             let [roof, graph, eager, bytes] =
                 a.nums(["roofline_ms", "graph_ms", "eager_ms", "bytes_per_token"])?;
             let torch = a.torch();
@@ -411,19 +434,7 @@ mod with_cuda {
             "gate|up is the GEMM the chat's FP8 prefill runs: gate and up rows paired, silu(gate)·up stored ([m, ff] f32; its SwiGLU checked against the plain GEMM's, bound 1e-5); (gate|up plain) stores [m, 2·ff] f32 and is not in the totals"
         );
         if r.anchor {
-            let args = [
-                "--tokens".to_string(),
-                p.tokens.to_string(),
-                "--layers".into(),
-                p.layers.to_string(),
-                "--device".into(),
-                ordinal.to_string(),
-                "--json".into(),
-            ];
-            let a = anchor_json(
-                include_str!("../../../../tools/bench/cuda_prefill_anchor.py"),
-                &args,
-            )?;
+            let a = prefill_anchor(p.tokens, p.layers, ordinal)?;
             let [bf16, fp8, row, ceil] =
                 a.nums(["bf16_ms", "fp8_ms", "fp8_rowwise_ms", "fp8_ceiling_tflops"])?;
             let torch = a.torch();

@@ -83,16 +83,13 @@ pub fn render(device: &str, rows: &[TargetRow]) -> String {
 
 #[cfg(not(feature = "cuda"))]
 pub fn targets(_ordinal: u32, _anchor: bool) -> anyhow::Result<ExitCode> {
-    Err(
-        crate::cmd::common::UsageError("this favlo was built without the cuda feature".into())
-            .into(),
-    )
+    Err(crate::cmd::bench_cuda::without_cuda())
 }
 
 #[cfg(feature = "cuda")]
 mod with_cuda {
     use super::{ExitCode, TargetRow, render};
-    use crate::cmd::bench_cuda::{anchor_json, check_anchor, open};
+    use crate::cmd::bench_cuda::{check_anchor, decode_anchor, open, prefill_anchor};
     use favlo_runtime::cuda::bench::{
         DecodeBenchOptions, FP8_PEAK_TFLOPS, GemvBenchOptions, GemvRow, PrefillBenchOptions,
         decode_bench, format_name, gemv_bench, prefill_bench, tflops,
@@ -178,40 +175,14 @@ mod with_cuda {
         );
         if anchor {
             eprintln!("favlo bench targets: PyTorch anchors…");
-            let args = [
-                "--layers".to_string(),
-                d_opts.layers.to_string(),
-                "--ctx".into(),
-                d_opts.context.to_string(),
-                "--steps".into(),
-                d_opts.steps.to_string(),
-                "--device".into(),
-                ordinal.to_string(),
-                "--json".into(),
-            ];
-            let a = anchor_json(
-                include_str!("../../../../tools/bench/cuda_decode_anchor.py"),
-                &args,
-            )?;
+            let a = decode_anchor(&d_opts, ordinal)?;
             let [graph] = a.nums(["graph_ms"])?;
             decode_beside.push_str(&format!(
                 "; PyTorch {} bf16 CUDA graph {:.0} tok/s",
                 a.torch(),
                 1e3 / graph
             ));
-            let args = [
-                "--tokens".to_string(),
-                p.tokens.to_string(),
-                "--layers".into(),
-                p.layers.to_string(),
-                "--device".into(),
-                ordinal.to_string(),
-                "--json".into(),
-            ];
-            let a = anchor_json(
-                include_str!("../../../../tools/bench/cuda_prefill_anchor.py"),
-                &args,
-            )?;
+            let a = prefill_anchor(p.tokens, p.layers, ordinal)?;
             let [fp8, row] = a.nums(["fp8_ms", "fp8_rowwise_ms"])?;
             let pct = |ms: f64| 100.0 * tflops(flop, ms) / FP8_PEAK_TFLOPS;
             prefill_beside.push_str(&format!(
