@@ -95,13 +95,15 @@ mod with_cuda {
                 Some(k) => format!("{} = {k:?}", row.name),
                 None => row.name.clone(),
             };
-            let chained = match (row.us_pdl, row.kernel_pdl) {
-                (Some(us), k) => {
-                    let pct = 100.0 * row.bytes / (us * 1e-6) / 1e9 / r.copy_gbps;
-                    let k = k.map(|k| format!(" ({k:?})")).unwrap_or_default();
+            let chained = match (row.us_pdl, row.chained_of_copy(r.copy_gbps)) {
+                (Some(us), Some(pct)) => {
+                    let k = row
+                        .kernel_pdl
+                        .map(|k| format!(" ({k:?})"))
+                        .unwrap_or_default();
                     format!("{us:.1}, {pct:.0}%{k}")
                 }
-                (None, _) => "-".into(),
+                _ => "-".into(),
             };
             let err = if row.rel_err.is_nan() {
                 "-".into()

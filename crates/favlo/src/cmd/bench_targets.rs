@@ -92,7 +92,7 @@ mod with_cuda {
     use crate::cmd::bench_cuda::{check_anchor, decode_anchor, open, prefill_anchor};
     use favlo_runtime::cuda::bench::{
         DecodeBenchOptions, FP8_PEAK_TFLOPS, GemvBenchOptions, GemvRow, PrefillBenchOptions,
-        decode_bench, format_name, gemv_bench, prefill_bench, tflops,
+        READ_CEILING, decode_bench, format_name, gemv_bench, prefill_bench, tflops,
     };
 
     /// The GEMV target's goal, % of copy.
@@ -110,17 +110,16 @@ mod with_cuda {
             let ceiling = rows
                 .iter()
                 .find(|c| {
-                    c.kernel.is_none()
+                    c.name == READ_CEILING
                         && c.format == r.format
                         && (c.rows, c.cols) == (r.rows, r.cols)
-                        && c.name == "read ceiling"
                 })
                 .map_or("read ceiling -".to_string(), |c| {
                     format!("read ceiling {:.0}%", c.of_copy)
                 });
-            let chained = r.us_pdl.map_or("-".to_string(), |us| {
-                format!("{:.0}%", 100.0 * r.bytes / (us * 1e-6) / 1e9 / copy_gbps)
-            });
+            let chained = r
+                .chained_of_copy(copy_gbps)
+                .map_or("-".to_string(), |pct| format!("{pct:.0}%"));
             out.push(TargetRow {
                 what: format!(
                     "GEMV {} {}×{}, % of copy",

@@ -53,13 +53,16 @@ pub struct GemvCase {
     pub variant: GemvVariant,
 }
 
+/// The name of [`GemvCase::read_ceiling`]'s rows.
+pub const READ_CEILING: &str = "read ceiling";
+
 impl GemvCase {
     /// The read ceiling ([`GemvMma::gemv_probe`] mode 5): the same bytes streamed by a
     /// plain grid-stride read, nothing computed; no kernel that reads them once in one
     /// launch is faster.
     pub fn read_ceiling() -> GemvCase {
         GemvCase {
-            name: "read ceiling".into(),
+            name: READ_CEILING.into(),
             variant: GemvVariant::Probe {
                 ring: None,
                 mode: 5,
@@ -142,6 +145,14 @@ pub struct GemvRow {
     /// kernel `Auto` picks then.
     pub us_pdl: Option<f64>,
     pub kernel_pdl: Option<GemvKernel>,
+}
+
+impl GemvRow {
+    /// The chained GEMV ([`Self::us_pdl`]) in percent of the copy bandwidth.
+    pub fn chained_of_copy(&self, copy_gbps: f64) -> Option<f64> {
+        self.us_pdl
+            .map(|us| 100.0 * self.bytes / (us * 1e-6) / 1e9 / copy_gbps)
+    }
 }
 
 /// The table and its ceiling.

@@ -19,7 +19,8 @@ mod prefill;
 pub use decode::{AttnMode, DecodeBench, DecodeBenchOptions, SKIP_PARTS, decode_bench};
 pub use decode_parts::{DecodeParts, PartRow};
 pub use gemv::{
-    ChainRow, GemvBench, GemvBenchOptions, GemvCase, GemvRow, GemvVariant, chain_bench, gemv_bench,
+    ChainRow, GemvBench, GemvBenchOptions, GemvCase, GemvRow, GemvVariant, READ_CEILING,
+    chain_bench, gemv_bench,
 };
 pub use prefill::{
     FP8_PEAK_TFLOPS, PrefillBench, PrefillBenchOptions, PrefillRow, prefill_bench, tflops,
