@@ -5,7 +5,8 @@
 //! Run: `cuda_decode_bench [--layers 36] [--ctx 1024] [--steps 32] [--f32-kv] [--mxfp8]
 //! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
 //! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--attn-fma] [--unfused]
-//! [--no-persist] [--warps-cap W] [--capacity N] [--skip qkv,attn,o,gate_up,down,head,rope,split,combine]`
+//! [--no-persist] [--warps-cap W] [--capacity N]
+//! [--skip qkv,attn,o,gate_up,down,head,rope,split,combine,score,merge]`
 //! (`--unfused`: the RMSNorm and SwiGLU preparations as kernels of their own;
 //! `--attn-fma`: the one-pass attention's FMA loop over the f16 cache instead of its
 //! tensor-core loop;

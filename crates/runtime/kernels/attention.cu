@@ -91,7 +91,10 @@ struct Raw<float, P> {
     }
 };
 
-template <int HD, int G, typename T>
+// MODE (timing probes only, partials meaningless unless 0): 1 = the loads, folded into
+// the partials with no scores, softmax or merge; 2 = no merge of the half-warps (each of
+// the first G writes its own head's values unmerged).
+template <int HD, int G, typename T, int MODE = 0>
 __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T* __restrict__ kc,
                                            const T* __restrict__ vc, float* __restrict__ part,
                                            const int* __restrict__ lenp, int len_add, int cap,
@@ -144,6 +147,32 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
 #pragma unroll
         for (int e = 0; e < P; ++e) qv[i].v[e] *= scale;
     }
+    const int hw = 2 * warp + half;
+    if (MODE == 1) {
+        // Every loaded value kept live at one add each; the same writes as below.
+        float f = 0.f;
+#pragma unroll
+        for (int u = 0; u < KEYS_PER_HALF; ++u) {
+            RowV<P> k, v;
+            kr[u].widen(k);
+            vr[u].widen(v);
+#pragma unroll
+            for (int e = 0; e < P; ++e) f += k.v[e] + v.v[e];
+        }
+#pragma unroll
+        for (int i = 0; i < G; ++i)
+#pragma unroll
+            for (int e = 0; e < P; ++e) f += qv[i].v[e];
+        if (hw >= G) return;
+        float* pp = part + ((long long)(g * G + hw) * nsplit + s) * (HD + 4);
+#pragma unroll
+        for (int e = 0; e < P; ++e) pp[hl * P + e] = f;
+        if (hl == 0) {
+            pp[HD] = 0.f;
+            pp[HD + 1] = 1.f;
+        }
+        return;
+    }
     // All KEYS_PER_HALF x G dot products first (independent butterfly reductions within
     // the half-warp: ILP), then one max, exp and weighted sum per head.
     float sc[G][KEYS_PER_HALF];
@@ -191,11 +220,24 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
             }
         }
     }
+    if (MODE == 2) {
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            if (i != hw) continue;  // register arrays indexed by constants only
+            float* pp = part + ((long long)(g * G + i) * nsplit + s) * (HD + 4);
+#pragma unroll
+            for (int e = 0; e < P; ++e) pp[hl * P + e] = o[i].v[e];
+            if (hl == 0) {
+                pp[HD] = m[i];
+                pp[HD + 1] = l[i];
+            }
+        }
+        return;
+    }
     // Merge the 8 half-warps: shared (m, l) per half-warp and head, o per half-warp,
     // head and dim.
     __shared__ float sm[NH][G], sl[NH][G];
     __shared__ RowV<P> so[NH][G][16];
-    const int hw = 2 * warp + half;
 #pragma unroll
     for (int i = 0; i < G; ++i) {
         if (hl == 0) {
@@ -279,6 +321,18 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
 
 ATTN_GROUPS(128, )
 ATTN_GROUPS(64, _hd64)
+
+// The split's timing probes (`AttentionDecode::ablate` bits 2 and 3), for the shape of
+// Qwen3-8B only (f16 cache, HD 128, G 4).
+#define ATTN_PROBE(MODE)                                                                    \
+    extern "C" __global__ void __launch_bounds__(128) attn_decode_f16_g4_probe##MODE(       \
+        const float* q, const unsigned short* k, const unsigned short* v, float* part,      \
+        const int* lenp, int len_add, int cap, int n_kv, float scale) {                     \
+        attn_split<128, 4, unsigned short, MODE>(q, k, v, part, lenp, len_add, cap, n_kv,   \
+                                                 scale);                                    \
+    }
+ATTN_PROBE(1)
+ATTN_PROBE(2)
 
 // out[h][d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s. Grid: n_heads; block: HD.
 // 64 splits per round, one L2 round trip each and no barrier: every thread reads its own

@@ -238,7 +238,10 @@ pub struct AttentionDecode {
     pub splits: Option<usize>,
     /// Timing ablation only (benches; outputs then meaningless): bit 0 leaves out the
     /// two-pass split launch, bit 1 its combine, so a step's graph shows what each costs
-    /// on the chain. 0 (the default) runs both.
+    /// on the chain; bit 2 runs the split without its scores, softmax and merge (its
+    /// loads and writes only), bit 3 without the merge of its half-warps (those two for
+    /// f16 caches, head dim 128 and 4 query heads per kv head only). 0 (the default) runs
+    /// the real kernels.
     pub ablate: u8,
     /// The one-pass kernels (the tensor-core loop over f16 caches on sm_80+).
     one: onepass::OnePass,
@@ -248,6 +251,8 @@ pub struct AttentionDecode {
     tc_on: bool,
     /// [head dim 64?][f16?][group - 1] split kernels.
     split: [[[CudaFunction; 8]; 2]; 2],
+    /// The split's timing probes ([`Self::ablate`] bits 2 and 3).
+    split_probe: [CudaFunction; 2],
     /// [head dim 64?] combine kernels (f32 out, x-prep out).
     combine: [CudaFunction; 2],
     combine_prep: [CudaFunction; 2],
@@ -296,6 +301,10 @@ impl AttentionDecode {
             split: [
                 [set("f32", "")?, set("f16", "")?],
                 [set("f32", "_hd64")?, set("f16", "_hd64")?],
+            ],
+            split_probe: [
+                f("attn_decode_f16_g4_probe1".into())?,
+                f("attn_decode_f16_g4_probe2".into())?,
             ],
             combine: [
                 f("attn_decode_combine".into())?,
@@ -459,9 +468,20 @@ impl AttentionDecode {
             shared_mem_bytes: 0,
         };
         let f16 = matches!(cache, KvCache::F16 { .. });
+        let split = match (self.ablate >> 2) & 3 {
+            0 => &self.split[hi][usize::from(f16)][gi],
+            _ if hi != 0 || !f16 || group != 4 => {
+                return Err(shape(
+                    "the split's timing probes are built for f16 caches, head dim 128 and \
+                     4 query heads per kv head only"
+                        .into(),
+                ));
+            }
+            p => &self.split_probe[usize::from(p & 1 == 0)],
+        };
         if self.pdl {
             return self.decode_pdl(
-                &self.split[hi][usize::from(f16)][gi],
+                split,
                 cfg,
                 q,
                 cache,
@@ -474,7 +494,7 @@ impl AttentionDecode {
                 hi,
             );
         }
-        let mut b = s.launch_builder(&self.split[hi][usize::from(f16)][gi]);
+        let mut b = s.launch_builder(split);
         b.arg(&q.slice);
         match cache {
             KvCache::F16 { k, v } => b.arg(&k.slice).arg(&v.slice),
