@@ -6,7 +6,7 @@
 //! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
 //! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--attn-fma] [--unfused]
 //! [--no-persist] [--warps-cap W] [--capacity N]
-//! [--skip qkv,attn,o,gate_up,down,head,rope,split,combine,score,merge]`
+//! [--skip qkv,attn,o,gate_up,down,head,rope,split,combine,score,merge,merge_math]`
 //! (`--unfused`: the RMSNorm and SwiGLU preparations as kernels of their own;
 //! `--attn-fma`: the one-pass attention's FMA loop over the f16 cache instead of its
 //! tensor-core loop;

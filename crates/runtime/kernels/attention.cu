@@ -93,7 +93,9 @@ struct Raw<float, P> {
 
 // MODE (timing probes only, partials meaningless unless 0): 1 = the loads, folded into
 // the partials with no scores, softmax or merge; 2 = no merge of the half-warps (each of
-// the first G writes its own head's values unmerged).
+// the first G writes its own head's values unmerged); 3 = the merge's shared-memory
+// writes and barrier but not its reads and arithmetic (each of the first G half-warps
+// then writes its own head's values, as 2).
 template <int HD, int G, typename T, int MODE = 0>
 __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T* __restrict__ kc,
                                            const T* __restrict__ vc, float* __restrict__ part,
@@ -149,24 +151,27 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
     }
     const int hw = 2 * warp + half;
     if (MODE == 1) {
-        // Every loaded value kept live at one add each; the same writes as below.
-        float f = 0.f;
+        // Every loaded value kept live at one add each, in P independent sums (short
+        // chains); the values written stay small, so the steps after see sane inputs.
+        float f[P];
+#pragma unroll
+        for (int e = 0; e < P; ++e) f[e] = 0.f;
 #pragma unroll
         for (int u = 0; u < KEYS_PER_HALF; ++u) {
             RowV<P> k, v;
             kr[u].widen(k);
             vr[u].widen(v);
 #pragma unroll
-            for (int e = 0; e < P; ++e) f += k.v[e] + v.v[e];
+            for (int e = 0; e < P; ++e) f[e] += k.v[e] + v.v[e];
         }
 #pragma unroll
         for (int i = 0; i < G; ++i)
 #pragma unroll
-            for (int e = 0; e < P; ++e) f += qv[i].v[e];
+            for (int e = 0; e < P; ++e) f[e] += qv[i].v[e];
         if (hw >= G) return;
         float* pp = part + ((long long)(g * G + hw) * nsplit + s) * (HD + 4);
 #pragma unroll
-        for (int e = 0; e < P; ++e) pp[hl * P + e] = f;
+        for (int e = 0; e < P; ++e) pp[hl * P + e] = f[e] * 0x1p-10f;
         if (hl == 0) {
             pp[HD] = 0.f;
             pp[HD + 1] = 1.f;
@@ -220,7 +225,22 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
             }
         }
     }
-    if (MODE == 2) {
+    if (MODE == 3) {
+        __shared__ float tm[NH][G], tl[NH][G];
+        __shared__ RowV<P> to[NH][G][16];
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            if (hl == 0) {
+                tm[hw][i] = m[i];
+                tl[hw][i] = l[i];
+            }
+            to[hw][i][hl] = o[i];
+        }
+        __syncthreads();
+        // Never true (scale > 0): keeps the stores above from being dropped as unread.
+        if (scale == -1.f) part[threadIdx.x] = tm[0][0] + tl[0][0] + to[0][0][hl].v[0];
+    }
+    if (MODE == 2 || MODE == 3) {
 #pragma unroll
         for (int i = 0; i < G; ++i) {
             if (i != hw) continue;  // register arrays indexed by constants only
@@ -333,6 +353,7 @@ ATTN_GROUPS(64, _hd64)
     }
 ATTN_PROBE(1)
 ATTN_PROBE(2)
+ATTN_PROBE(3)
 
 // out[h][d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s. Grid: n_heads; block: HD.
 // 64 splits per round, one L2 round trip each and no barrier: every thread reads its own

@@ -239,9 +239,10 @@ pub struct AttentionDecode {
     /// Timing ablation only (benches; outputs then meaningless): bit 0 leaves out the
     /// two-pass split launch, bit 1 its combine, so a step's graph shows what each costs
     /// on the chain; bit 2 runs the split without its scores, softmax and merge (its
-    /// loads and writes only), bit 3 without the merge of its half-warps (those two for
-    /// f16 caches, head dim 128 and 4 query heads per kv head only). 0 (the default) runs
-    /// the real kernels.
+    /// loads and writes only), bit 3 without the merge of its half-warps, bit 4 with the
+    /// merge's shared-memory writes and barrier but not its reads and arithmetic (the
+    /// lowest of those three bits set wins; for f16 caches, head dim 128 and 4 query
+    /// heads per kv head only). 0 (the default) runs the real kernels.
     pub ablate: u8,
     /// The one-pass kernels (the tensor-core loop over f16 caches on sm_80+).
     one: onepass::OnePass,
@@ -251,8 +252,8 @@ pub struct AttentionDecode {
     tc_on: bool,
     /// [head dim 64?][f16?][group - 1] split kernels.
     split: [[[CudaFunction; 8]; 2]; 2],
-    /// The split's timing probes ([`Self::ablate`] bits 2 and 3).
-    split_probe: [CudaFunction; 2],
+    /// The split's timing probes ([`Self::ablate`] bits 2, 3 and 4).
+    split_probe: [CudaFunction; 3],
     /// [head dim 64?] combine kernels (f32 out, x-prep out).
     combine: [CudaFunction; 2],
     combine_prep: [CudaFunction; 2],
@@ -305,6 +306,7 @@ impl AttentionDecode {
             split_probe: [
                 f("attn_decode_f16_g4_probe1".into())?,
                 f("attn_decode_f16_g4_probe2".into())?,
+                f("attn_decode_f16_g4_probe3".into())?,
             ],
             combine: [
                 f("attn_decode_combine".into())?,
@@ -468,7 +470,7 @@ impl AttentionDecode {
             shared_mem_bytes: 0,
         };
         let f16 = matches!(cache, KvCache::F16 { .. });
-        let split = match (self.ablate >> 2) & 3 {
+        let split = match (self.ablate >> 2) & 7 {
             0 => &self.split[hi][usize::from(f16)][gi],
             _ if hi != 0 || !f16 || group != 4 => {
                 return Err(shape(
@@ -477,7 +479,7 @@ impl AttentionDecode {
                         .into(),
                 ));
             }
-            p => &self.split_probe[usize::from(p & 1 == 0)],
+            p => &self.split_probe[p.trailing_zeros() as usize],
         };
         if self.pdl {
             return self.decode_pdl(

@@ -131,11 +131,23 @@ pub struct DecodeBenchOptions {
 
 /// The parts [`DecodeBenchOptions::skip`] can leave out, bit i = name i.
 /// `rope`: only the attention's q/k norm + RoPE + KV store kernel (two-pass attention).
-/// `split` and `combine` leave out one launch of the two-pass attention; `score` and
-/// `merge` run its split kernel without its arithmetic (loads and writes only) or
-/// without the merge of its half-warps ([`AttentionDecode::ablate`]).
-pub const SKIP_PARTS: [&str; 11] = [
-    "qkv", "attn", "o", "gate_up", "down", "head", "rope", "split", "combine", "score", "merge",
+/// `split` and `combine` leave out one launch of the two-pass attention; `score`,
+/// `merge` and `merge_math` run its split kernel without its arithmetic (loads and
+/// writes only), without the merge of its half-warps, or with the merge's shared-memory
+/// writes and barrier but not its reads and arithmetic ([`AttentionDecode::ablate`]).
+pub const SKIP_PARTS: [&str; 12] = [
+    "qkv",
+    "attn",
+    "o",
+    "gate_up",
+    "down",
+    "head",
+    "rope",
+    "split",
+    "combine",
+    "score",
+    "merge",
+    "merge_math",
 ];
 
 impl Default for DecodeBenchOptions {
@@ -369,7 +381,7 @@ pub fn decode_bench(
         None
     };
     k.skip = opts.skip;
-    k.attn.ablate = ((opts.skip >> 7) & 15) as u8;
+    k.attn.ablate = ((opts.skip >> 7) & 31) as u8;
     let pdl_check = if pdl {
         Some(check_pdl(ctx, &mut k, &mut m, start)?)
     } else {
