@@ -19,7 +19,8 @@
 // dot products at once (4 rounds over 16 lanes: 64 shuffles per warp for G = 4, where
 // a row over 32 lanes needed 160). All 4 K and V rows of a half-warp are loaded before
 // any is used (kept in their storage type, widened at use), the G dot products reduced,
-// and an online softmax run in f32 (precise expf). The block writes (max, sum,
+// and an online softmax run in f32 in base 2 (q scaled by scale·log2(e), exp2f:
+// MUFU.EX2, ~2 ulp), so the partials' maxima are base-2 too. The block writes (max, sum,
 // unnormalized out[HD]) per query head; `attn_decode_combine` merges the splits (one
 // block per query head, one thread per dim).
 
@@ -140,6 +141,7 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
         kr[u].load(kc + off);
         vr[u].load(vc + off);
     }
+    const float scale2 = scale * 1.4426950408889634f;  // log2(e): the softmax in base 2
     RowV<P> qv[G];
 #pragma unroll
     for (int i = 0; i < G; ++i) {
@@ -147,7 +149,7 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
         r.load(q + (g * G + i) * HD + hl * P);
         r.widen(qv[i]);
 #pragma unroll
-        for (int e = 0; e < P; ++e) qv[i].v[e] *= scale;
+        for (int e = 0; e < P; ++e) qv[i].v[e] *= scale2;
     }
     const int hw = 2 * warp + half;
     if (MODE == 1) {
@@ -218,7 +220,7 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
             vr[u].widen(v);
 #pragma unroll
             for (int i = 0; i < G; ++i) {
-                const float p = (j0 + 2 * u < len) ? expf(sc[i][u] - m[i]) : 0.f;
+                const float p = (j0 + 2 * u < len) ? exp2f(sc[i][u] - m[i]) : 0.f;
                 l[i] += p;
 #pragma unroll
                 for (int e = 0; e < P; ++e) o[i].v[e] = fmaf(p, v.v[e], o[i].v[e]);
@@ -280,7 +282,7 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
     if (mx != __int_as_float(0xff800000)) {
 #pragma unroll
         for (int w = 0; w < NH; ++w) {
-            const float c = expf(sm[w][i] - mx);  // 0 for an empty half-warp (m = -inf)
+            const float c = exp2f(sm[w][i] - mx);  // 0 for an empty half-warp (m = -inf)
             L = fmaf(sl[w][i], c, L);
             const RowV<P> ow = so[w][i][hl];
 #pragma unroll
@@ -384,11 +386,11 @@ __device__ __forceinline__ float combine_head(const float* __restrict__ part, in
         for (int x = 16; x > 0; x >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
         mx = fmaxf(mx, M);
         if (mx == ninf) continue;  // nothing but empty splits so far (same in every thread)
-        const float ca = expf(ma - mx), cb = expf(mb - mx);  // 0 when empty or past used
+        const float ca = exp2f(ma - mx), cb = exp2f(mb - mx);  // 0 when empty or past used
         float ls = fmaf(lb, cb, la * ca);
 #pragma unroll
         for (int x = 16; x > 0; x >>= 1) ls += __shfl_xor_sync(0xffffffffu, ls, x);
-        const float c0 = expf(M - mx);  // 0 while M is -inf
+        const float c0 = exp2f(M - mx);  // 0 while M is -inf
         L = fmaf(L, c0, ls);
         O *= c0;
 #pragma unroll
