@@ -259,7 +259,7 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
     // Merge the 8 half-warps: shared (m, l) per half-warp and head, o per half-warp,
     // head and dim.
     __shared__ float sm[NH][G], sl[NH][G];
-    __shared__ RowV<P> so[NH][G][16];
+    __shared__ __align__(16) RowV<P> so[NH][G][16];
 #pragma unroll
     for (int i = 0; i < G; ++i) {
         if (hl == 0) {
@@ -269,31 +269,42 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
         so[hw][i][hl] = o[i];
     }
     __syncthreads();
-    // Half-warp hw merges heads hw, hw + 8 (G <= 8: one each); lane d its P dims.
-    if (hw >= G) return;
-    const int i = hw;
+    // Every half-warp merges: SPLIT half-warps per head (when G divides the 8), each
+    // taking PD of lane d's P dims, so the merge's reads and multiply-adds spread over
+    // the block's four warps instead of G / 2 of them.
+    constexpr int SPLIT = (NH % G == 0) ? ((NH / G) < P ? (NH / G) : P) : 1;
+    constexpr int PD = P / SPLIT;
+    if (hw >= G * SPLIT) return;
+    const int i = hw % G, piece = hw / G;
     float mx = __int_as_float(0xff800000);
 #pragma unroll
     for (int w = 0; w < NH; ++w) mx = fmaxf(mx, sm[w][i]);
     float L = 0.f;
-    RowV<P> O;
+    float O[PD];
 #pragma unroll
-    for (int e = 0; e < P; ++e) O.v[e] = 0.f;
+    for (int e = 0; e < PD; ++e) O[e] = 0.f;
     if (mx != __int_as_float(0xff800000)) {
 #pragma unroll
         for (int w = 0; w < NH; ++w) {
             const float c = exp2f(sm[w][i] - mx);  // 0 for an empty half-warp (m = -inf)
             L = fmaf(sl[w][i], c, L);
-            const RowV<P> ow = so[w][i][hl];
+            const float* ow = so[w][i][hl].v + piece * PD;
 #pragma unroll
-            for (int e = 0; e < P; ++e) O.v[e] = fmaf(ow.v[e], c, O.v[e]);
+            for (int e = 0; e < PD; ++e) O[e] = fmaf(ow[e], c, O[e]);
         }
     }
     // part: [n_heads][nsplit][HD + 4]: out[HD], max, sum, 2 pad (16-byte rows).
     float* pp = part + ((long long)(g * G + i) * nsplit + s) * (HD + 4);
+    float* po = pp + hl * P + piece * PD;
+    if constexpr (PD % 4 == 0) {
 #pragma unroll
-    for (int e = 0; e < P; ++e) pp[hl * P + e] = O.v[e];
-    if (hl == 0) {
+        for (int e = 0; e < PD; e += 4)
+            *reinterpret_cast<float4*>(po + e) = make_float4(O[e], O[e + 1], O[e + 2], O[e + 3]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < PD; ++e) po[e] = O[e];
+    }
+    if (hl == 0 && piece == 0) {
         pp[HD] = mx;
         pp[HD + 1] = L;
     }
