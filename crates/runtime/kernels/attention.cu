@@ -355,7 +355,7 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
 ATTN_GROUPS(128, )
 ATTN_GROUPS(64, _hd64)
 
-// The split's timing probes (`AttentionDecode::ablate` bits 2 and 3), for the shape of
+// The split's timing probes (`AttentionDecode::ablate` bits 2, 3 and 4), for the shape of
 // Qwen3-8B only (f16 cache, HD 128, G 4).
 #define ATTN_PROBE(MODE)                                                                    \
     extern "C" __global__ void __launch_bounds__(128) attn_decode_f16_g4_probe##MODE(       \
@@ -368,7 +368,8 @@ ATTN_PROBE(1)
 ATTN_PROBE(2)
 ATTN_PROBE(3)
 
-// out[h][d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s. Grid: n_heads; block: HD.
+// out[h][d] = sum_s 2^(m_s - M) o_s[d] / sum_s 2^(m_s - M) l_s (the split's maxima are
+// base 2). Grid: n_heads; block: HD.
 // 64 splits per round, one L2 round trip each and no barrier: every thread reads its own
 // dim of the 64 outputs, and lane j of each warp the (max, sum) of splits j and j + 32;
 // the warp's shuffles give the round's max, sum and weights (each thread takes split
