@@ -227,20 +227,23 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
             }
         }
     }
-    if (MODE == 3) {
-        __shared__ float tm[NH][G], tl[NH][G];
-        __shared__ RowV<P> to[NH][G][16];
+    // The merge's inputs: (m, l) per half-warp and head, o per half-warp, head and dim.
+    __shared__ float sm[NH][G], sl[NH][G];
+    __shared__ __align__(16) RowV<P> so[NH][G][16];
+    if (MODE != 2) {
 #pragma unroll
         for (int i = 0; i < G; ++i) {
             if (hl == 0) {
-                tm[hw][i] = m[i];
-                tl[hw][i] = l[i];
+                sm[hw][i] = m[i];
+                sl[hw][i] = l[i];
             }
-            to[hw][i][hl] = o[i];
+            so[hw][i][hl] = o[i];
         }
         __syncthreads();
+    }
+    if (MODE == 3) {
         // Never true (scale > 0): keeps the stores above from being dropped as unread.
-        if (scale == -1.f) part[threadIdx.x] = tm[0][0] + tl[0][0] + to[0][0][hl].v[0];
+        if (scale == -1.f) part[threadIdx.x] = sm[0][0] + sl[0][0] + so[0][0][hl].v[0];
     }
     if (MODE == 2 || MODE == 3) {
 #pragma unroll
@@ -256,19 +259,6 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
         }
         return;
     }
-    // Merge the 8 half-warps: shared (m, l) per half-warp and head, o per half-warp,
-    // head and dim.
-    __shared__ float sm[NH][G], sl[NH][G];
-    __shared__ __align__(16) RowV<P> so[NH][G][16];
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-        if (hl == 0) {
-            sm[hw][i] = m[i];
-            sl[hw][i] = l[i];
-        }
-        so[hw][i][hl] = o[i];
-    }
-    __syncthreads();
     // Every half-warp merges: SPLIT half-warps per head (when G divides the 8), each
     // taking PD of lane d's P dims, so the merge's reads and multiply-adds spread over
     // the block's four warps instead of G / 2 of them.
