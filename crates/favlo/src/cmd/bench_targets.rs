@@ -150,10 +150,9 @@ mod with_cuda {
         let d = decode_bench(&ctx, &d_opts)?;
         eprintln!("favlo bench targets: the prefill GEMMs…");
         let p_opts = PrefillBenchOptions {
-            tokens: 2048,
-            layers: 36,
-            // MXFP4, the decode benchmark's model (`favlo bench prefill`'s default).
+            // The decode benchmark's model (MXFP4, `favlo bench prefill`'s default too).
             format: d_opts.format,
+            ..PrefillBenchOptions::default()
         };
         let p = prefill_bench(&ctx, &p_opts)?;
         drop(ctx);
@@ -196,7 +195,7 @@ mod with_cuda {
                 format_name(d_opts.format)
             ),
             figure: 100.0 * d.roofline_ms / d.graph_ms,
-            absolute: format!("{:.3} ms = {:.0} tok/s", d.graph_ms, 1e3 / d.graph_ms),
+            absolute: format!("{:.3} ms = {:.0} tok/s", d.graph_ms, d.tok_s()),
             goal: DECODE_GOAL,
             beside: decode_beside,
         });

@@ -150,6 +150,10 @@ pub const SKIP_PARTS: [&str; 12] = [
     "merge_math",
 ];
 
+/// The bit of [`SKIP_PARTS`] where the parts that are [`AttentionDecode::ablate`]'s bits
+/// begin (`split`, then `combine`, `score`, `merge`, `merge_math`).
+const ABLATE_FIRST_PART: u32 = 7;
+
 impl Default for DecodeBenchOptions {
     /// `favlo bench decode --device cuda`: the full model, 1024 tokens of context, 32
     /// steps, MXFP4, f16 KV, PDL, the default kernels.
@@ -381,7 +385,7 @@ pub fn decode_bench(
         None
     };
     k.skip = opts.skip;
-    k.attn.ablate = ((opts.skip >> 7) & 31) as u8;
+    k.attn.ablate = ((opts.skip >> ABLATE_FIRST_PART) & 31) as u8;
     let pdl_check = if pdl {
         Some(check_pdl(ctx, &mut k, &mut m, start)?)
     } else {
@@ -712,7 +716,17 @@ fn build(
 
 #[cfg(test)]
 mod tests {
-    use super::{BenchError, DecodeBenchOptions, capacity};
+    use super::{ABLATE_FIRST_PART, BenchError, DecodeBenchOptions, SKIP_PARTS, capacity};
+
+    /// `ablate`'s bits follow `SKIP_PARTS` from `split` on, in `ablate`'s order.
+    #[test]
+    fn ablate_parts_start_at_their_bit() {
+        let first = ABLATE_FIRST_PART as usize;
+        assert_eq!(
+            SKIP_PARTS[first..],
+            ["split", "combine", "score", "merge", "merge_math"]
+        );
+    }
 
     /// The capacity is what the context and timed steps need unless a larger one is
     /// asked for; a smaller one is refused before anything is allocated.
