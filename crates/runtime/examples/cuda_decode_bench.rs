@@ -6,18 +6,23 @@
 //! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
 //! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--attn-fma] [--unfused]
 //! [--no-persist] [--warps-cap W] [--capacity N]
-//! [--skip qkv,attn,o,gate_up,down,head,rope,split,combine,score,merge,merge_math]`
+//! [--skip qkv,attn,o,gate_up,down,head,rope,split,combine,score,merge,merge_math]
+//! [--alt qkv,o,gate_up,down,head [--alt-kernel regs|pp|ring|tma] [--alt-first late|half]]`
 //! (`--unfused`: the RMSNorm and SwiGLU preparations as kernels of their own;
 //! `--attn-fma`: the one-pass attention's FMA loop over the f16 cache instead of its
 //! tensor-core loop;
 //! `--capacity`: a KV capacity above what the timed steps need, as a chat's attention
 //! bucket; `--skip`: leave parts out of the fused step, to see what each costs on the
-//! step's critical path; the logits are then meaningless).
+//! step's critical path; the logits are then meaningless; `--alt`: other settings for
+//! some GEMVs, a probe of which kernel suits each where it sits in the step:
+//! `--alt-kernel` its kernel (default `auto`), `--alt-first` the ping-pong kernel with
+//! its first chunk requested after the PDL wait by every warp (`late`) or by half of
+//! them (`half`)).
 
 use favlo_mx::ElementFormat;
 use favlo_runtime::cuda::CudaContext;
 use favlo_runtime::cuda::GemvKernel;
-use favlo_runtime::cuda::bench::{AttnMode, DecodeBenchOptions, SKIP_PARTS, decode_bench};
+use favlo_runtime::cuda::bench::{AltGemv, AttnMode, DecodeBenchOptions, SKIP_PARTS, decode_bench};
 
 fn arg(argv: &[String], name: &str) -> Option<String> {
     argv.iter()
@@ -30,6 +35,23 @@ fn num(argv: &[String], name: &str, default: usize) -> usize {
     arg(argv, name)
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+fn kernel(name: Option<&str>) -> GemvKernel {
+    match name {
+        Some("regs") => GemvKernel::Regs,
+        Some("pp") => GemvKernel::PingPong,
+        Some("ring") => GemvKernel::Ring,
+        Some("tma") => GemvKernel::Tma,
+        _ => GemvKernel::Auto,
+    }
+}
+
+/// `SKIP_PARTS` bits of a comma-separated list of part names.
+fn parts(list: &str) -> u16 {
+    list.split(',')
+        .filter_map(|p| SKIP_PARTS.iter().position(|n| *n == p))
+        .fold(0u16, |a, i| a | (1 << i))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -46,13 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         f16_kv: !flag("--f32-kv"),
         pdl: flag("--pdl"),
-        kernel: match arg(&argv, "--kernel").as_deref() {
-            Some("regs") => GemvKernel::Regs,
-            Some("pp") => GemvKernel::PingPong,
-            Some("ring") => GemvKernel::Ring,
-            Some("tma") => GemvKernel::Tma,
-            _ => GemvKernel::Auto,
-        },
+        kernel: kernel(arg(&argv, "--kernel").as_deref()),
         ring: flag("--ring").then(|| (num(&argv, "--ring", 8), 2)),
         pp_prefetch: num(&argv, "--pp-prefetch", 0).min(3) as u8,
         parts: true,
@@ -70,10 +86,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         persistent: !flag("--no-persist"),
         warps_cap: arg(&argv, "--warps-cap").and_then(|v| v.parse().ok()),
         capacity: arg(&argv, "--capacity").and_then(|v| v.parse().ok()),
-        skip: arg(&argv, "--skip").map_or(0, |list| {
-            list.split(',')
-                .filter_map(|p| SKIP_PARTS.iter().position(|n| *n == p))
-                .fold(0u16, |a, i| a | (1 << i))
+        skip: arg(&argv, "--skip").map_or(0, |list| parts(&list)),
+        alt: arg(&argv, "--alt").map(|list| AltGemv {
+            parts: parts(&list),
+            kernel: kernel(arg(&argv, "--alt-kernel").as_deref()),
+            first_loads: match arg(&argv, "--alt-first").as_deref() {
+                Some("late") => 1,
+                Some("half") => 2,
+                _ => 0,
+            },
         }),
     };
     let ctx = match CudaContext::open(0, None) {

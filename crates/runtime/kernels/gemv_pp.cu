@@ -77,8 +77,9 @@ __device__ __forceinline__ void chunk_touch(const uint4 (&q)[8], uint2 sc,
 // PD > 0: when a chunk's loads are issued, the chunk PD loop steps later is prefetched
 // into L2 (one 128-byte line per lane covers its 4 KB), so more of the warp's stream is
 // in flight without holding registers. MODE: `chunk_mma`'s timing probes, and 3 = loads
-// only (`chunk_touch`).
-template <int FMT, int PD = 0, int MODE = 0>
+// only (`chunk_touch`). PRE (timing probe of the decode step): which warps request their
+// first chunk before the PDL wait: 0 all (the kernel), 1 none, 2 the even warps.
+template <int FMT, int PD = 0, int MODE = 0, int PRE = 0>
 __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ wd,
                                              const unsigned char* __restrict__ ws,
                                              const unsigned short* __restrict__ xhl,
@@ -125,8 +126,9 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
 #pragma unroll
         for (int k = 1; k < PD; ++k) prefetch(c + k * nwarps);
     }
-    if (c < chunks) load(c, qa, sa);
+    if (c < chunks && (PRE == 0 || (PRE == 2 && (warp & 1) == 0))) load(c, qa, sa);
     pdl_wait();
+    if (c < chunks && (PRE == 1 || (PRE == 2 && (warp & 1) == 1))) load(c, qa, sa);
     if (c < chunks) stage_x(c, 0);
     cp_async_commit();
     EpiEarly pre = epi_none();
@@ -199,3 +201,17 @@ GEMV_PP_PROBE(gemv_mxfp4_pp_probe3, 4, 3)
 GEMV_PP_PROBE(gemv_mxfp8_pp_probe1, 8, 1)
 GEMV_PP_PROBE(gemv_mxfp8_pp_probe2, 8, 2)
 GEMV_PP_PROBE(gemv_mxfp8_pp_probe3, 8, 3)
+
+// Timing probes of the decode step, results exact: the ping-pong kernel with its first
+// chunk requested after the PDL wait by every warp (late) or by the odd warps (half).
+#define GEMV_PP_PRE(NAME, FMT, PRE)                                                          \
+    extern "C" __global__ void __launch_bounds__(512) NAME(                                 \
+        const unsigned char* __restrict__ wd, const unsigned char* __restrict__ ws,         \
+        const unsigned short* __restrict__ xhl, const float* __restrict__ xs,               \
+        float* __restrict__ y, int rows, int chunks, const GemvEpi e) {                      \
+        gemv_pp_body<FMT, 0, 0, PRE>(wd, ws, xhl, xs, y, rows, chunks, e);                  \
+    }
+GEMV_PP_PRE(gemv_mxfp4_pp_late, 4, 1)
+GEMV_PP_PRE(gemv_mxfp4_pp_half, 4, 2)
+GEMV_PP_PRE(gemv_mxfp8_pp_late, 8, 1)
+GEMV_PP_PRE(gemv_mxfp8_pp_half, 8, 2)

@@ -190,6 +190,9 @@ pub struct GemvMma {
     pp: [CudaFunction; 2],
     /// Ping-pong with L2 prefetch [FP4, FP8] × distance 2, 3.
     pp_pf: [[CudaFunction; 2]; 2],
+    /// Ping-pong with the first chunk requested after the PDL wait [FP4, FP8] × by every
+    /// warp, by the odd warps ([`Self::pp_first_loads`]).
+    pp_pre: [[CudaFunction; 2]; 2],
     /// Ring kernels, [FP4, FP8] × depth 2, 3, 4.
     ring: [[CudaFunction; 3]; 2],
     /// Bulk-copy ring kernels, [FP4, FP8] × depth 2, 3, 4.
@@ -231,6 +234,10 @@ pub struct GemvMma {
     /// [`GemvKernel::PingPong`]: prefetch the chunk this many loop steps ahead into L2
     /// (0 = off, 2 or 3).
     pub pp_prefetch: u8,
+    /// [`GemvKernel::PingPong`], a timing probe of the decode step: which warps request
+    /// their first chunk before the PDL wait (0 = all, the default; 1 = none; 2 = the
+    /// even warps). Takes precedence over [`Self::pp_prefetch`].
+    pub pp_first_loads: u8,
     /// True when the module came from the disk cache.
     pub from_cache: bool,
     /// [`GemvKernel::Regs`] only: the weight loads with the L2 256-byte prefetch hint
@@ -361,6 +368,7 @@ impl GemvMma {
             pdl: false,
             select_as_pdl: false,
             pp_prefetch: 0,
+            pp_first_loads: 0,
             fp4: f("gemv_mxfp4_mma")?,
             fp8: f("gemv_mxfp8_mma")?,
             fp4_pf: f("gemv_mxfp4_mma_pf")?,
@@ -369,6 +377,10 @@ impl GemvMma {
             pp_pf: [
                 [f("gemv_mxfp4_pp_pf2")?, f("gemv_mxfp4_pp_pf3")?],
                 [f("gemv_mxfp8_pp_pf2")?, f("gemv_mxfp8_pp_pf3")?],
+            ],
+            pp_pre: [
+                [f("gemv_mxfp4_pp_late")?, f("gemv_mxfp4_pp_half")?],
+                [f("gemv_mxfp8_pp_late")?, f("gemv_mxfp8_pp_half")?],
             ],
             prep: f("gemv_prep_x")?,
             rms_prep: f("rms_norm_prep")?,
@@ -706,9 +718,11 @@ impl GemvMma {
                     || self.reg_warps(tiles, chunks),
                     |o| o.0.clamp(1, MAX_WARPS),
                 );
-                let f = match self.pp_prefetch {
-                    2 => &self.pp_pf[fi][0],
-                    3 => &self.pp_pf[fi][1],
+                let f = match (self.pp_first_loads, self.pp_prefetch) {
+                    (1, _) => &self.pp_pre[fi][0],
+                    (2, _) => &self.pp_pre[fi][1],
+                    (_, 2) => &self.pp_pf[fi][0],
+                    (_, 3) => &self.pp_pf[fi][1],
                     _ => &self.pp[fi],
                 };
                 (f, w, 0)

@@ -127,6 +127,20 @@ pub struct DecodeBenchOptions {
     /// steps need); a larger one times the attention as a chat's bucket runs it (e.g.
     /// 2561 keys in a 4096-key bucket).
     pub capacity: Option<usize>,
+    /// Other GEMV settings for some of the step's GEMVs (a timing probe).
+    pub alt: Option<AltGemv>,
+}
+
+/// Settings for some of the decode step's GEMVs that differ from the others' (a timing
+/// probe: which kernel suits each GEMV where it sits in the step).
+#[derive(Clone, Debug)]
+pub struct AltGemv {
+    /// The GEMVs, as [`SKIP_PARTS`] bits (`qkv`, `o`, `gate_up`, `down`, `head`).
+    pub parts: u16,
+    pub kernel: GemvKernel,
+    /// `GemvMma::pp_first_loads` (ping-pong: which warps request their first chunk
+    /// before the PDL wait).
+    pub first_loads: u8,
 }
 
 /// The parts [`DecodeBenchOptions::skip`] can leave out, bit i = name i.
@@ -154,6 +168,10 @@ pub const SKIP_PARTS: [&str; 12] = [
 /// begin (`split`, then `combine`, `score`, `merge`, `merge_math`).
 const ABLATE_FIRST_PART: u32 = 7;
 
+/// The [`SKIP_PARTS`] bits of q|k|v, o, gate|up, down and the lm_head, in
+/// [`layouts`]' order.
+const GEMV_PART_BITS: [u16; 5] = [1, 4, 8, 16, 32];
+
 impl Default for DecodeBenchOptions {
     /// `favlo bench decode --device cuda`: the full model, 1024 tokens of context, 32
     /// steps, MXFP4, f16 KV, PDL, the default kernels.
@@ -178,6 +196,7 @@ impl Default for DecodeBenchOptions {
             persistent: true,
             warps_cap: None,
             capacity: None,
+            alt: None,
         }
     }
 }
@@ -278,6 +297,8 @@ pub(super) struct Bufs {
 
 pub(super) struct Kernels {
     pub(super) gemv: GemvMma,
+    /// [`DecodeBenchOptions::alt`]: its GEMV settings and the parts that take them.
+    pub(super) alt: Option<(GemvMma, u16)>,
     pub(super) attn: AttentionDecode,
     pub(super) ops: DecodeOps,
     pub(super) mode: AttnMode,
@@ -288,6 +309,14 @@ pub(super) struct Kernels {
 }
 
 impl Kernels {
+    /// The GEMV settings of the step's part `bit` ([`SKIP_PARTS`] bit).
+    pub(super) fn gemv_for(&self, bit: u16) -> &GemvMma {
+        match &self.alt {
+            Some((g, parts)) if parts & bit != 0 => g,
+            _ => &self.gemv,
+        }
+    }
+
     /// Sets the attention step (`Auto` must be resolved first).
     pub(super) fn set_mode(&mut self, mode: AttnMode) {
         self.mode = mode;
@@ -348,14 +377,34 @@ pub fn decode_bench(
     let kernels = names
         .iter()
         .zip(&shapes)
-        .map(|(name, l)| {
+        .zip(GEMV_PART_BITS)
+        .map(|((name, l), bit)| {
             let k = gemv.resolve(l.format, l.rows.div_ceil(32), l.data_row_bytes() / 128);
-            format!("{name} {k:?}")
+            match &opts.alt {
+                Some(a) if a.parts & bit != 0 => {
+                    format!("{name} alt {:?} (first loads {})", a.kernel, a.first_loads)
+                }
+                _ => format!("{name} {k:?}"),
+            }
         })
         .collect::<Vec<_>>()
         .join(", ");
+    let alt = match &opts.alt {
+        Some(a) => {
+            let mut g = GemvMma::load(ctx)?;
+            g.kernel = a.kernel;
+            g.pp_first_loads = a.first_loads;
+            g.ring_override = opts.ring;
+            g.persistent = opts.persistent;
+            g.warps_cap = opts.warps_cap;
+            g.select_as_pdl = pdl;
+            Some((g, a.parts))
+        }
+        None => None,
+    };
     let mut k = Kernels {
         gemv,
+        alt,
         attn: AttentionDecode::load(ctx)?,
         ops: DecodeOps::load(ctx)?,
         mode: opts.attn,
@@ -476,6 +525,9 @@ fn check_pdl(
     let h0 = ctx.download(&m.b.h)?;
     let plain = step_logits(ctx, k, m, &h0, start)?;
     k.gemv.pdl = true;
+    if let Some((g, _)) = &mut k.alt {
+        g.pdl = true;
+    }
     k.attn.pdl = true;
     k.ops.pdl = true;
     let with = step_logits(ctx, k, m, &h0, start)?;
@@ -527,17 +579,18 @@ pub(super) fn step(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
     let (b, cap) = (&mut m.b, m.cap);
     for l in m.layers.iter_mut() {
         k.gemv.rms_norm_prep(&b.h, &l.attn_norm, EPS, &mut b.prep)?;
-        k.gemv.gemv(&l.qkv, &b.prep, &mut b.qkv, false)?;
+        k.gemv_for(1).gemv(&l.qkv, &b.prep, &mut b.qkv, false)?;
         attention(k, l, b, cap, scale, true)?;
-        k.gemv.gemv(&l.o, &b.prep, &mut b.h, true)?;
+        k.gemv_for(4).gemv(&l.o, &b.prep, &mut b.h, true)?;
         k.gemv.rms_norm_prep(&b.h, &l.mlp_norm, EPS, &mut b.prep)?;
-        k.gemv.gemv(&l.gate_up, &b.prep, &mut b.gu, false)?;
+        k.gemv_for(8).gemv(&l.gate_up, &b.prep, &mut b.gu, false)?;
         k.gemv.swiglu_prep(&b.gu, INTER, &mut b.prep)?;
-        k.gemv.gemv(&l.down, &b.prep, &mut b.h, true)?;
+        k.gemv_for(16).gemv(&l.down, &b.prep, &mut b.h, true)?;
     }
     k.gemv
         .rms_norm_prep(&b.h, &b.final_norm, EPS, &mut b.prep)?;
-    k.gemv.gemv(&m.lm_head, &b.prep, &mut b.logits, false)?;
+    k.gemv_for(32)
+        .gemv(&m.lm_head, &b.prep, &mut b.logits, false)?;
     k.ops.advance_pos(&mut b.pos)
 }
 

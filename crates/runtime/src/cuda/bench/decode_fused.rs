@@ -34,29 +34,31 @@ pub(super) fn step_fused(k: &Kernels, m: &mut Model) -> Result<(), CudaError> {
         let Some(l) = done.last_mut() else { break };
         if k.skip & 1 == 0 {
             let qkv = Epilogue::normed(norm_in(&b.ss));
-            k.gemv.gemv_fused(&l.qkv, &b.prep_n, &mut b.qkv, qkv)?;
+            k.gemv_for(1)
+                .gemv_fused(&l.qkv, &b.prep_n, &mut b.qkv, qkv)?;
         }
         if k.skip & 2 == 0 {
             attention(k, l, b, cap, scale, true)?;
         }
         if k.skip & 4 == 0 {
             let o = Epilogue::residual_norm(&l.mlp_norm, &mut b.prep_n, &mut b.ss);
-            k.gemv.gemv_fused(&l.o, &b.prep, &mut b.h, o)?;
+            k.gemv_for(4).gemv_fused(&l.o, &b.prep, &mut b.h, o)?;
         }
         if k.skip & 8 == 0 {
             let gate_up = Epilogue::normed_swiglu(norm_in(&b.ss), &mut b.prep_f, &mut b.pairs);
-            k.gemv
+            k.gemv_for(8)
                 .gemv_fused(&l.gate_up, &b.prep_n, &mut b.gu, gate_up)?;
         }
         if k.skip & 16 == 0 {
             let next_norm = rest.first().map_or(&b.final_norm, |n| &n.attn_norm);
             let down = Epilogue::residual_norm(next_norm, &mut b.prep_n, &mut b.ss);
-            k.gemv.gemv_fused(&l.down, &b.prep_f, &mut b.h, down)?;
+            k.gemv_for(16)
+                .gemv_fused(&l.down, &b.prep_f, &mut b.h, down)?;
         }
     }
     if k.skip & 32 == 0 {
         let head = Epilogue::normed(norm_in(&b.ss));
-        k.gemv
+        k.gemv_for(32)
             .gemv_fused(&m.lm_head, &b.prep_n, &mut b.logits, head)?;
     }
     k.ops.advance_pos(&mut b.pos)

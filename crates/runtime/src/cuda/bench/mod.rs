@@ -16,7 +16,7 @@ mod decode_parts;
 mod gemv;
 mod prefill;
 
-pub use decode::{AttnMode, DecodeBench, DecodeBenchOptions, SKIP_PARTS, decode_bench};
+pub use decode::{AltGemv, AttnMode, DecodeBench, DecodeBenchOptions, SKIP_PARTS, decode_bench};
 pub use decode_parts::{DecodeParts, PartRow};
 pub use gemv::{
     ChainRow, GemvBench, GemvBenchOptions, GemvCase, GemvRow, GemvVariant, READ_CEILING,
