@@ -769,7 +769,17 @@ fn build(
 
 #[cfg(test)]
 mod tests {
-    use super::{ABLATE_FIRST_PART, BenchError, DecodeBenchOptions, SKIP_PARTS, capacity};
+    use super::{
+        ABLATE_FIRST_PART, BenchError, DecodeBenchOptions, GEMV_PART_BITS, SKIP_PARTS, capacity,
+    };
+
+    /// The GEMVs' bits name q|k|v, o, gate|up, down and the lm_head, in `layouts`' order.
+    #[test]
+    fn gemv_part_bits_name_the_gemvs() {
+        let names = GEMV_PART_BITS.map(|b| SKIP_PARTS[b.trailing_zeros() as usize]);
+        assert_eq!(names, ["qkv", "o", "gate_up", "down", "head"]);
+        assert!(GEMV_PART_BITS.iter().all(|b| b.is_power_of_two()));
+    }
 
     /// `ablate`'s bits follow `SKIP_PARTS` from `split` on, in `ablate`'s order.
     #[test]
