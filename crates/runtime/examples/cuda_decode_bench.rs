@@ -5,10 +5,10 @@
 //! Run: `cuda_decode_bench [--layers 36] [--ctx 1024] [--steps 32] [--f32-kv] [--mxfp8]
 //! [--pdl] [--kernel regs|pp|ring|tma] [--ring W] [--pp-prefetch 2|3]
 //! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--attn-fma] [--unfused]
-//! [--no-persist] [--warps-cap W] [--capacity N]
+//! [--no-persist] [--warps-cap W] [--capacity N] [--no-parts]
 //! [--skip qkv,attn,o,gate_up,down,head,rope,split,combine,score,merge,merge_math]
 //! [--alt qkv,o,gate_up,down,head [--alt-kernel regs|pp|ring|tma] [--alt-first late|half]]`
-//! (`--unfused`: the RMSNorm and SwiGLU preparations as kernels of their own;
+//! (`--no-parts`: only the whole step, not each part apart; `--unfused`: the RMSNorm and SwiGLU preparations as kernels of their own;
 //! `--attn-fma`: the one-pass attention's FMA loop over the f16 cache instead of its
 //! tensor-core loop;
 //! `--capacity`: a KV capacity above what the timed steps need, as a chat's attention
@@ -71,7 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         kernel: kernel(arg(&argv, "--kernel").as_deref()),
         ring: flag("--ring").then(|| (num(&argv, "--ring", 8), 2)),
         pp_prefetch: num(&argv, "--pp-prefetch", 0).min(3) as u8,
-        parts: true,
+        parts: !flag("--no-parts"),
         attn: match arg(&argv, "--attn").as_deref() {
             Some("two") => AttnMode::TwoPass,
             Some("one") => AttnMode::OnePass,
