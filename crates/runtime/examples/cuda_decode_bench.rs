@@ -8,7 +8,8 @@
 //! [--no-persist] [--warps-cap W] [--capacity N] [--no-parts]
 //! [--skip qkv,attn,o,gate_up,down,head,rope,split,combine,score,merge,merge_math]
 //! [--alt qkv,o,gate_up,down,head [--alt-kernel regs|pp|ring|tma] [--alt-first late|half]]`
-//! (`--no-parts`: only the whole step, not each part apart; `--unfused`: the RMSNorm and SwiGLU preparations as kernels of their own;
+//! (`--no-parts`: only the whole step, not each part apart; `--unfused`: the RMSNorm
+//! and SwiGLU preparations as kernels of their own;
 //! `--attn-fma`: the one-pass attention's FMA loop over the f16 cache instead of its
 //! tensor-core loop;
 //! `--capacity`: a KV capacity above what the timed steps need, as a chat's attention
@@ -16,8 +17,8 @@
 //! step's critical path; the logits are then meaningless; `--alt`: other settings for
 //! some GEMVs, a probe of which kernel suits each where it sits in the step:
 //! `--alt-kernel` its kernel (default `auto`), `--alt-first` the ping-pong kernel with
-//! its first chunk requested after the PDL wait by every warp (`late`) or by half of
-//! them (`half`)).
+//! its first chunk requested after the PDL wait by every warp (`late`) or by the odd
+//! warps (`half`); the "GEMV kernels" line names what each GEMV ran).
 
 use favlo_mx::ElementFormat;
 use favlo_runtime::cuda::CudaContext;

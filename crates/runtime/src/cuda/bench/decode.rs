@@ -364,44 +364,32 @@ pub fn decode_bench(
         ));
     }
     let pdl = opts.pdl && ctx.compute_capability().0 >= 9;
-    let mut gemv = GemvMma::load(ctx)?;
-    gemv.kernel = opts.kernel;
-    gemv.ring_override = opts.ring;
-    gemv.pp_prefetch = opts.pp_prefetch;
-    gemv.persistent = opts.persistent;
-    gemv.warps_cap = opts.warps_cap;
-    // Auto picks the PDL run's kernels for the PDL-off check as well.
-    gemv.select_as_pdl = pdl;
+    let gemv = load_gemv(ctx, opts, opts.kernel, 0, pdl)?;
     let shapes = layouts(opts.format);
     let names = ["q|k|v", "o", "gate|up", "down", "lm_head"];
+    let alt = match &opts.alt {
+        Some(a) => Some((load_gemv(ctx, opts, a.kernel, a.first_loads, pdl)?, a.parts)),
+        None => None,
+    };
     let kernels = names
         .iter()
         .zip(&shapes)
         .zip(GEMV_PART_BITS)
         .map(|((name, l), bit)| {
-            let k = gemv.resolve(l.format, l.rows.div_ceil(32), l.data_row_bytes() / 128);
-            match &opts.alt {
-                Some(a) if a.parts & bit != 0 => {
-                    format!("{name} alt {:?} (first loads {})", a.kernel, a.first_loads)
-                }
-                _ => format!("{name} {k:?}"),
-            }
+            let (g, tag) = match &alt {
+                Some((g, parts)) if parts & bit != 0 => (g, " (alt)"),
+                _ => (&gemv, ""),
+            };
+            let k = g.resolve(l.format, l.rows.div_ceil(32), l.data_row_bytes() / 128);
+            let first = match (k, g.pp_first_loads) {
+                (GemvKernel::PingPong, 1) => ", first chunk after the PDL wait",
+                (GemvKernel::PingPong, 2) => ", odd warps' first chunk after the PDL wait",
+                _ => "",
+            };
+            format!("{name} {k:?}{tag}{first}")
         })
         .collect::<Vec<_>>()
         .join(", ");
-    let alt = match &opts.alt {
-        Some(a) => {
-            let mut g = GemvMma::load(ctx)?;
-            g.kernel = a.kernel;
-            g.pp_first_loads = a.first_loads;
-            g.ring_override = opts.ring;
-            g.persistent = opts.persistent;
-            g.warps_cap = opts.warps_cap;
-            g.select_as_pdl = pdl;
-            Some((g, a.parts))
-        }
-        None => None,
-    };
     let mut k = Kernels {
         gemv,
         alt,
@@ -512,6 +500,27 @@ pub fn decode_bench(
         attn: mode,
         attn_modes,
     })
+}
+
+/// The GEMV kernels with `opts`' settings, `kernel` and `first_loads`
+/// (`GemvMma::pp_first_loads`).
+fn load_gemv(
+    ctx: &Arc<CudaContext>,
+    opts: &DecodeBenchOptions,
+    kernel: GemvKernel,
+    first_loads: u8,
+    pdl: bool,
+) -> Result<GemvMma, CudaError> {
+    let mut g = GemvMma::load(ctx)?;
+    g.kernel = kernel;
+    g.ring_override = opts.ring;
+    g.pp_prefetch = opts.pp_prefetch;
+    g.pp_first_loads = first_loads;
+    g.persistent = opts.persistent;
+    g.warps_cap = opts.warps_cap;
+    // Auto picks the PDL run's kernels for the PDL-off check as well.
+    g.select_as_pdl = pdl;
+    Ok(g)
 }
 
 /// One step with PDL off, then on, from the same h and position: their logits must
