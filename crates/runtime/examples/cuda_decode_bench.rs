@@ -7,7 +7,8 @@
 //! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--attn-fma] [--unfused]
 //! [--no-persist] [--warps-cap W] [--capacity N] [--no-parts]
 //! [--skip qkv,attn,o,gate_up,down,head,rope,split,combine,score,merge,merge_math]
-//! [--alt qkv,o,gate_up,down,head [--alt-kernel regs|pp|ring|tma] [--alt-first late|half]]`
+//! [--alt qkv,o,gate_up,down,head|none [--alt-kernel regs|pp|ring|tma] [--alt-first late|half]]
+//! [--pad-mib N] [--late-module]`
 //! (`--no-parts`: only the whole step, not each part apart; `--unfused`: the RMSNorm
 //! and SwiGLU preparations as kernels of their own;
 //! `--attn-fma`: the one-pass attention's FMA loop over the f16 cache instead of its
@@ -18,7 +19,11 @@
 //! some GEMVs, a probe of which kernel suits each where it sits in the step:
 //! `--alt-kernel` its kernel (default `auto`), `--alt-first` the ping-pong kernel with
 //! its first chunk requested after the PDL wait by every warp (`late`) or by the odd
-//! warps (`half`); the "GEMV kernels" line names what each GEMV ran).
+//! warps (`half`); the "GEMV kernels" line names what each GEMV ran; `--alt none`
+//! loads the second kernel set and uses it for nothing, which moves the step by ~1%
+//! (placement); `--pad-mib` and `--late-module` are placement probes too: pool memory
+//! taken before the model, one more module loaded after the attention's. Compare two
+//! settings at more than one placement when they differ by ~1%).
 
 use favlo_mx::ElementFormat;
 use favlo_runtime::cuda::CudaContext;
@@ -97,6 +102,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 _ => 0,
             },
         }),
+        pad_mib: num(&argv, "--pad-mib", 0),
+        late_module: flag("--late-module"),
     };
     let ctx = match CudaContext::open(0, None) {
         Ok(c) => c,

@@ -129,6 +129,12 @@ pub struct DecodeBenchOptions {
     pub capacity: Option<usize>,
     /// Other GEMV settings for some of the step's GEMVs (a timing probe).
     pub alt: Option<AltGemv>,
+    /// Placement probes (nothing launches them; they only move what is loaded or
+    /// allocated after them): MiB taken from the pool before the model's buffers, and
+    /// one more GEMV module loaded after the attention's and the norms' modules. The
+    /// step's time moves ~1% with placement (docs/CUDA.md, decode).
+    pub pad_mib: usize,
+    pub late_module: bool,
 }
 
 /// Settings for some of the decode step's GEMVs that differ from the others' (a timing
@@ -197,6 +203,8 @@ impl Default for DecodeBenchOptions {
             warps_cap: None,
             capacity: None,
             alt: None,
+            pad_mib: 0,
+            late_module: false,
         }
     }
 }
@@ -404,7 +412,17 @@ pub fn decode_bench(
     }
     k.attn.set_onepass_tc(opts.attn_tc)?;
     let copy_gbps = copy_bandwidth_gbps(ctx, 1 << 30, 20)?;
+    let late_module = opts.late_module.then(|| GemvMma::load(ctx)).transpose()?;
     let owner = Owner::mint("cuda-decode-bench");
+    let pad = (opts.pad_mib > 0)
+        .then(|| {
+            ctx.alloc::<u8>(
+                &owner,
+                SpanKind::Scratch,
+                opts.pad_mib.saturating_mul(1 << 20),
+            )
+        })
+        .transpose()?;
     let t0 = std::time::Instant::now();
     let mut m = build(ctx, &owner, opts, &shapes)?;
     let mode = opts.attn.resolve(m.cap);
@@ -478,6 +496,8 @@ pub fn decode_bench(
         None
     };
     drop(m);
+    drop(pad);
+    drop(late_module);
     ctx.sweep(&owner)?;
     Ok(DecodeBench {
         device: describe(ctx),
