@@ -53,11 +53,23 @@ fn kernel(name: Option<&str>) -> GemvKernel {
     }
 }
 
-/// `SKIP_PARTS` bits of a comma-separated list of part names.
+/// `SKIP_PARTS` bits of a comma-separated list of part names (`none`: no part); exits
+/// with status 2 on a name it does not know, so a typo is not a silent no-op.
 fn parts(list: &str) -> u16 {
-    list.split(',')
-        .filter_map(|p| SKIP_PARTS.iter().position(|n| *n == p))
-        .fold(0u16, |a, i| a | (1 << i))
+    let mut bits = 0u16;
+    for p in list.split(',').filter(|p| *p != "none") {
+        match SKIP_PARTS.iter().position(|n| *n == p) {
+            Some(i) => bits |= 1 << i,
+            None => {
+                eprintln!(
+                    "cuda_decode_bench: unknown part `{p}` (known: none, {})",
+                    SKIP_PARTS.join(", ")
+                );
+                std::process::exit(2);
+            }
+        }
+    }
+    bits
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
