@@ -53,17 +53,20 @@ fn kernel(name: Option<&str>) -> GemvKernel {
     }
 }
 
-/// `SKIP_PARTS` bits of a comma-separated list of part names (`none`: no part); exits
-/// with status 2 on a name it does not know, so a typo is not a silent no-op.
-fn parts(list: &str) -> u16 {
+/// The parts `--alt` can name: the step's GEMVs.
+const GEMV_PARTS: [&str; 5] = ["qkv", "o", "gate_up", "down", "head"];
+
+/// `SKIP_PARTS` bits of a comma-separated list of the names in `known` (`none`: no
+/// part); exits with status 2 on any other name, so a typo is not a silent no-op.
+fn parts(option: &str, list: &str, known: &[&str]) -> u16 {
     let mut bits = 0u16;
     for p in list.split(',').filter(|p| *p != "none") {
         match SKIP_PARTS.iter().position(|n| *n == p) {
-            Some(i) => bits |= 1 << i,
-            None => {
+            Some(i) if known.contains(&p) => bits |= 1 << i,
+            _ => {
                 eprintln!(
-                    "cuda_decode_bench: unknown part `{p}` (known: none, {})",
-                    SKIP_PARTS.join(", ")
+                    "cuda_decode_bench: {option}: unknown part `{p}` (known: none, {})",
+                    known.join(", ")
                 );
                 std::process::exit(2);
             }
@@ -104,9 +107,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         persistent: !flag("--no-persist"),
         warps_cap: arg(&argv, "--warps-cap").and_then(|v| v.parse().ok()),
         capacity: arg(&argv, "--capacity").and_then(|v| v.parse().ok()),
-        skip: arg(&argv, "--skip").map_or(0, |list| parts(&list)),
+        skip: arg(&argv, "--skip").map_or(0, |list| parts("--skip", &list, &SKIP_PARTS)),
         alt: arg(&argv, "--alt").map(|list| AltGemv {
-            parts: parts(&list),
+            parts: parts("--alt", &list, &GEMV_PARTS),
             kernel: kernel(arg(&argv, "--alt-kernel").as_deref()),
             first_loads: match arg(&argv, "--alt-first").as_deref() {
                 Some("late") => 1,
