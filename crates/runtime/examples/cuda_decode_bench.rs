@@ -28,7 +28,9 @@
 use favlo_mx::ElementFormat;
 use favlo_runtime::cuda::CudaContext;
 use favlo_runtime::cuda::GemvKernel;
-use favlo_runtime::cuda::bench::{AltGemv, AttnMode, DecodeBenchOptions, SKIP_PARTS, decode_bench};
+use favlo_runtime::cuda::bench::{
+    AltGemv, AttnMode, DecodeBenchOptions, PartSet, decode_bench, parse_parts,
+};
 
 fn arg(argv: &[String], name: &str) -> Option<String> {
     argv.iter()
@@ -53,26 +55,12 @@ fn kernel(name: Option<&str>) -> GemvKernel {
     }
 }
 
-/// The parts `--alt` can name: the step's GEMVs.
-const GEMV_PARTS: [&str; 5] = ["qkv", "o", "gate_up", "down", "head"];
-
-/// `SKIP_PARTS` bits of a comma-separated list of the names in `known` (`none`: no
-/// part); exits with status 2 on any other name, so a typo is not a silent no-op.
-fn parts(option: &str, list: &str, known: &[&str]) -> u16 {
-    let mut bits = 0u16;
-    for p in list.split(',').filter(|p| *p != "none") {
-        match SKIP_PARTS.iter().position(|n| *n == p) {
-            Some(i) if known.contains(&p) => bits |= 1 << i,
-            _ => {
-                eprintln!(
-                    "cuda_decode_bench: {option}: unknown part `{p}` (known: none, {})",
-                    known.join(", ")
-                );
-                std::process::exit(2);
-            }
-        }
-    }
-    bits
+/// `parse_parts` for `option`; exits with status 2 on a name it refuses.
+fn parts(option: &str, list: &str, set: PartSet) -> u16 {
+    parse_parts(list, set).unwrap_or_else(|e| {
+        eprintln!("cuda_decode_bench: {option}: {e}");
+        std::process::exit(2);
+    })
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -107,9 +95,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         persistent: !flag("--no-persist"),
         warps_cap: arg(&argv, "--warps-cap").and_then(|v| v.parse().ok()),
         capacity: arg(&argv, "--capacity").and_then(|v| v.parse().ok()),
-        skip: arg(&argv, "--skip").map_or(0, |list| parts("--skip", &list, &SKIP_PARTS)),
+        skip: arg(&argv, "--skip").map_or(0, |list| parts("--skip", &list, PartSet::All)),
         alt: arg(&argv, "--alt").map(|list| AltGemv {
-            parts: parts("--alt", &list, &GEMV_PARTS),
+            parts: parts("--alt", &list, PartSet::Gemvs),
             kernel: kernel(arg(&argv, "--alt-kernel").as_deref()),
             first_loads: match arg(&argv, "--alt-first").as_deref() {
                 Some("late") => 1,

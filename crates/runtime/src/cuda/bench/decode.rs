@@ -178,6 +178,40 @@ const ABLATE_FIRST_PART: u32 = 7;
 /// [`layouts`]' order.
 const GEMV_PART_BITS: [u16; 5] = [1, 4, 8, 16, 32];
 
+/// What [`parse_parts`] may name: every part (`--skip`), or the GEMVs (`--alt`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartSet {
+    All,
+    Gemvs,
+}
+
+/// The [`SKIP_PARTS`] bits of a comma-separated list of part names (`none` names no
+/// part); a name that is not a part, or not a GEMV where `set` asks for GEMVs, is an
+/// error that lists the names `set` allows, so a typo is not a silent no-op.
+pub fn parse_parts(list: &str, set: PartSet) -> Result<u16, BenchError> {
+    let allowed = match set {
+        PartSet::All => u16::MAX,
+        PartSet::Gemvs => GEMV_PART_BITS.iter().fold(0, |a, b| a | b),
+    };
+    let bit = |p: &str| {
+        let i = SKIP_PARTS.iter().position(|n| *n == p)?;
+        Some(1u16 << i).filter(|b| b & allowed != 0)
+    };
+    list.split(',')
+        .filter(|p| *p != "none")
+        .try_fold(0u16, |bits, p| match bit(p) {
+            Some(b) => Ok(bits | b),
+            None => {
+                let known = (0..SKIP_PARTS.len()).filter(|i| (1u16 << i) & allowed != 0);
+                let known: Vec<_> = known.map(|i| SKIP_PARTS[i]).collect();
+                Err(BenchError::Options(format!(
+                    "unknown part `{p}` (known: none, {})",
+                    known.join(", ")
+                )))
+            }
+        })
+}
+
 impl Default for DecodeBenchOptions {
     /// `favlo bench decode --device cuda`: the full model, 1024 tokens of context, 32
     /// steps, MXFP4, f16 KV, PDL, the default kernels.
@@ -799,8 +833,26 @@ fn build(
 #[cfg(test)]
 mod tests {
     use super::{
-        ABLATE_FIRST_PART, BenchError, DecodeBenchOptions, GEMV_PART_BITS, SKIP_PARTS, capacity,
+        ABLATE_FIRST_PART, BenchError, DecodeBenchOptions, GEMV_PART_BITS, PartSet, SKIP_PARTS,
+        capacity, parse_parts,
     };
+
+    /// Names become their bits; `none` names nothing; an unknown name, or a part that is
+    /// not a GEMV where GEMVs are asked for, is refused with the allowed names.
+    #[test]
+    fn parts_parse_and_refuse_unknown_names() {
+        assert!(matches!(parse_parts("qkv,merge", PartSet::All), Ok(b) if b == 1 | 1 << 10));
+        assert!(matches!(parse_parts("none", PartSet::Gemvs), Ok(0)));
+        assert!(matches!(parse_parts("o,head", PartSet::Gemvs), Ok(b) if b == 4 | 32));
+        let Err(BenchError::Options(e)) = parse_parts("attn", PartSet::Gemvs) else {
+            panic!("attn is not a GEMV");
+        };
+        assert!(e.contains("`attn`") && e.ends_with("(known: none, qkv, o, gate_up, down, head)"));
+        assert!(matches!(
+            parse_parts("qkv,bogus", PartSet::All),
+            Err(BenchError::Options(_))
+        ));
+    }
 
     /// The GEMVs' bits name q|k|v, o, gate|up, down and the lm_head, in `layouts`' order.
     #[test]

@@ -16,7 +16,10 @@ mod decode_parts;
 mod gemv;
 mod prefill;
 
-pub use decode::{AltGemv, AttnMode, DecodeBench, DecodeBenchOptions, SKIP_PARTS, decode_bench};
+pub use decode::{
+    AltGemv, AttnMode, DecodeBench, DecodeBenchOptions, PartSet, SKIP_PARTS, decode_bench,
+    parse_parts,
+};
 pub use decode_parts::{DecodeParts, PartRow};
 pub use gemv::{
     ChainRow, GemvBench, GemvBenchOptions, GemvCase, GemvRow, GemvVariant, READ_CEILING,
