@@ -135,6 +135,11 @@ pub struct DecodeBenchOptions {
     /// step's time moves ~1% with placement (docs/CUDA.md, decode).
     pub pad_mib: usize,
     pub late_module: bool,
+    /// A timing probe: chunks per row tile of this layer's gate|up and o weights that
+    /// the q/k norm + RoPE + KV store kernel asks L2 for once the q|k|v GEMV is done
+    /// (DRAM idles through the attention's small kernels); (0, 0) = none. Two-pass
+    /// attention with PDL on an f16 cache only.
+    pub l2_warm: (usize, usize),
 }
 
 /// Settings for some of the decode step's GEMVs that differ from the others' (a timing
@@ -239,6 +244,7 @@ impl Default for DecodeBenchOptions {
             alt: None,
             pad_mib: 0,
             late_module: false,
+            l2_warm: (0, 0),
         }
     }
 }
@@ -348,6 +354,8 @@ pub(super) struct Kernels {
     pub(super) fused: bool,
     /// [`DecodeBenchOptions::skip`].
     pub(super) skip: u16,
+    /// [`DecodeBenchOptions::l2_warm`].
+    pub(super) l2_warm: (usize, usize),
 }
 
 impl Kernels {
@@ -440,6 +448,7 @@ pub fn decode_bench(
         mode: opts.attn,
         fused: false,
         skip: 0,
+        l2_warm: opts.l2_warm,
     };
     if let Some(mk) = opts.attn_min_keys {
         k.attn.min_keys = mk;
@@ -694,7 +703,26 @@ pub(super) fn attention(
             out,
         );
     }
-    if k.skip & 64 == 0 {
+    let warm = k.l2_warm != (0, 0) && k.ops.pdl && matches!(l.cache, KvCache::F16 { .. });
+    if k.skip & 64 == 0 && warm {
+        let w = k
+            .ops
+            .l2_warm(&[(&l.gate_up, k.l2_warm.0), (&l.o, k.l2_warm.1)])?;
+        k.ops.qk_norm_rope_store_warm(
+            &b.qkv,
+            &l.q_norm,
+            &l.k_norm,
+            &b.cos,
+            &b.sin,
+            &b.pos,
+            NH,
+            NKV,
+            EPS,
+            &mut b.q,
+            &mut l.cache,
+            &w,
+        )?;
+    } else if k.skip & 64 == 0 {
         k.ops.qk_norm_rope_store(
             &b.qkv,
             &l.q_norm,
