@@ -8,7 +8,7 @@
 //! [--no-persist] [--warps-cap W] [--capacity N] [--no-parts]
 //! [--skip qkv,attn,o,gate_up,down,head,rope,split,combine,score,merge,merge_math]
 //! [--alt qkv,o,gate_up,down,head|none [--alt-kernel regs|pp|ring|tma] [--alt-first late|half]]
-//! [--pad-mib N] [--late-module] [--l2-warm GATE_UP[,O]]`
+//! [--pad-mib N] [--late-module] [--l2-warm GATE_UP[,O] [--l2-warm-when 0|1|2]]`
 //! (`--no-parts`: only the whole step, not each part apart; `--unfused`: the RMSNorm
 //! and SwiGLU preparations as kernels of their own;
 //! `--attn-fma`: the one-pass attention's FMA loop over the f16 cache instead of its
@@ -26,7 +26,9 @@
 //! settings at more than one placement when they differ by ~1%; `--l2-warm G,O`: the
 //! q/k norm + RoPE + KV store kernel asks L2 for the first G chunks of every row tile
 //! of the layer's gate|up weights and O of its o weights, while DRAM idles through the
-//! attention; two-pass attention with `--pdl` and an f16 cache).
+//! attention; two-pass attention with `--pdl` and an f16 cache; `--l2-warm-when`: 0
+//! every block right after its PDL wait, 1 every block after its stores, 2 only the v
+//! heads' blocks, after their store).
 
 use favlo_mx::ElementFormat;
 use favlo_runtime::cuda::CudaContext;
@@ -110,7 +112,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }),
         pad_mib: num(&argv, "--pad-mib", 0),
         late_module: flag("--late-module"),
-        l2_warm: arg(&argv, "--l2-warm").map_or((0, 0), |v| {
+        l2_warm: arg(&argv, "--l2-warm").map(|v| {
             let mut it = v.split(',').map(|n| n.trim().parse::<usize>());
             match (it.next(), it.next(), it.next()) {
                 (Some(Ok(g)), None, None) => (g, 0),
@@ -121,6 +123,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
         }),
+        l2_warm_when: num(&argv, "--l2-warm-when", 0).min(2) as u8,
     };
     let ctx = match CudaContext::open(0, None) {
         Ok(c) => c,
@@ -130,10 +133,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let d = decode_bench(&ctx, &opts)?;
-    if opts.l2_warm != (0, 0) {
+    if let Some((gu, o)) = opts.l2_warm {
         println!(
-            "L2 warm-up during the attention: gate|up {} and o {} chunks per row tile",
-            opts.l2_warm.0, opts.l2_warm.1
+            "L2 warm-up during the attention: gate|up {} and o {} chunks per row tile, when {}",
+            gu, o, opts.l2_warm_when
         );
     }
     println!(

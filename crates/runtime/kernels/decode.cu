@@ -34,11 +34,14 @@ struct WarmArgs {
     int chunks[2];
     int warm[2];
     int sb[2];
+    // When: 0 all blocks right after the PDL wait, 1 all blocks after their stores,
+    // 2 only the v heads' blocks, after their store.
+    int when;
 };
 
-__device__ __forceinline__ void l2_warm(const WarmArgs& w) {
+// Items t0, t0 + n, ... of the regions' chunks.
+__device__ __forceinline__ void l2_warm(const WarmArgs& w, int t0, int n) {
 #if __CUDA_ARCH__ >= 900
-    const int n = gridDim.x * blockDim.x, t0 = blockIdx.x * blockDim.x + threadIdx.x;
     for (int r = 0; r < 2; ++r) {
         if (w.data[r] == nullptr || w.warm[r] <= 0) continue;
         const int items = w.tiles[r] * w.warm[r];
@@ -66,13 +69,16 @@ __device__ __forceinline__ void qk_norm_rope_store(
     pdl_wait();  // qkv comes from the GEMV before (programmatic dependent launch)
     // After the wait: the q|k|v GEMV's stream is over, and DRAM idles through the
     // attention's chain of small kernels.
-    if (WARM) l2_warm(*warm);
+    const int all = gridDim.x * blockDim.x, me = blockIdx.x * blockDim.x + threadIdx.x;
+    if (WARM && warm->when == 0) l2_warm(*warm, me, all);
     const int head = blockIdx.x, d = threadIdx.x;
     const int pos = *posp;
     const float x = qkv[head * HD + d];
     if (head >= nh + nkv) {  // a v head: straight into the cache
         const int g = head - nh - nkv;
         store_cache(vc + ((long long)pos * nkv + g) * HD + d, x);
+        if (WARM && warm->when == 1) l2_warm(*warm, me, all);
+        if (WARM && warm->when == 2) l2_warm(*warm, g * blockDim.x + d, nkv * blockDim.x);
         return;
     }
     float ss = x * x;
@@ -95,6 +101,7 @@ __device__ __forceinline__ void qk_norm_rope_store(
         const int g = head - nh;
         store_cache(kc + ((long long)pos * nkv + g) * HD + d, r);
     }
+    if (WARM && warm->when == 1) l2_warm(*warm, me, all);
 }
 
 extern "C" __global__ void __launch_bounds__(128) qk_norm_rope_store_f16(

@@ -51,6 +51,7 @@ pub struct L2Warm {
     chunks: [i32; 2],
     warm: [i32; 2],
     sb: [i32; 2],
+    when: i32,
 }
 
 fn shape(op: &'static str, detail: String) -> CudaError {
@@ -144,14 +145,19 @@ impl DecodeOps {
 
     /// The L2 warm-up of the first `chunks` 128-byte chunks of every row tile of each
     /// matrix (at most two; data and scales), for [`Self::qk_norm_rope_store_warm`].
-    pub fn l2_warm(&self, mats: &[(&MxTiled, usize)]) -> Result<L2Warm, CudaError> {
+    /// `when`: 0 every block right after the PDL wait, 1 every block after its stores,
+    /// 2 only the v heads' blocks, after their store.
+    pub fn l2_warm(&self, mats: &[(&MxTiled, usize)], when: u8) -> Result<L2Warm, CudaError> {
         use cudarc::driver::DevicePtr;
         let op = "l2_warm";
         if mats.len() > 2 {
             return Err(shape(op, format!("{} matrices (at most 2)", mats.len())));
         }
         let s = self.ctx.stream();
-        let mut w = L2Warm::default();
+        let mut w = L2Warm {
+            when: i32::from(when.min(2)),
+            ..L2Warm::default()
+        };
         for (r, (m, chunks)) in mats.iter().enumerate() {
             let l = m.layout;
             let per_tile = l.data_row_bytes() / 128;

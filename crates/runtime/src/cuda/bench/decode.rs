@@ -138,8 +138,11 @@ pub struct DecodeBenchOptions {
     /// A timing probe: chunks per row tile of this layer's gate|up and o weights that
     /// the q/k norm + RoPE + KV store kernel asks L2 for once the q|k|v GEMV is done
     /// (DRAM idles through the attention's small kernels); (0, 0) = none. Two-pass
-    /// attention with PDL on an f16 cache only.
-    pub l2_warm: (usize, usize),
+    /// attention with PDL on an f16 cache only. `Some((0, 0))` runs the warm-up's
+    /// kernel with nothing to ask for (its control).
+    pub l2_warm: Option<(usize, usize)>,
+    /// When the warm-up is asked for ([`DecodeOps::l2_warm`]'s `when`).
+    pub l2_warm_when: u8,
 }
 
 /// Settings for some of the decode step's GEMVs that differ from the others' (a timing
@@ -244,7 +247,8 @@ impl Default for DecodeBenchOptions {
             alt: None,
             pad_mib: 0,
             late_module: false,
-            l2_warm: (0, 0),
+            l2_warm: None,
+            l2_warm_when: 0,
         }
     }
 }
@@ -355,7 +359,8 @@ pub(super) struct Kernels {
     /// [`DecodeBenchOptions::skip`].
     pub(super) skip: u16,
     /// [`DecodeBenchOptions::l2_warm`].
-    pub(super) l2_warm: (usize, usize),
+    pub(super) l2_warm: Option<(usize, usize)>,
+    pub(super) l2_warm_when: u8,
 }
 
 impl Kernels {
@@ -449,6 +454,7 @@ pub fn decode_bench(
         fused: false,
         skip: 0,
         l2_warm: opts.l2_warm,
+        l2_warm_when: opts.l2_warm_when,
     };
     if let Some(mk) = opts.attn_min_keys {
         k.attn.min_keys = mk;
@@ -703,11 +709,13 @@ pub(super) fn attention(
             out,
         );
     }
-    let warm = k.l2_warm != (0, 0) && k.ops.pdl && matches!(l.cache, KvCache::F16 { .. });
-    if k.skip & 64 == 0 && warm {
+    let warm = k
+        .l2_warm
+        .filter(|_| k.ops.pdl && matches!(l.cache, KvCache::F16 { .. }));
+    if let (0, Some((gu, o))) = (k.skip & 64, warm) {
         let w = k
             .ops
-            .l2_warm(&[(&l.gate_up, k.l2_warm.0), (&l.o, k.l2_warm.1)])?;
+            .l2_warm(&[(&l.gate_up, gu), (&l.o, o)], k.l2_warm_when)?;
         k.ops.qk_norm_rope_store_warm(
             &b.qkv,
             &l.q_norm,
