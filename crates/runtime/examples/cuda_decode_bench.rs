@@ -8,7 +8,7 @@
 //! [--no-persist] [--warps-cap W] [--capacity N] [--no-parts]
 //! [--skip qkv,attn,o,gate_up,down,head,rope,split,combine,score,merge,merge_math]
 //! [--alt qkv,o,gate_up,down,head|none [--alt-kernel regs|pp|ring|tma] [--alt-first late|half]]
-//! [--pad-mib N] [--late-module] [--l2-warm GATE_UP[,O] [--l2-warm-when 0|1|2]]`
+//! [--pad-mib N] [--late-module]`
 //! (`--no-parts`: only the whole step, not each part apart; `--unfused`: the RMSNorm
 //! and SwiGLU preparations as kernels of their own;
 //! `--attn-fma`: the one-pass attention's FMA loop over the f16 cache instead of its
@@ -23,12 +23,7 @@
 //! loads the second kernel set and uses it for nothing, which moves the step by ~1%
 //! (placement); `--pad-mib` and `--late-module` are placement probes too: pool memory
 //! taken before the model, one more module loaded after the attention's. Compare two
-//! settings at more than one placement when they differ by ~1%; `--l2-warm G,O`: the
-//! q/k norm + RoPE + KV store kernel asks L2 for the first G chunks of every row tile
-//! of the layer's gate|up weights and O of its o weights, while DRAM idles through the
-//! attention; two-pass attention with `--pdl` and an f16 cache; `--l2-warm-when`: 0
-//! every block right after its PDL wait, 1 every block after its stores, 2 only the v
-//! heads' blocks, after their store).
+//! settings at more than one placement when they differ by ~1%).
 
 use favlo_mx::ElementFormat;
 use favlo_runtime::cuda::CudaContext;
@@ -112,18 +107,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }),
         pad_mib: num(&argv, "--pad-mib", 0),
         late_module: flag("--late-module"),
-        l2_warm: arg(&argv, "--l2-warm").map(|v| {
-            let mut it = v.split(',').map(|n| n.trim().parse::<usize>());
-            match (it.next(), it.next(), it.next()) {
-                (Some(Ok(g)), None, None) => (g, 0),
-                (Some(Ok(g)), Some(Ok(o)), None) => (g, o),
-                _ => {
-                    eprintln!("cuda_decode_bench: --l2-warm takes GATE_UP[,O] chunk counts");
-                    std::process::exit(2);
-                }
-            }
-        }),
-        l2_warm_when: num(&argv, "--l2-warm-when", 0).min(2) as u8,
     };
     let ctx = match CudaContext::open(0, None) {
         Ok(c) => c,
@@ -133,12 +116,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let d = decode_bench(&ctx, &opts)?;
-    if let Some((gu, o)) = opts.l2_warm {
-        println!(
-            "L2 warm-up during the attention: gate|up {} and o {} chunks per row tile, when {}",
-            gu, o, opts.l2_warm_when
-        );
-    }
     println!(
         "device {}; GEMV kernels: {}; PDL {}; attention {:?}",
         d.device, d.kernels, d.pdl, d.attn

@@ -23,62 +23,22 @@ __device__ __forceinline__ unsigned short f2h(float v) {
 __device__ __forceinline__ void store_cache(unsigned short* p, float v) { *p = f2h(v); }
 __device__ __forceinline__ void store_cache(float* p, float v) { *p = v; }
 
-// L2 warm-up (a timing probe, `cuda_decode_bench --l2-warm`): the first `warm[r]` chunks
-// of every row tile of up to two tiled GEMV matrices (src/cuda/gemv_tile.rs: per (tile,
-// chunk) 4096 data bytes, and `sb[r]` scale bytes at the scale plane), asked of L2 with one
-// bulk prefetch per chunk and plane. A hint only: nothing reads it back here.
-struct WarmArgs {
-    const char* data[2];
-    const char* scales[2];
-    int tiles[2];
-    int chunks[2];
-    int warm[2];
-    int sb[2];
-    // When: 0 all blocks right after the PDL wait, 1 all blocks after their stores,
-    // 2 only the v heads' blocks, after their store.
-    int when;
-};
-
-// Items t0, t0 + n, ... of the regions' chunks.
-__device__ __forceinline__ void l2_warm(const WarmArgs& w, int t0, int n) {
-#if __CUDA_ARCH__ >= 900
-    for (int r = 0; r < 2; ++r) {
-        if (w.data[r] == nullptr || w.warm[r] <= 0) continue;
-        const int items = w.tiles[r] * w.warm[r];
-        for (int i = t0; i < items; i += n) {
-            const long long c = (long long)(i / w.warm[r]) * w.chunks[r] + i % w.warm[r];
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], 4096;" ::"l"(w.data[r] + c * 4096)
-                         : "memory");
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w.scales[r] + c * w.sb[r]),
-                         "r"(w.sb[r])
-                         : "memory");
-        }
-    }
-#endif
-}
-
-template <typename T, bool WARM = false>
+template <typename T>
 __device__ __forceinline__ void qk_norm_rope_store(
     const float* __restrict__ qkv, const float* __restrict__ qw, const float* __restrict__ kw,
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, const int* __restrict__ posp,
     float* __restrict__ q_out, T* __restrict__ kc, T* __restrict__ vc, int nh, int nkv,
-    float eps, const WarmArgs* warm = nullptr) {
+    float eps) {
     __shared__ float buf[HD];
     __shared__ float red[4];
     pdl_trigger();
     pdl_wait();  // qkv comes from the GEMV before (programmatic dependent launch)
-    // After the wait: the q|k|v GEMV's stream is over, and DRAM idles through the
-    // attention's chain of small kernels.
-    const int all = gridDim.x * blockDim.x, me = blockIdx.x * blockDim.x + threadIdx.x;
-    if (WARM && warm->when == 0) l2_warm(*warm, me, all);
     const int head = blockIdx.x, d = threadIdx.x;
     const int pos = *posp;
     const float x = qkv[head * HD + d];
     if (head >= nh + nkv) {  // a v head: straight into the cache
         const int g = head - nh - nkv;
         store_cache(vc + ((long long)pos * nkv + g) * HD + d, x);
-        if (WARM && warm->when == 1) l2_warm(*warm, me, all);
-        if (WARM && warm->when == 2) l2_warm(*warm, g * blockDim.x + d, nkv * blockDim.x);
         return;
     }
     float ss = x * x;
@@ -101,7 +61,6 @@ __device__ __forceinline__ void qk_norm_rope_store(
         const int g = head - nh;
         store_cache(kc + ((long long)pos * nkv + g) * HD + d, r);
     }
-    if (WARM && warm->when == 1) l2_warm(*warm, me, all);
 }
 
 extern "C" __global__ void __launch_bounds__(128) qk_norm_rope_store_f16(
@@ -116,15 +75,6 @@ extern "C" __global__ void __launch_bounds__(128) qk_norm_rope_store_f32(
     const float* qkv, const float* qw, const float* kw, const float* cos_t, const float* sin_t,
     const int* pos, float* q_out, float* kc, float* vc, int nh, int nkv, float eps) {
     qk_norm_rope_store<float>(qkv, qw, kw, cos_t, sin_t, pos, q_out, kc, vc, nh, nkv, eps);
-}
-
-// qk_norm_rope_store_f16 that also warms L2 (`WarmArgs`; the bench's probe only).
-extern "C" __global__ void __launch_bounds__(128) qk_norm_rope_store_f16_warm(
-    const float* qkv, const float* qw, const float* kw, const float* cos_t, const float* sin_t,
-    const int* pos, float* q_out, unsigned short* kc, unsigned short* vc, int nh, int nkv,
-    float eps, const WarmArgs warm) {
-    qk_norm_rope_store<unsigned short, true>(qkv, qw, kw, cos_t, sin_t, pos, q_out, kc, vc, nh,
-                                             nkv, eps, &warm);
 }
 
 extern "C" __global__ void swiglu_fused(const float* __restrict__ gu, float* __restrict__ out,

@@ -12,7 +12,6 @@ use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use super::attention::{ATTN_HEAD_DIM, KvCache};
 use super::compile::{LoadedModule, Module};
 use super::context::{CudaContext, DeviceBuffer};
-use super::gemv_tile::{MxTiled, TILE_ROWS, scale_tile_bytes};
 use super::launch::{arg_ptr, launch_ex};
 use super::{CudaError, driver_err};
 
@@ -33,25 +32,10 @@ pub struct DecodeOps {
     pub pdl: bool,
     qk_f16: CudaFunction,
     qk_f32: CudaFunction,
-    qk_f16_warm: CudaFunction,
     swiglu: CudaFunction,
     advance: CudaFunction,
     /// `qk_norm_rope_store` over several sequences, [f32 cache, f16 cache].
     pub(super) qk_z: [CudaFunction; 2],
-}
-
-/// `WarmArgs` of `kernels/decode.cu`: the parts of up to two tiled GEMV matrices that
-/// [`DecodeOps::qk_norm_rope_store_warm`] asks L2 for (a timing probe).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct L2Warm {
-    data: [u64; 2],
-    scales: [u64; 2],
-    tiles: [i32; 2],
-    chunks: [i32; 2],
-    warm: [i32; 2],
-    sb: [i32; 2],
-    when: i32,
 }
 
 fn shape(op: &'static str, detail: String) -> CudaError {
@@ -66,7 +50,6 @@ impl DecodeOps {
         Ok(DecodeOps {
             qk_f16: f("qk_norm_rope_store_f16")?,
             qk_f32: f("qk_norm_rope_store_f32")?,
-            qk_f16_warm: f("qk_norm_rope_store_f16_warm")?,
             swiglu: f("swiglu_fused")?,
             advance: f("advance_pos")?,
             qk_z: [
@@ -95,99 +78,6 @@ impl DecodeOps {
         eps: f32,
         q_out: &mut DeviceBuffer<f32>,
         cache: &mut KvCache,
-    ) -> Result<(), CudaError> {
-        let io = (q_out, cache);
-        self.qk_launch(
-            qkv, q_norm, k_norm, cos, sin, pos, n_heads, n_kv_heads, eps, io, None,
-        )
-    }
-
-    /// [`Self::qk_norm_rope_store`] that also asks L2, once the q|k|v GEMV is done, for
-    /// the parts of later GEMVs' weights that `warm` names ([`Self::l2_warm`]; a timing
-    /// probe of the decode bench: f16 cache and programmatic dependent launch only).
-    #[allow(clippy::too_many_arguments)]
-    pub fn qk_norm_rope_store_warm(
-        &self,
-        qkv: &DeviceBuffer<f32>,
-        q_norm: &DeviceBuffer<f32>,
-        k_norm: &DeviceBuffer<f32>,
-        cos: &DeviceBuffer<f32>,
-        sin: &DeviceBuffer<f32>,
-        pos: &DeviceBuffer<i32>,
-        n_heads: usize,
-        n_kv_heads: usize,
-        eps: f32,
-        q_out: &mut DeviceBuffer<f32>,
-        cache: &mut KvCache,
-        warm: &L2Warm,
-    ) -> Result<(), CudaError> {
-        if !self.pdl || !matches!(cache, KvCache::F16 { .. }) {
-            return Err(shape(
-                "qk_norm_rope_store_warm",
-                "the L2 warm-up runs with PDL on an f16 cache only".into(),
-            ));
-        }
-        let io = (q_out, cache);
-        self.qk_launch(
-            qkv,
-            q_norm,
-            k_norm,
-            cos,
-            sin,
-            pos,
-            n_heads,
-            n_kv_heads,
-            eps,
-            io,
-            Some(warm),
-        )
-    }
-
-    /// The L2 warm-up of the first `chunks` 128-byte chunks of every row tile of each
-    /// matrix (at most two; data and scales), for [`Self::qk_norm_rope_store_warm`].
-    /// `when`: 0 every block right after the PDL wait, 1 every block after its stores,
-    /// 2 only the v heads' blocks, after their store.
-    pub fn l2_warm(&self, mats: &[(&MxTiled, usize)], when: u8) -> Result<L2Warm, CudaError> {
-        use cudarc::driver::DevicePtr;
-        let op = "l2_warm";
-        if mats.len() > 2 {
-            return Err(shape(op, format!("{} matrices (at most 2)", mats.len())));
-        }
-        let s = self.ctx.stream();
-        let mut w = L2Warm {
-            when: i32::from(when.min(2)),
-            ..L2Warm::default()
-        };
-        for (r, (m, chunks)) in mats.iter().enumerate() {
-            let l = m.layout;
-            let per_tile = l.data_row_bytes() / 128;
-            let int = |v: usize| i32::try_from(v).map_err(|_| shape(op, format!("{v}")));
-            let (d, _gd) = m.data.slice.device_ptr(s);
-            let (sc, _gs) = m.scales.slice.device_ptr(s);
-            w.data[r] = d;
-            w.scales[r] = sc;
-            w.tiles[r] = int(l.rows.div_ceil(TILE_ROWS))?;
-            w.chunks[r] = int(per_tile)?;
-            w.warm[r] = int((*chunks).min(per_tile))?;
-            w.sb[r] = int(scale_tile_bytes(l.format))?;
-        }
-        Ok(w)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn qk_launch(
-        &self,
-        qkv: &DeviceBuffer<f32>,
-        q_norm: &DeviceBuffer<f32>,
-        k_norm: &DeviceBuffer<f32>,
-        cos: &DeviceBuffer<f32>,
-        sin: &DeviceBuffer<f32>,
-        pos: &DeviceBuffer<i32>,
-        n_heads: usize,
-        n_kv_heads: usize,
-        eps: f32,
-        (q_out, cache): (&mut DeviceBuffer<f32>, &mut KvCache),
-        warm: Option<&L2Warm>,
     ) -> Result<(), CudaError> {
         let op = "qk_norm_rope_store";
         let hd = ATTN_HEAD_DIM;
@@ -222,10 +112,9 @@ impl DecodeOps {
             shared_mem_bytes: 0,
         };
         let s = self.ctx.stream();
-        let f = match (&*cache, warm) {
-            (KvCache::F16 { .. }, Some(_)) => &self.qk_f16_warm,
-            (KvCache::F16 { .. }, None) => &self.qk_f16,
-            (KvCache::F32 { .. }, _) => &self.qk_f32,
+        let f = match cache {
+            KvCache::F16 { .. } => &self.qk_f16,
+            KvCache::F32 { .. } => &self.qk_f32,
         };
         if self.pdl {
             use cudarc::driver::{DevicePtr, DevicePtrMut};
@@ -254,18 +143,9 @@ impl DecodeOps {
                 arg_ptr(&nkv),
                 arg_ptr(&eps),
             ];
-            let mut with_warm;
-            let args: &mut [*mut std::ffi::c_void] = match warm {
-                Some(w) => {
-                    with_warm = [args.as_slice(), &[arg_ptr(w)]].concat();
-                    &mut with_warm
-                }
-                None => &mut args,
-            };
             // SAFETY: as for the builder launch below; the kernel waits for the
-            // previous kernel before reading. `L2Warm` is the kernel's `WarmArgs`
-            // (repr(C)); its pointers are the weights' device buffers, prefetched only.
-            return unsafe { launch_ex(s, f, cfg, args) }
+            // previous kernel before reading.
+            return unsafe { launch_ex(s, f, cfg, &mut args) }
                 .map_err(driver_err("cuLaunchKernelEx(qk_norm_rope_store)"));
         }
         let mut b = s.launch_builder(f);

@@ -51,7 +51,7 @@ pub use compile::{
 pub use context::{CudaContext, DeviceBuffer, MIN_COMPUTE_CAPABILITY};
 pub use conv1d::{Conv1dEpilogue, Conv1dOps};
 pub use conv2d::{CONV_SPLIT_MAX, ChannelAffine, Conv2dOps, ConvAct};
-pub use decode::{DecodeOps, L2Warm};
+pub use decode::DecodeOps;
 pub use decode_batch::{AttnSeq, RopeSeq, SEQ_MAX};
 pub use encoder::{ENC_MAX_HEAD_DIM, ENC_QUERY_TILE, EncAct, EncPool, EncoderOps, attention_tiles};
 pub use gemm::{GemmActs, GemmKernel, GemmMx, TileStore};

@@ -135,14 +135,6 @@ pub struct DecodeBenchOptions {
     /// step's time moves ~1% with placement (docs/CUDA.md, decode).
     pub pad_mib: usize,
     pub late_module: bool,
-    /// A timing probe: chunks per row tile of this layer's gate|up and o weights that
-    /// the q/k norm + RoPE + KV store kernel asks L2 for once the q|k|v GEMV is done
-    /// (DRAM idles through the attention's small kernels); (0, 0) = none. Two-pass
-    /// attention with PDL on an f16 cache only. `Some((0, 0))` runs the warm-up's
-    /// kernel with nothing to ask for (its control).
-    pub l2_warm: Option<(usize, usize)>,
-    /// When the warm-up is asked for ([`DecodeOps::l2_warm`]'s `when`).
-    pub l2_warm_when: u8,
 }
 
 /// Settings for some of the decode step's GEMVs that differ from the others' (a timing
@@ -247,8 +239,6 @@ impl Default for DecodeBenchOptions {
             alt: None,
             pad_mib: 0,
             late_module: false,
-            l2_warm: None,
-            l2_warm_when: 0,
         }
     }
 }
@@ -358,9 +348,6 @@ pub(super) struct Kernels {
     pub(super) fused: bool,
     /// [`DecodeBenchOptions::skip`].
     pub(super) skip: u16,
-    /// [`DecodeBenchOptions::l2_warm`].
-    pub(super) l2_warm: Option<(usize, usize)>,
-    pub(super) l2_warm_when: u8,
 }
 
 impl Kernels {
@@ -453,8 +440,6 @@ pub fn decode_bench(
         mode: opts.attn,
         fused: false,
         skip: 0,
-        l2_warm: opts.l2_warm,
-        l2_warm_when: opts.l2_warm_when,
     };
     if let Some(mk) = opts.attn_min_keys {
         k.attn.min_keys = mk;
@@ -709,28 +694,7 @@ pub(super) fn attention(
             out,
         );
     }
-    let warm = k
-        .l2_warm
-        .filter(|_| k.ops.pdl && matches!(l.cache, KvCache::F16 { .. }));
-    if let (0, Some((gu, o))) = (k.skip & 64, warm) {
-        let w = k
-            .ops
-            .l2_warm(&[(&l.gate_up, gu), (&l.o, o)], k.l2_warm_when)?;
-        k.ops.qk_norm_rope_store_warm(
-            &b.qkv,
-            &l.q_norm,
-            &l.k_norm,
-            &b.cos,
-            &b.sin,
-            &b.pos,
-            NH,
-            NKV,
-            EPS,
-            &mut b.q,
-            &mut l.cache,
-            &w,
-        )?;
-    } else if k.skip & 64 == 0 {
+    if k.skip & 64 == 0 {
         k.ops.qk_norm_rope_store(
             &b.qkv,
             &l.q_norm,
