@@ -8,7 +8,7 @@
 //! [--no-persist] [--warps-cap W] [--capacity N] [--no-parts]
 //! [--skip qkv,attn,o,gate_up,down,head,rope,split,combine,score,merge,merge_math]
 //! [--alt qkv,o,gate_up,down,head|none [--alt-kernel regs|pp|ring|tma] [--alt-first late|half]]
-//! [--pad-mib N] [--late-module]`
+//! [--pad-mib N] [--late-module] [--pad code|global:KIB[@first|@mid],…]`
 //! (`--no-parts`: only the whole step, not each part apart; `--unfused`: the RMSNorm
 //! and SwiGLU preparations as kernels of their own;
 //! `--attn-fma`: the one-pass attention's FMA loop over the f16 cache instead of its
@@ -22,14 +22,18 @@
 //! warps (`half`); the "GEMV kernels" line names what each GEMV ran; `--alt none`
 //! loads the second kernel set and uses it for nothing, which moves the step by ~1%
 //! (placement); `--pad-mib` and `--late-module` are placement probes too: pool memory
-//! taken before the model, one more module loaded after the attention's. Compare two
-//! settings at more than one placement when they differ by ~1%).
+//! taken before the model, one more module loaded after the attention's; `--pad`
+//! loads modules of code alone (`code:KIB`) or of a `__device__` array alone
+//! (`global:KIB`) before the step's modules (`@first`) or between its GEMV and
+//! attention modules (`@mid`, the default), to tell code placement from data
+//! placement. Compare two settings at more than one placement when they differ by
+//! ~1%).
 
 use favlo_mx::ElementFormat;
 use favlo_runtime::cuda::CudaContext;
 use favlo_runtime::cuda::GemvKernel;
 use favlo_runtime::cuda::bench::{
-    AltGemv, AttnMode, DecodeBenchOptions, PartSet, decode_bench, parse_parts,
+    AltGemv, AttnMode, DecodeBenchOptions, Pad, PartSet, decode_bench, parse_parts,
 };
 
 fn arg(argv: &[String], name: &str) -> Option<String> {
@@ -107,6 +111,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }),
         pad_mib: num(&argv, "--pad-mib", 0),
         late_module: flag("--late-module"),
+        pads: arg(&argv, "--pad").map_or_else(Vec::new, |list| {
+            list.split(',')
+                .map(|p| {
+                    Pad::parse(p).unwrap_or_else(|e| {
+                        eprintln!("cuda_decode_bench: --pad: {e}");
+                        std::process::exit(2);
+                    })
+                })
+                .collect()
+        }),
     };
     let ctx = match CudaContext::open(0, None) {
         Ok(c) => c,
@@ -116,6 +130,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let d = decode_bench(&ctx, &opts)?;
+    for p in &opts.pads {
+        println!("pad module: {:?} {} KiB at {:?}", p.kind, p.kib, p.at);
+    }
     println!(
         "device {}; GEMV kernels: {}; PDL {}; attention {:?}",
         d.device, d.kernels, d.pdl, d.attn

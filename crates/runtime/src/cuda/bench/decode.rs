@@ -26,6 +26,7 @@ use half::f16;
 use super::decode_fused::{check_fused, step_fused};
 use super::decode_parts::{DecodeParts, measure_parts};
 use super::gemv::describe;
+use super::placement::{Pad, PadModule, PadWhere, load_pad};
 use super::{BenchError, Rng, random_mx};
 use crate::cuda::{
     ATTN_ONEPASS_MIN_CAPACITY, AttentionDecode, AttnKernel, AttnOut, CudaContext, CudaError,
@@ -135,6 +136,9 @@ pub struct DecodeBenchOptions {
     /// step's time moves ~1% with placement (docs/CUDA.md, decode).
     pub pad_mib: usize,
     pub late_module: bool,
+    /// Modules of code or data alone that nothing launches, loaded before the step's
+    /// modules or between its GEMV and attention modules ([`super::placement`]).
+    pub pads: Vec<Pad>,
 }
 
 /// Settings for some of the decode step's GEMVs that differ from the others' (a timing
@@ -239,6 +243,7 @@ impl Default for DecodeBenchOptions {
             alt: None,
             pad_mib: 0,
             late_module: false,
+            pads: Vec::new(),
         }
     }
 }
@@ -406,6 +411,14 @@ pub fn decode_bench(
         ));
     }
     let pdl = opts.pdl && ctx.compute_capability().0 >= 9;
+    let pads_at = |at: PadWhere| -> Result<Vec<PadModule>, BenchError> {
+        opts.pads
+            .iter()
+            .filter(|p| p.at == at)
+            .map(|&p| load_pad(ctx, p))
+            .collect()
+    };
+    let pads_first = pads_at(PadWhere::First)?;
     let gemv = load_gemv(ctx, opts, opts.kernel, 0, pdl)?;
     let shapes = layouts(opts.format);
     let names = ["q|k|v", "o", "gate|up", "down", "lm_head"];
@@ -413,6 +426,7 @@ pub fn decode_bench(
         Some(a) => Some((load_gemv(ctx, opts, a.kernel, a.first_loads, pdl)?, a.parts)),
         None => None,
     };
+    let pads_mid = pads_at(PadWhere::Mid)?;
     let kernels = names
         .iter()
         .zip(&shapes)
@@ -532,6 +546,8 @@ pub fn decode_bench(
     drop(m);
     drop(pad);
     drop(late_module);
+    drop(pads_first);
+    drop(pads_mid);
     ctx.sweep(&owner)?;
     Ok(DecodeBench {
         device: describe(ctx),

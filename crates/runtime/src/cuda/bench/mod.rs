@@ -14,6 +14,7 @@ mod decode;
 mod decode_fused;
 mod decode_parts;
 mod gemv;
+mod placement;
 mod prefill;
 
 pub use decode::{
@@ -25,6 +26,7 @@ pub use gemv::{
     ChainRow, GemvBench, GemvBenchOptions, GemvCase, GemvRow, GemvVariant, READ_CEILING,
     chain_bench, gemv_bench,
 };
+pub use placement::{PAD_MAX_KIB, Pad, PadKind, PadWhere};
 pub use prefill::{
     FP8_PEAK_TFLOPS, PrefillBench, PrefillBenchOptions, PrefillRow, prefill_bench, tflops,
 };
