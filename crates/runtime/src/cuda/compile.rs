@@ -51,7 +51,12 @@ pub(crate) struct LoadedModule {
 impl LoadedModule {
     /// [`load_or_compile`] `m` for the context's arch, then load it.
     pub(crate) fn load(ctx: &CudaContext, m: Module) -> Result<Self, CudaError> {
-        let k = load_or_compile(m.name, m.src, &ctx.arch())?;
+        Self::load_source(ctx, m.name, m.src)
+    }
+
+    /// [`LoadedModule::load`] for a source built at run time (not a shipped [`Module`]).
+    pub(crate) fn load_source(ctx: &CudaContext, name: &str, src: &str) -> Result<Self, CudaError> {
+        let k = load_or_compile(name, src, &ctx.arch())?;
         let module = ctx
             .raw()
             .load_module(Ptx::from_binary(k.cubin))

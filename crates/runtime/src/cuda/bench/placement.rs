@@ -3,12 +3,13 @@
 //!
 //! The batch-1 decode step moves by ~1.5% with what is loaded before the attention's
 //! and the norms' modules (one more GEMV module there is faster; one loaded after them
-//! is not; the weights' addresses do not move either way). Two candidates remain: where
-//! the later modules' code lands (instruction fetch), and where their module data
-//! (globals, constant banks) lands. A pad of code alone ([`PadKind::Code`]: straight
-//! kernels of volatile loads, ~32 bytes of SASS per line, no data) and a pad of data
-//! alone ([`PadKind::Global`]: one `__device__` array and a one-line kernel) separate
-//! them.
+//! is not; the weights' addresses do not move either way). Two candidates: where the
+//! later modules' code lands (instruction fetch), and where their module data (globals,
+//! constant banks) lands. A pad of code alone ([`PadKind::Code`]: straight kernels of
+//! volatile loads, ~32 bytes of SASS per line, no data) and a pad of data alone
+//! ([`PadKind::Global`]: one `__device__` array and a one-line kernel) separate them.
+//! Measured (session 47, H100): the code, from ~1.5 MiB loaded before the attention's
+//! module; data alone moves nothing (docs/CUDA.md, decode).
 //!
 //! Key design choice: the pad's source is generated for its size and goes through the
 //! same NVRTC disk cache as every module, and every pad kernel is fetched from the
@@ -16,14 +17,10 @@
 //! when it is first fetched), so the pad is placed where the probe asks.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
-
-use cudarc::driver::CudaModule;
-use cudarc::nvrtc::Ptx;
 
 use super::BenchError;
-use crate::cuda::compile::load_or_compile;
-use crate::cuda::{CudaContext, driver_err};
+use crate::cuda::CudaContext;
+use crate::cuda::compile::LoadedModule;
 
 /// Source lines per code-pad kernel (~32 KiB of SASS each; longer straight kernels
 /// compile superlinearly slowly).
@@ -91,7 +88,7 @@ impl Pad {
 
 /// A loaded pad module; dropping it unloads it.
 pub struct PadModule {
-    _module: Arc<CudaModule>,
+    _module: LoadedModule,
 }
 
 /// The pad's kernel names and CUDA source.
@@ -137,15 +134,9 @@ pub fn load_pad(ctx: &CudaContext, pad: Pad) -> Result<PadModule, BenchError> {
         PadKind::Code => "pad_code",
         PadKind::Global => "pad_global",
     };
-    let k = load_or_compile(tag, &src, &ctx.arch())?;
-    let module = ctx
-        .raw()
-        .load_module(Ptx::from_binary(k.cubin))
-        .map_err(driver_err("cuModuleLoadData"))?;
+    let module = LoadedModule::load_source(ctx, tag, &src)?;
     for n in &names {
-        module
-            .load_function(n)
-            .map_err(driver_err("cuModuleGetFunction"))?;
+        module.function(n)?;
     }
     Ok(PadModule { _module: module })
 }
