@@ -7,7 +7,8 @@
 //! [--attn auto|two|one|fused|light] [--compare-attn] [--min-keys N] [--attn-fma] [--unfused]
 //! [--no-persist] [--warps-cap W] [--capacity N] [--no-parts]
 //! [--skip qkv,attn,o,gate_up,down,head,rope,split,combine,score,merge,merge_math]
-//! [--alt qkv,o,gate_up,down,head|none [--alt-kernel regs|pp|ring|tma] [--alt-first late|half]]
+//! [--alt qkv,o,gate_up,down,head|none [--alt-kernel regs|pp|ring|tma] [--alt-first late|half]
+//! [--alt-l2 evict-first|normal]]
 //! [--pad-mib N] [--late-module] [--pad code|global:KIB[@first|@mid],…]`
 //! (`--no-parts`: only the whole step, not each part apart; `--unfused`: the RMSNorm
 //! and SwiGLU preparations as kernels of their own;
@@ -19,7 +20,8 @@
 //! some GEMVs, a probe of which kernel suits each where it sits in the step:
 //! `--alt-kernel` its kernel (default `auto`), `--alt-first` the ping-pong kernel with
 //! its first chunk requested after the PDL wait by every warp (`late`) or by the odd
-//! warps (`half`); the "GEMV kernels" line names what each GEMV ran; `--alt none`
+//! warps (`half`), `--alt-l2 evict-first` its weight and scale loads evict-first in L2
+//! (the register kernels'); the "GEMV kernels" line names what each GEMV ran; `--alt none`
 //! loads the second kernel set and uses it for nothing, which moves the step by ~1%
 //! (placement); `--pad-mib` and `--late-module` are placement probes too: pool memory
 //! taken before the model, one more module loaded after the attention's; `--pad`
@@ -107,6 +109,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Some("late") => 1,
                 Some("half") => 2,
                 _ => 0,
+            },
+            evict_first: match arg(&argv, "--alt-l2").as_deref() {
+                Some("evict-first") => true,
+                Some("normal") | None => false,
+                Some(other) => {
+                    eprintln!(
+                        "cuda_decode_bench: --alt-l2 {other}: expected evict-first or normal"
+                    );
+                    std::process::exit(2);
+                }
             },
         }),
         pad_mib: num(&argv, "--pad-mib", 0),

@@ -38,12 +38,49 @@
 
 #define TILE_ROWS 32
 
+// FAVLO_W_EVICT_FIRST (a module compiled with it defined to 1; a timing probe of the
+// decode step): the weight and scale streams of the register kernels are marked
+// evict-first in L2, so the step's small, reused lines (kernel code and parameters,
+// activations, norm weights) are not pushed out by weights read once per token.
+#ifndef FAVLO_W_EVICT_FIRST
+#define FAVLO_W_EVICT_FIRST 0
+#endif
+
+#if FAVLO_W_EVICT_FIRST
+// The evict-first policy (sm_90 takes the plain `.L2::evict_first` qualifier only on
+// 256-bit loads, so 128-bit ones carry it as a cache hint). Not volatile: computed once.
+__device__ __forceinline__ unsigned long long w_policy() {
+    unsigned long long pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+#endif
+
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
     uint4 r;
+#if FAVLO_W_EVICT_FIRST
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p), "l"(w_policy()));
+#else
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                  : "l"(p));
+#endif
     return r;
+}
+
+// A chunk's scale bytes (8 per lane), streamed as the weights are.
+__device__ __forceinline__ uint2 ld_scales(const void* p) {
+#if FAVLO_W_EVICT_FIRST
+    uint2 r;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.u32 {%0,%1}, [%2], %3;"
+                 : "=r"(r.x), "=r"(r.y)
+                 : "l"(p), "l"(w_policy()));
+    return r;
+#else
+    return __ldg(reinterpret_cast<const uint2*>(p));
+#endif
 }
 
 // The same with an L2 256-byte prefetch hint (a warp's chunk is 4 KB contiguous).

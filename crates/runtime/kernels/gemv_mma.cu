@@ -53,7 +53,7 @@ __device__ __forceinline__ void gemv_mma_body(const unsigned char* __restrict__ 
         stage_x(c, 0);
 #pragma unroll
         for (int p = 0; p < 8; ++p) q[p] = ld_w<PF>(dbase + (long long)c * 4096 + p * 512);
-        sc = __ldg(reinterpret_cast<const uint2*>(sbase + (long long)c * SB));
+        sc = ld_scales(sbase + (long long)c * SB);
     }
     cp_async_commit();
     EpiEarly pre = epi_none();
@@ -66,7 +66,7 @@ __device__ __forceinline__ void gemv_mma_body(const unsigned char* __restrict__ 
             stage_x(cn, (k + 1) & 1);
 #pragma unroll
             for (int p = 0; p < 8; ++p) nq[p] = ld_w<PF>(dbase + (long long)cn * 4096 + p * 512);
-            nsc = __ldg(reinterpret_cast<const uint2*>(sbase + (long long)cn * SB));
+            nsc = ld_scales(sbase + (long long)cn * SB);
         }
         cp_async_commit();
         cp_async_wait1();

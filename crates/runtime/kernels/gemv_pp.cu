@@ -113,7 +113,7 @@ __device__ __forceinline__ void gemv_pp_body(const unsigned char* __restrict__ w
         if (PD > 0) prefetch(c + PD * nwarps);
 #pragma unroll
         for (int p = 0; p < 8; ++p) q[p] = ld_stream(dbase + (long long)c * 4096 + p * 512);
-        sc = __ldg(reinterpret_cast<const uint2*>(sbase + (long long)c * SB));
+        sc = ld_scales(sbase + (long long)c * SB);
     };
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     uint4 qa[8], qb[8];

@@ -277,7 +277,18 @@ pub fn warps_per_block(tiles: usize, chunks: usize, sms: usize) -> usize {
 impl GemvMma {
     /// Compiles (or reads from the cache) and loads the module for `ctx`'s arch.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<GemvMma, CudaError> {
-        let m = LoadedModule::load(ctx, MODULE)?;
+        Self::load_module(ctx, LoadedModule::load(ctx, MODULE)?)
+    }
+
+    /// [`Self::load`] with the register kernels' weight and scale loads marked
+    /// evict-first in L2 (`FAVLO_W_EVICT_FIRST`; a timing probe of the decode step, whose
+    /// weights are read once per token while its small lines are reused every layer).
+    pub fn load_evict_first(ctx: &Arc<CudaContext>) -> Result<GemvMma, CudaError> {
+        let src = format!("#define FAVLO_W_EVICT_FIRST 1\n{SRC}");
+        Self::load_module(ctx, LoadedModule::load_source(ctx, "gemv_mma_ef", &src)?)
+    }
+
+    fn load_module(ctx: &Arc<CudaContext>, m: LoadedModule) -> Result<GemvMma, CudaError> {
         let f = |n: &str| m.function(n);
         use cudarc::driver::sys::CUdevice_attribute as A;
         let attr = |a: A| {

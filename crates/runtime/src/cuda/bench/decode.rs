@@ -151,6 +151,9 @@ pub struct AltGemv {
     /// `GemvMma::pp_first_loads` (ping-pong: which warps request their first chunk
     /// before the PDL wait).
     pub first_loads: u8,
+    /// The second kernel set's weight and scale loads evict-first in L2
+    /// ([`GemvMma::load_evict_first`]).
+    pub evict_first: bool,
 }
 
 /// The parts [`DecodeBenchOptions::skip`] can leave out, bit i = name i.
@@ -419,11 +422,14 @@ pub fn decode_bench(
             .collect()
     };
     let pads_first = pads_at(PadWhere::First)?;
-    let gemv = load_gemv(ctx, opts, opts.kernel, 0, pdl)?;
+    let gemv = load_gemv(ctx, opts, opts.kernel, 0, pdl, false)?;
     let shapes = layouts(opts.format);
     let names = ["q|k|v", "o", "gate|up", "down", "lm_head"];
     let alt = match &opts.alt {
-        Some(a) => Some((load_gemv(ctx, opts, a.kernel, a.first_loads, pdl)?, a.parts)),
+        Some(a) => Some((
+            load_gemv(ctx, opts, a.kernel, a.first_loads, pdl, a.evict_first)?,
+            a.parts,
+        )),
         None => None,
     };
     let pads_mid = pads_at(PadWhere::Mid)?;
@@ -433,7 +439,17 @@ pub fn decode_bench(
         .zip(GEMV_PART_BITS)
         .map(|((name, l), bit)| {
             let (g, tag) = match &alt {
-                Some((g, parts)) if parts & bit != 0 => (g, " (alt)"),
+                Some((g, parts)) if parts & bit != 0 => {
+                    let ef = opts.alt.as_ref().is_some_and(|a| a.evict_first);
+                    (
+                        g,
+                        if ef {
+                            " (alt, L2 evict-first)"
+                        } else {
+                            " (alt)"
+                        },
+                    )
+                }
                 _ => (&gemv, ""),
             };
             let k = g.resolve(l.format, l.rows.div_ceil(32), l.data_row_bytes() / 128);
@@ -580,8 +596,13 @@ fn load_gemv(
     kernel: GemvKernel,
     first_loads: u8,
     pdl: bool,
+    evict_first: bool,
 ) -> Result<GemvMma, CudaError> {
-    let mut g = GemvMma::load(ctx)?;
+    let mut g = if evict_first {
+        GemvMma::load_evict_first(ctx)?
+    } else {
+        GemvMma::load(ctx)?
+    };
     g.kernel = kernel;
     g.ring_override = opts.ring;
     g.pp_prefetch = opts.pp_prefetch;
