@@ -8,7 +8,7 @@
 //! [--no-persist] [--warps-cap W] [--capacity N] [--no-parts]
 //! [--skip qkv,attn,o,gate_up,down,head,rope,split,combine,score,merge,merge_math]
 //! [--alt qkv,o,gate_up,down,head|none [--alt-kernel regs|pp|ring|tma] [--alt-first late|half]
-//! [--alt-l2 evict-first|normal]]
+//! [--alt-l2 evict-first|normal]] [--attn-l2 evict-first|normal]
 //! [--pad-mib N] [--late-module] [--pad code|global:KIB[@first|@mid],…]`
 //! (`--no-parts`: only the whole step, not each part apart; `--unfused`: the RMSNorm
 //! and SwiGLU preparations as kernels of their own;
@@ -21,7 +21,9 @@
 //! `--alt-kernel` its kernel (default `auto`), `--alt-first` the ping-pong kernel with
 //! its first chunk requested after the PDL wait by every warp (`late`) or by the odd
 //! warps (`half`), `--alt-l2 evict-first` its weight and scale loads evict-first in L2
-//! (the register kernels'); the "GEMV kernels" line names what each GEMV ran; `--alt none`
+//! (the register kernels'); `--attn-l2` the two-pass attention from a second copy of its
+//! module (`normal`) or from one whose split loads K/V rows evict-first in L2
+//! (`evict-first`), the same code size either way; the "GEMV kernels" line names what each GEMV ran; `--alt none`
 //! loads the second kernel set and uses it for nothing, which moves the step by ~1%
 //! (placement); `--pad-mib` and `--late-module` are placement probes too: pool memory
 //! taken before the model, one more module loaded after the attention's; `--pad`
@@ -121,6 +123,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             },
         }),
+        attn_l2: match arg(&argv, "--attn-l2").as_deref() {
+            Some("evict-first") => Some(true),
+            Some("normal") => Some(false),
+            None => None,
+            Some(other) => {
+                eprintln!("cuda_decode_bench: --attn-l2 {other}: expected evict-first or normal");
+                std::process::exit(2);
+            }
+        },
         pad_mib: num(&argv, "--pad-mib", 0),
         late_module: flag("--late-module"),
         pads: arg(&argv, "--pad").map_or_else(Vec::new, |list| {

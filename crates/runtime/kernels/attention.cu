@@ -40,6 +40,20 @@ __device__ __forceinline__ int splits_used(const int* __restrict__ lenp, int len
     return min(nsplit, (attn_len(lenp, len_add, cap) + KEYS_PER_BLOCK - 1) / KEYS_PER_BLOCK);
 }
 
+// FAVLO_KV_EVICT_FIRST (a module compiled with it defined to 1; a timing probe of the
+// decode step): the split's K/V row loads and L2 prefetches carry an evict-first policy,
+// since every cache row is read once per token.
+#ifndef FAVLO_KV_EVICT_FIRST
+#define FAVLO_KV_EVICT_FIRST 0
+#endif
+#if FAVLO_KV_EVICT_FIRST
+__device__ __forceinline__ unsigned long long kv_policy() {
+    unsigned long long pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+#endif
+
 // P consecutive values of a q row or cache row, widened to f32.
 template <int P>
 struct RowV {
@@ -54,7 +68,13 @@ template <>
 struct Raw<unsigned short, 8> {
     uint4 w;
     __device__ __forceinline__ void load(const unsigned short* p) {
+#if FAVLO_KV_EVICT_FIRST
+        asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                     : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                     : "l"(p), "l"(kv_policy()));
+#else
         w = __ldg(reinterpret_cast<const uint4*>(p));
+#endif
     }
     __device__ __forceinline__ void widen(RowV<8>& r) const {
         h2f2(w.x, r.v[0], r.v[1]);
@@ -67,7 +87,13 @@ template <>
 struct Raw<unsigned short, 4> {
     uint2 w;
     __device__ __forceinline__ void load(const unsigned short* p) {
+#if FAVLO_KV_EVICT_FIRST
+        asm volatile("ld.global.nc.L2::cache_hint.v2.u32 {%0,%1}, [%2], %3;"
+                     : "=r"(w.x), "=r"(w.y)
+                     : "l"(p), "l"(kv_policy()));
+#else
         w = __ldg(reinterpret_cast<const uint2*>(p));
+#endif
     }
     __device__ __forceinline__ void widen(RowV<4>& r) const {
         h2f2(w.x, r.v[0], r.v[1]);
@@ -118,9 +144,15 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
         if (lane < 16 && j < guess) {
             const T* row = ((lane & 8) ? vc : kc) + ((long long)j * n_kv + g) * HD;
 #if __CUDA_ARCH__ >= 900
+#if FAVLO_KV_EVICT_FIRST
+            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(row),
+                         "r"((unsigned)(HD * sizeof(T))), "l"(kv_policy())
+                         : "memory");
+#else
             asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row),
                          "r"((unsigned)(HD * sizeof(T)))
                          : "memory");
+#endif
 #else
             for (int o = 0; o < HD * (int)sizeof(T); o += 128)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"((const char*)row + o));

@@ -288,7 +288,31 @@ pub fn attn_partials_len(n_heads: usize, capacity: usize) -> usize {
 impl AttentionDecode {
     /// Compiles (or reads from the cache) and loads the module.
     pub fn load(ctx: &Arc<CudaContext>) -> Result<AttentionDecode, CudaError> {
-        let m = LoadedModule::load(ctx, MODULE)?;
+        Self::load_module(ctx, LoadedModule::load(ctx, MODULE)?)
+    }
+
+    /// [`Self::load`] with the two-pass module loaded once more as a copy of its own
+    /// (a timing probe of the decode step: the same code at the same place either way),
+    /// its split's K/V loads evict-first in L2 when `evict_first` (`FAVLO_KV_EVICT_FIRST`).
+    pub fn load_variant(
+        ctx: &Arc<CudaContext>,
+        evict_first: bool,
+    ) -> Result<AttentionDecode, CudaError> {
+        let (name, src) = if evict_first {
+            (
+                "attention_ef",
+                format!("#define FAVLO_KV_EVICT_FIRST 1\n{SRC}"),
+            )
+        } else {
+            (
+                "attention_copy",
+                format!("#define FAVLO_KV_EVICT_FIRST 0\n{SRC}"),
+            )
+        };
+        Self::load_module(ctx, LoadedModule::load_source(ctx, name, &src)?)
+    }
+
+    fn load_module(ctx: &Arc<CudaContext>, m: LoadedModule) -> Result<AttentionDecode, CudaError> {
         let m1 = LoadedModule::load(ctx, ONEPASS_MODULE)?;
         let f = |n: String| m.function(&n);
         let set = |t: &str, suf: &str| -> Result<[CudaFunction; 8], CudaError> {

@@ -139,6 +139,9 @@ pub struct DecodeBenchOptions {
     /// Modules of code or data alone that nothing launches, loaded before the step's
     /// modules or between its GEMV and attention modules ([`super::placement`]).
     pub pads: Vec<Pad>,
+    /// The two-pass attention from a copy of its module ([`AttentionDecode::load_variant`]),
+    /// its K/V loads evict-first in L2 when `Some(true)`; `None` loads the shipped module.
+    pub attn_l2: Option<bool>,
 }
 
 /// Settings for some of the decode step's GEMVs that differ from the others' (a timing
@@ -247,6 +250,7 @@ impl Default for DecodeBenchOptions {
             pad_mib: 0,
             late_module: false,
             pads: Vec::new(),
+            attn_l2: None,
         }
     }
 }
@@ -465,7 +469,10 @@ pub fn decode_bench(
     let mut k = Kernels {
         gemv,
         alt,
-        attn: AttentionDecode::load(ctx)?,
+        attn: match opts.attn_l2 {
+            Some(ef) => AttentionDecode::load_variant(ctx, ef)?,
+            None => AttentionDecode::load(ctx)?,
+        },
         ops: DecodeOps::load(ctx)?,
         mode: opts.attn,
         fused: false,
