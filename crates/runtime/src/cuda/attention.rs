@@ -291,9 +291,10 @@ impl AttentionDecode {
         Self::load_module(ctx, LoadedModule::load(ctx, MODULE)?)
     }
 
-    /// [`Self::load`] with the two-pass module loaded once more as a copy of its own
-    /// (a timing probe of the decode step: the same code at the same place either way),
-    /// its split's K/V loads evict-first in L2 when `evict_first` (`FAVLO_KV_EVICT_FIRST`).
+    /// [`Self::load`] with the two-pass module built as a copy under another cache name
+    /// (a timing probe of the decode step: either setting loads the same code at the
+    /// same place), its split's K/V loads evict-first in L2 when `evict_first`
+    /// (`FAVLO_KV_EVICT_FIRST`).
     pub fn load_variant(
         ctx: &Arc<CudaContext>,
         evict_first: bool,

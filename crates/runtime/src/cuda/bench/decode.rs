@@ -139,8 +139,9 @@ pub struct DecodeBenchOptions {
     /// Modules of code or data alone that nothing launches, loaded before the step's
     /// modules or between its GEMV and attention modules ([`super::placement`]).
     pub pads: Vec<Pad>,
-    /// The two-pass attention from a copy of its module ([`AttentionDecode::load_variant`]),
-    /// its K/V loads evict-first in L2 when `Some(true)`; `None` loads the shipped module.
+    /// The two-pass attention from a copy of its module under another cache name
+    /// ([`AttentionDecode::load_variant`]), its K/V loads evict-first in L2 when
+    /// `Some(true)`; `None` loads the shipped module.
     pub attn_l2: Option<bool>,
 }
 
