@@ -46,13 +46,6 @@ __device__ __forceinline__ int splits_used(const int* __restrict__ lenp, int len
 #ifndef FAVLO_KV_EVICT_FIRST
 #define FAVLO_KV_EVICT_FIRST 0
 #endif
-#if FAVLO_KV_EVICT_FIRST
-__device__ __forceinline__ unsigned long long kv_policy() {
-    unsigned long long pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    return pol;
-}
-#endif
 
 // P consecutive values of a q row or cache row, widened to f32.
 template <int P>
@@ -71,7 +64,7 @@ struct Raw<unsigned short, 8> {
 #if FAVLO_KV_EVICT_FIRST
         asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
                      : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-                     : "l"(p), "l"(kv_policy()));
+                     : "l"(p), "l"(l2_evict_first_policy()));
 #else
         w = __ldg(reinterpret_cast<const uint4*>(p));
 #endif
@@ -90,7 +83,7 @@ struct Raw<unsigned short, 4> {
 #if FAVLO_KV_EVICT_FIRST
         asm volatile("ld.global.nc.L2::cache_hint.v2.u32 {%0,%1}, [%2], %3;"
                      : "=r"(w.x), "=r"(w.y)
-                     : "l"(p), "l"(kv_policy()));
+                     : "l"(p), "l"(l2_evict_first_policy()));
 #else
         w = __ldg(reinterpret_cast<const uint2*>(p));
 #endif
@@ -146,7 +139,7 @@ __device__ __forceinline__ void attn_split(const float* __restrict__ q, const T*
 #if __CUDA_ARCH__ >= 900
 #if FAVLO_KV_EVICT_FIRST
             asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(row),
-                         "r"((unsigned)(HD * sizeof(T))), "l"(kv_policy())
+                         "r"((unsigned)(HD * sizeof(T))), "l"(l2_evict_first_policy())
                          : "memory");
 #else
             asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row),

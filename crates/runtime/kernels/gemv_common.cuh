@@ -46,22 +46,12 @@
 #define FAVLO_W_EVICT_FIRST 0
 #endif
 
-#if FAVLO_W_EVICT_FIRST
-// The evict-first policy (sm_90 takes the plain `.L2::evict_first` qualifier only on
-// 256-bit loads, so 128-bit ones carry it as a cache hint). Not volatile: computed once.
-__device__ __forceinline__ unsigned long long w_policy() {
-    unsigned long long pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    return pol;
-}
-#endif
-
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
     uint4 r;
 #if FAVLO_W_EVICT_FIRST
     asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p), "l"(w_policy()));
+                 : "l"(p), "l"(l2_evict_first_policy()));
 #else
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
@@ -76,7 +66,7 @@ __device__ __forceinline__ uint2 ld_scales(const void* p) {
     uint2 r;
     asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.u32 {%0,%1}, [%2], %3;"
                  : "=r"(r.x), "=r"(r.y)
-                 : "l"(p), "l"(w_policy()));
+                 : "l"(p), "l"(l2_evict_first_policy()));
     return r;
 #else
     return __ldg(reinterpret_cast<const uint2*>(p));

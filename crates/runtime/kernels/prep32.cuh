@@ -20,6 +20,15 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// An L2 evict-first cache policy for loads of bytes read once (`.L2::cache_hint`; sm_90
+// takes the plain `.L2::evict_first` qualifier only on 256-bit loads). Not volatile, so
+// a kernel computes it once. Used by the bench-only stream-hint variants.
+__device__ __forceinline__ unsigned long long l2_evict_first_policy() {
+    unsigned long long pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+
 // Per-sequence buffers of a batched decode launch (`_z` kernels): blockIdx.z is the
 // sequence (at most SEQ_MAX), p[i][z] its i-th buffer, as the kernel lists them.
 #define SEQ_MAX 4
