@@ -21,7 +21,7 @@
 //! `--alt-kernel` its kernel (default `auto`), `--alt-first` the ping-pong kernel with
 //! its first chunk requested after the PDL wait by every warp (`late`) or by the odd
 //! warps (`half`), `--alt-l2 evict-first` its weight and scale loads evict-first in L2
-//! (the register kernels'); `--attn-l2` the two-pass attention from a copy of its module
+//! (the register and ring kernels'); `--attn-l2` the two-pass attention from a copy of its module
 //! under another cache name, as shipped (`normal`) or with the split's K/V row loads
 //! evict-first in L2 (`evict-first`), so the two load the same code at the same place;
 //! the "GEMV kernels" line names what each GEMV ran; `--alt none`

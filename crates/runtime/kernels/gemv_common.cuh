@@ -39,7 +39,7 @@
 #define TILE_ROWS 32
 
 // FAVLO_W_EVICT_FIRST (a module compiled with it defined to 1; a timing probe of the
-// decode step): the weight and scale streams of the register kernels are marked
+// decode step): the weight and scale streams of the register and ring kernels are marked
 // evict-first in L2, so the step's small, reused lines (kernel code and parameters,
 // activations, norm weights) are not pushed out by weights read once per token.
 #ifndef FAVLO_W_EVICT_FIRST

@@ -11,7 +11,23 @@
 
 __device__ __forceinline__ void cp_async8(void* smem, const void* gmem) {
     const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+#if FAVLO_W_EVICT_FIRST
+    asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 8, %2;" ::"r"(sa),
+                 "l"(gmem), "l"(l2_evict_first_policy()));
+#else
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(sa), "l"(gmem));
+#endif
+}
+// A 16-byte piece of a weight chunk (the x slices keep cp_async16): evict-first in L2
+// under FAVLO_W_EVICT_FIRST, as the register kernels' ld_stream.
+__device__ __forceinline__ void cp_async16_w(void* smem, const void* gmem) {
+#if FAVLO_W_EVICT_FIRST
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(sa),
+                 "l"(gmem), "l"(l2_evict_first_policy()));
+#else
+    cp_async16(smem, gmem);
+#endif
 }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
@@ -142,7 +158,7 @@ __device__ __forceinline__ void gemv_ring_body(const unsigned char* __restrict__
         const unsigned char* src = wd + tc * 4096 + lane * 16;
         if (part & 1) {
 #pragma unroll
-            for (int p = 0; p < 8; ++p) cp_async16(s + p * 512 + lane * 16, src + p * 512);
+            for (int p = 0; p < 8; ++p) cp_async16_w(s + p * 512 + lane * 16, src + p * 512);
             if (FMT == 4 || lane < 16) cp_async8(s + 4096 + lane * 8, ws + tc * SB + lane * 8);
         }
         if (!(part & 2)) return;

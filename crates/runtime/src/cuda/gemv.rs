@@ -280,7 +280,7 @@ impl GemvMma {
         Self::load_module(ctx, LoadedModule::load(ctx, MODULE)?)
     }
 
-    /// [`Self::load`] with the register kernels' weight and scale loads marked
+    /// [`Self::load`] with the register and ring kernels' weight and scale loads marked
     /// evict-first in L2 (`FAVLO_W_EVICT_FIRST`; a timing probe of the decode step, whose
     /// weights are read once per token while its small lines are reused every layer).
     pub fn load_evict_first(ctx: &Arc<CudaContext>) -> Result<GemvMma, CudaError> {
