@@ -299,18 +299,16 @@ impl AttentionDecode {
         ctx: &Arc<CudaContext>,
         evict_first: bool,
     ) -> Result<AttentionDecode, CudaError> {
-        let (name, src) = if evict_first {
-            (
-                "attention_ef",
-                format!("#define FAVLO_KV_EVICT_FIRST 1\n{SRC}"),
-            )
+        let name = if evict_first {
+            "attention_ef"
         } else {
-            (
-                "attention_copy",
-                format!("#define FAVLO_KV_EVICT_FIRST 0\n{SRC}"),
-            )
+            "attention_copy"
         };
-        Self::load_module(ctx, LoadedModule::load_source(ctx, name, &src)?)
+        let prelude = format!("#define FAVLO_KV_EVICT_FIRST {}\n", u8::from(evict_first));
+        Self::load_module(
+            ctx,
+            LoadedModule::load_variant(ctx, MODULE, name, &prelude)?,
+        )
     }
 
     fn load_module(ctx: &Arc<CudaContext>, m: LoadedModule) -> Result<AttentionDecode, CudaError> {

@@ -54,6 +54,17 @@ impl LoadedModule {
         Self::load_source(ctx, m.name, m.src)
     }
 
+    /// [`LoadedModule::load`] of `m`'s source behind `prelude` (the `#define`s of a
+    /// compile-time variant), cached under `name`.
+    pub(crate) fn load_variant(
+        ctx: &CudaContext,
+        m: Module,
+        name: &str,
+        prelude: &str,
+    ) -> Result<Self, CudaError> {
+        Self::load_source(ctx, name, &format!("{prelude}{}", m.src))
+    }
+
     /// [`LoadedModule::load`] for a source built at run time (not a shipped [`Module`]).
     pub(crate) fn load_source(ctx: &CudaContext, name: &str, src: &str) -> Result<Self, CudaError> {
         let k = load_or_compile(name, src, &ctx.arch())?;

@@ -284,8 +284,11 @@ impl GemvMma {
     /// evict-first in L2 (`FAVLO_W_EVICT_FIRST`; a timing probe of the decode step, whose
     /// weights are read once per token while its small lines are reused every layer).
     pub fn load_evict_first(ctx: &Arc<CudaContext>) -> Result<GemvMma, CudaError> {
-        let src = format!("#define FAVLO_W_EVICT_FIRST 1\n{SRC}");
-        Self::load_module(ctx, LoadedModule::load_source(ctx, "gemv_mma_ef", &src)?)
+        let prelude = "#define FAVLO_W_EVICT_FIRST 1\n";
+        Self::load_module(
+            ctx,
+            LoadedModule::load_variant(ctx, MODULE, "gemv_mma_ef", prelude)?,
+        )
     }
 
     fn load_module(ctx: &Arc<CudaContext>, m: LoadedModule) -> Result<GemvMma, CudaError> {

@@ -437,6 +437,10 @@ pub fn decode_bench(
         )),
         None => None,
     };
+    let alt_tag = match &opts.alt {
+        Some(a) if a.evict_first => " (alt, L2 evict-first)",
+        _ => " (alt)",
+    };
     let pads_mid = pads_at(PadWhere::Mid)?;
     let kernels = names
         .iter()
@@ -444,17 +448,7 @@ pub fn decode_bench(
         .zip(GEMV_PART_BITS)
         .map(|((name, l), bit)| {
             let (g, tag) = match &alt {
-                Some((g, parts)) if parts & bit != 0 => {
-                    let ef = opts.alt.as_ref().is_some_and(|a| a.evict_first);
-                    (
-                        g,
-                        if ef {
-                            " (alt, L2 evict-first)"
-                        } else {
-                            " (alt)"
-                        },
-                    )
-                }
+                Some((g, parts)) if parts & bit != 0 => (g, alt_tag),
                 _ => (&gemv, ""),
             };
             let k = g.resolve(l.format, l.rows.div_ceil(32), l.data_row_bytes() / 128);
